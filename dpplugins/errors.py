@@ -1,0 +1,122 @@
+"""Errors and input validation shared by every module.
+
+Two error types, one place for their messages (DESIGN.md, "Errors"):
+
+* :class:`ParameterError` (a ``ValueError``) names the parameter, the value it got and the valid
+  range, so a user can fix the call without reading our code.
+* :class:`NumericalError` (an ``ArithmeticError``) says what could not be certified and which
+  option to change.  We raise it instead of returning a number we cannot vouch for.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+from typing import Any
+
+__all__ = [
+    "ParameterError",
+    "NumericalError",
+    "check_real",
+    "check_positive",
+    "check_nonnegative",
+    "check_probability",
+    "check_open_unit",
+    "check_count",
+    "check_choice",
+]
+
+
+class ParameterError(ValueError):
+    """A parameter is outside its valid range.
+
+    The message always has the form ``"<name>=<value> is invalid: must be <range>"`` and, where it
+    helps, a hint on how to fix the call.
+    """
+
+    def __init__(self, name: str, value: Any, valid: str, hint: str = "") -> None:
+        self.name = name
+        self.value = value
+        self.valid = valid
+        message = f"{name}={value!r} is invalid: must be {valid}"
+        if hint:
+            message += f". {hint}"
+        super().__init__(message)
+
+
+class NumericalError(ArithmeticError):
+    """A numerical method could not certify its result.
+
+    ``what`` says what could not be certified, ``fix`` which option to change.
+    """
+
+    def __init__(self, what: str, fix: str) -> None:
+        self.what = what
+        self.fix = fix
+        super().__init__(f"{what}. To fix: {fix}")
+
+
+def check_real(name: str, value: Any) -> float:
+    """Return ``value`` as a finite float or raise :class:`ParameterError`."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        # numpy scalars are Real; strings and None are not.
+        raise ParameterError(name, value, "a finite real number")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ParameterError(name, value, "a finite real number (not NaN or infinity)")
+    return value
+
+
+def check_positive(name: str, value: Any) -> float:
+    """A finite real number > 0."""
+    value = check_real(name, value)
+    if value <= 0:
+        raise ParameterError(name, value, "a finite number > 0")
+    return value
+
+
+def check_nonnegative(name: str, value: Any) -> float:
+    """A finite real number >= 0."""
+    value = check_real(name, value)
+    if value < 0:
+        raise ParameterError(name, value, "a finite number >= 0")
+    return value
+
+
+def check_probability(name: str, value: Any, *, allow_zero: bool = False) -> float:
+    """A sampling rate in (0, 1] (or [0, 1] with ``allow_zero``)."""
+    value = check_real(name, value)
+    low_ok = value >= 0 if allow_zero else value > 0
+    if not (low_ok and value <= 1):
+        raise ParameterError(name, value, "in [0, 1]" if allow_zero else "in (0, 1]")
+    return value
+
+
+def check_open_unit(name: str, value: Any) -> float:
+    """A number strictly between 0 and 1 (a delta, for example)."""
+    value = check_real(name, value)
+    if not 0 < value < 1:
+        raise ParameterError(name, value, "in the open interval (0, 1)")
+    return value
+
+
+def check_count(name: str, value: Any, *, minimum: int = 0) -> int:
+    """An integer >= ``minimum`` (floats with an integral value are accepted)."""
+    if isinstance(value, bool):
+        raise ParameterError(name, value, f"an integer >= {minimum}")
+    if isinstance(value, Integral):
+        value = int(value)
+    elif isinstance(value, Real) and math.isfinite(float(value)) and float(value).is_integer():
+        value = int(value)
+    else:
+        raise ParameterError(name, value, f"an integer >= {minimum}")
+    if value < minimum:
+        raise ParameterError(name, value, f"an integer >= {minimum}")
+    return value
+
+
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    """One of a fixed set of strings."""
+    if value not in choices:
+        raise ParameterError(name, value, "one of " + ", ".join(repr(c) for c in choices))
+    return value

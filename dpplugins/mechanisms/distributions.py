@@ -1,0 +1,101 @@
+"""One-dimensional noise distributions with *relatively accurate* interval masses.
+
+The PLD constructions (:mod:`dpplugins.pld.grid`) need, for every grid bin, the P- and Q-mass of
+the set of outputs whose privacy loss falls in the bin, accurate to a few units of round-off
+*relative to the mass itself* (absolute accuracy is not enough: bins are narrow, and a CDF
+difference ``F(b) - F(a)`` of a narrow interval loses ``log10(F / (F(b) - F(a)))`` digits).
+
+``interval_mass(a, b)`` therefore uses the tail on the side where the interval lies, and switches to
+8-point Gauss-Legendre quadrature of the density when the two tail values are within a factor 2 of
+each other.  On such an interval the log-density changes by less than about 1 (for the Gaussian the
+tail ratio bounds ``(b - a) * max(z, 1)``), and the 8-point rule's error for an integrand
+``e^(c t)`` with ``|c| <= 1`` on the unit interval is below ``(8!)^4 / (17 (16!)^3) ~ 1e-23``
+relative (Abramowitz & Stegun 25.4.30), far below round-off.  Outside that regime the tail
+difference loses at most one bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import special
+
+__all__ = ["Gaussian", "Laplace", "Mixture"]
+
+_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(8)
+
+
+def _quadrature(log_density, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """8-point Gauss-Legendre integral of ``exp(log_density)`` over each finite ``[a, b]``."""
+    half = 0.5 * (b - a)
+    mid = 0.5 * (a + b)
+    nodes = mid[:, None] + half[:, None] * _GL_NODES[None, :]
+    return half * np.sum(_GL_WEIGHTS[None, :] * np.exp(log_density(nodes)), axis=1)
+
+
+@dataclass(frozen=True)
+class Gaussian:
+    """``N(mean, scale^2)``."""
+
+    mean: float
+    scale: float
+
+    def log_density(self, x):
+        z = (x - self.mean) / self.scale
+        return -0.5 * z * z - np.log(self.scale * np.sqrt(2 * np.pi))
+
+    def interval_mass(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """``P(a < X <= b)`` with relative accuracy of a few ulps (module docstring)."""
+        a = np.asarray(a, dtype=float)
+        b = np.asarray(b, dtype=float)
+        za = (a - self.mean) / self.scale
+        zb = (b - self.mean) / self.scale
+        # tail on the side away from the mean: for the right half use survival functions
+        right = za >= -zb  # midpoint of the interval at or above the mean
+        big = np.where(right, special.ndtr(-za), special.ndtr(zb))
+        small = np.where(right, special.ndtr(-zb), special.ndtr(za))
+        mass = big - small
+        narrow = (small > 0.5 * big) & np.isfinite(za) & np.isfinite(zb) & (zb > za)
+        if np.any(narrow):
+            mass = mass.copy()
+            mass[narrow] = _quadrature(self.log_density, a[narrow], b[narrow])
+        return np.maximum(mass, 0.0)
+
+
+@dataclass(frozen=True)
+class Laplace:
+    """Laplace distribution with location ``mean`` and scale ``scale`` (density e^(-|x-mean|/scale)/2scale)."""
+
+    mean: float
+    scale: float
+
+    def interval_mass(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """``P(a < X <= b)`` from ``expm1`` of the exponential tails (relative accuracy)."""
+        a = np.asarray(a, dtype=float)
+        b = np.asarray(b, dtype=float)
+        ta = (a - self.mean) / self.scale
+        tb = (b - self.mean) / self.scale
+        with np.errstate(over="ignore", invalid="ignore"):
+            # both right of the mean: 0.5 e^-ta (1 - e^-(tb - ta))
+            right = 0.5 * np.exp(-ta) * -np.expm1(-(tb - ta))
+            # both left: 0.5 e^tb (1 - e^-(tb - ta))
+            left = 0.5 * np.exp(tb) * -np.expm1(-(tb - ta))
+            # straddling: mass left of mean plus right of mean
+            straddle = 0.5 * -np.expm1(ta) + 0.5 * -np.expm1(-tb)
+        mass = np.where(ta >= 0, right, np.where(tb <= 0, left, straddle))
+        mass = np.where(tb > ta, mass, 0.0)
+        return np.maximum(np.nan_to_num(mass, nan=0.0), 0.0)
+
+
+@dataclass(frozen=True)
+class Mixture:
+    """A finite mixture ``sum_i w_i D_i`` (weights positive, summing to 1)."""
+
+    weights: tuple
+    components: tuple
+
+    def interval_mass(self, a, b):
+        # a sum of non-negative terms keeps relative accuracy
+        return sum(w * c.interval_mass(a, b) for w, c in zip(self.weights, self.components)
+                   if w > 0)

@@ -1,0 +1,303 @@
+"""The privacy loss distribution: construction, composition, and certified (eps, delta) bounds.
+
+A :class:`PrivacyLossDistribution` keeps, for each direction of the neighbouring relation
+(``"remove"``, ``"add"``; Koskela et al. 2021 Sec. 2 take the maximum over both, as dp_accounting
+does), a list of grid PLDs with counts.  Each component has a *pessimistic* grid PLD (a dominating
+pair, connect-the-dots) and, where the mechanism is known exactly, an *optimistic* one (a pair
+dominated by the mechanism); see :mod:`dpplugins.pld.grid`.  Composition is lazy: ``compose`` and
+``self_compose`` only concatenate lists and multiply counts; the FFT runs once, when a bound is
+asked for (:mod:`dpplugins.pld.compose`), and its result is cached.
+
+Example::
+
+    >>> from dpplugins.pld import PrivacyLossDistribution
+    >>> step = PrivacyLossDistribution.from_poisson_subsampled_gaussian(1.0, 0.01)
+    >>> bounds = step.self_compose(1000).epsilon_for_delta(1e-5)
+    >>> bounds.lower <= bounds.upper
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping, NamedTuple, Sequence
+
+import numpy as np
+
+from dpplugins import mechanisms
+from dpplugins.errors import (ParameterError, check_count, check_nonnegative, check_open_unit,
+                              check_positive, check_real)
+from dpplugins.mechanisms.pairs import grid_range
+from dpplugins.mechanisms.types import MechanismPairs
+from dpplugins.pld.compose import ComposedPLD, compose_grid_pmfs
+from dpplugins.pld.grid import (GridPMF, optimistic_from_bins, pessimistic_from_bins,
+                                pessimistic_from_profile)
+
+__all__ = ["Bounds", "PrivacyLossDistribution", "DIRECTIONS"]
+
+DIRECTIONS = ("remove", "add")
+#: probability left outside the loss range of a single mechanism (goes to delta(inf) or is
+#: handled conservatively; affects accuracy only)
+SINGLE_TAIL = 1e-24
+#: largest share of delta we let the floating-point error term take before recomputing in
+#: extended precision
+FP_SHARE = 1e-3
+
+
+class Bounds(NamedTuple):
+    """A certified interval: the true value lies in ``[lower, upper]``."""
+
+    lower: float
+    upper: float
+
+
+@dataclass(frozen=True)
+class _Component:
+    upper: GridPMF
+    lower: GridPMF | None  # None: only an upper bound on the mechanism is known
+
+
+def _discretise(pairs: MechanismPairs, h: float) -> dict[str, _Component]:
+    out = {}
+    for direction, pair in pairs.pairs.items():
+        lo, hi = grid_range(*pair.loss_range(SINGLE_TAIL), h)
+        bins = pair.loss_bins(h, lo, hi)
+        out[direction] = _Component(pessimistic_from_bins(bins), optimistic_from_bins(bins))
+    if pairs.symmetric:
+        out["add"] = out["remove"]
+    return out
+
+
+class PrivacyLossDistribution:
+    """Privacy loss distribution of a (composed) mechanism, both directions, both bounds.
+
+    Build one with a ``from_*`` constructor, combine with :meth:`compose` / :meth:`self_compose`,
+    query with :meth:`delta_for_epsilon` / :meth:`epsilon_for_delta` (each returns
+    :class:`Bounds`).  All components of a composition must share ``value_discretization_interval``.
+
+    Parameters common to the constructors:
+
+    value_discretization_interval
+        Grid step ``h`` of the privacy loss.  The bounds are valid for every ``h``; their gap
+        shrinks roughly like ``h^2`` (connect-the-dots is exact at grid points).
+    tail_mass
+        Certified mass allowed outside the FFT window (added to delta in the upper bound).
+    memory_limit
+        Bytes the FFT window may use; a :class:`NumericalError` says what to change if exceeded.
+    """
+
+    def __init__(self, directions: Mapping[str, Sequence[tuple[_Component, int]]], h: float, *,
+                 description: str = "", tail_mass: float = 1e-15,
+                 memory_limit: int = 1 << 30) -> None:
+        self._directions = {d: tuple(directions[d]) for d in DIRECTIONS}
+        self.value_discretization_interval = h
+        self.description = description
+        self.tail_mass = tail_mass
+        self.memory_limit = memory_limit
+        self._cache: dict[tuple[str, str], ComposedPLD] = {}
+
+    # -- constructors -----------------------------------------------------------------------
+    @classmethod
+    def from_mechanism(cls, pairs: MechanismPairs, *, value_discretization_interval: float = 1e-4,
+                       tail_mass: float = 1e-15, memory_limit: int = 1 << 30
+                       ) -> "PrivacyLossDistribution":
+        """PLD of one mechanism given as worst-case pairs (:mod:`dpplugins.mechanisms`)."""
+        h = check_positive("value_discretization_interval", value_discretization_interval)
+        comps = _discretise(pairs, h)
+        return cls({d: ((comps[d], 1),) for d in DIRECTIONS}, h, description=pairs.description,
+                   tail_mass=tail_mass, memory_limit=memory_limit)
+
+    @classmethod
+    def from_gaussian(cls, standard_deviation: float, sensitivity: float = 1.0, **options):
+        """Gaussian mechanism (:func:`dpplugins.mechanisms.gaussian`)."""
+        return cls.from_mechanism(mechanisms.gaussian(standard_deviation, sensitivity), **options)
+
+    @classmethod
+    def from_laplace(cls, scale: float, sensitivity: float = 1.0, **options):
+        """Laplace mechanism (:func:`dpplugins.mechanisms.laplace`)."""
+        return cls.from_mechanism(mechanisms.laplace(scale, sensitivity), **options)
+
+    @classmethod
+    def from_randomized_response(cls, epsilon: float, k: int = 2, **options):
+        """k-ary randomized response (:func:`dpplugins.mechanisms.k_randomized_response`)."""
+        return cls.from_mechanism(mechanisms.k_randomized_response(epsilon, k), **options)
+
+    @classmethod
+    def from_binomial(cls, trials: int, p: float = 0.5, sensitivity: int = 1, **options):
+        """Binomial mechanism (:func:`dpplugins.mechanisms.binomial`)."""
+        return cls.from_mechanism(mechanisms.binomial(trials, p, sensitivity), **options)
+
+    @classmethod
+    def from_poisson_subsampled_gaussian(cls, noise_multiplier: float, sampling_probability: float,
+                                         *, sensitivity: float = 1.0,
+                                         neighbouring: str = "add_remove", **options):
+        """One DP-SGD step (:func:`dpplugins.mechanisms.poisson_subsampled_gaussian`); the noise
+        standard deviation is ``noise_multiplier * sensitivity``."""
+        sigma = check_positive("noise_multiplier", noise_multiplier)
+        sens = check_positive("sensitivity", sensitivity)
+        return cls.from_mechanism(mechanisms.poisson_subsampled_gaussian(
+            sigma * sens, sampling_probability, sens, neighbouring=neighbouring), **options)
+
+    @classmethod
+    def from_pmfs(cls, p, q, *, symmetric: bool = False, **options):
+        """Any pair of finite pmfs (:func:`dpplugins.mechanisms.discrete_pair`)."""
+        return cls.from_mechanism(mechanisms.discrete_pair(p, q, symmetric=symmetric), **options)
+
+    @classmethod
+    def from_privacy_profile(cls, delta_for_epsilon: Callable[[np.ndarray], np.ndarray], *,
+                             epsilon_max: float | None = None, symmetric: bool = True,
+                             value_discretization_interval: float = 1e-4,
+                             profile_step: float | None = None, description: str = "privacy profile",
+                             tail_mass: float = 1e-15, memory_limit: int = 1 << 30
+                             ) -> "PrivacyLossDistribution":
+        """Dominating PLD of a mechanism known through an upper bound ``delta(eps)`` (eps >= 0).
+
+        Pessimistic connect-the-dots (Doroshenko et al. 2022): the result composes by FFT like any
+        other PLD, and every epsilon computed from it is an upper bound.  No lower bound exists for
+        such a mechanism, so :meth:`epsilon_for_delta` reports ``lower = 0``.
+
+        ``symmetric=True`` means the bound holds in both directions (an (eps, delta)-DP statement);
+        then ``delta(eps) = 1 - e^eps + e^eps delta(-eps)`` for negative eps (the identity
+        ``E_g(P||Q) = 1 - g + g E_{1/g}(Q||P)``).  Otherwise the profile is used only for the
+        remove direction and the add direction is taken as the same bound (which is then an
+        assumption the caller makes explicit by passing ``symmetric=False`` only when it holds).
+        ``epsilon_max`` (default: where the bound falls below 1e-16, at most 50) ends the grid; the
+        remaining ``delta(epsilon_max)`` goes to ``delta(inf)``.  ``profile_step`` evaluates the
+        profile on a coarser sub-grid (default ``50 h``) to save calls.
+        """
+        h = check_positive("value_discretization_interval", value_discretization_interval)
+        if epsilon_max is None:
+            epsilon_max = 0.25
+            while epsilon_max < 50 and float(np.asarray(delta_for_epsilon(
+                    np.array([epsilon_max])))[0]) > 1e-16:
+                epsilon_max *= 2
+            epsilon_max = min(epsilon_max, 50.0)
+        epsilon_max = check_positive("epsilon_max", epsilon_max)
+        stride = max(1, round((profile_step or 50 * h) / h))
+        hi = math.ceil(epsilon_max / h)
+        lo = -hi
+
+        def full_profile(eps):
+            eps = np.asarray(eps, dtype=float)
+            out = np.empty_like(eps)
+            pos = eps >= 0
+            out[pos] = np.asarray(delta_for_epsilon(eps[pos]), dtype=float)
+            neg = ~pos
+            if np.any(neg):
+                mirrored = np.asarray(delta_for_epsilon(-eps[neg]), dtype=float)
+                out[neg] = -np.expm1(eps[neg]) + np.exp(eps[neg]) * np.minimum(mirrored, 1.0)
+            return out
+
+        comp = _Component(pessimistic_from_profile(full_profile, h, lo, hi, stride), None)
+        return cls({d: ((comp, 1),) for d in DIRECTIONS}, h, description=description,
+                   tail_mass=tail_mass, memory_limit=memory_limit)
+
+    # -- composition ------------------------------------------------------------------------
+    def _check_compatible(self, other: "PrivacyLossDistribution") -> None:
+        if not isinstance(other, PrivacyLossDistribution):
+            raise ParameterError("other", type(other).__name__, "a PrivacyLossDistribution")
+        if other.value_discretization_interval != self.value_discretization_interval:
+            raise ParameterError(
+                "other.value_discretization_interval", other.value_discretization_interval,
+                f"equal to {self.value_discretization_interval} (compose PLDs built on one grid)")
+
+    def compose(self, other: "PrivacyLossDistribution") -> "PrivacyLossDistribution":
+        """PLD of running this mechanism and then ``other`` (independent noise, adaptive choice
+        allowed: composition theorem of Dong, Roth, Su 2022 Thm 3.2 / Zhu et al. 2022 Thm 10)."""
+        self._check_compatible(other)
+        merged = {}
+        for d in DIRECTIONS:
+            counts: dict[int, list] = {}
+            for comp, k in self._directions[d] + other._directions[d]:
+                entry = counts.setdefault(id(comp), [comp, 0])
+                entry[1] += k
+            merged[d] = tuple((c, k) for c, k in counts.values())
+        desc = " + ".join(filter(None, [self.description, other.description]))
+        return PrivacyLossDistribution(merged, self.value_discretization_interval,
+                                       description=desc, tail_mass=min(self.tail_mass, other.tail_mass),
+                                       memory_limit=min(self.memory_limit, other.memory_limit))
+
+    def self_compose(self, count: int) -> "PrivacyLossDistribution":
+        """PLD of ``count`` adaptive repetitions (one FFT power, not ``count`` convolutions)."""
+        count = check_count("count", count, minimum=0)
+        scaled = {d: tuple((c, k * count) for c, k in self._directions[d]) for d in DIRECTIONS}
+        return PrivacyLossDistribution(scaled, self.value_discretization_interval,
+                                       description=f"{count} x ({self.description})",
+                                       tail_mass=self.tail_mass, memory_limit=self.memory_limit)
+
+    # -- queries ----------------------------------------------------------------------------
+    @property
+    def has_lower_bound(self) -> bool:
+        """True when every component is known exactly (so lower bounds are meaningful)."""
+        return all(c.lower is not None for d in DIRECTIONS for c, _ in self._directions[d])
+
+    def _directions_to_evaluate(self) -> list[str]:
+        remove, add = self._directions["remove"], self._directions["add"]
+        same = len(remove) == len(add) and all(
+            a[0] is b[0] and a[1] == b[1] for a, b in zip(remove, add))
+        return ["remove"] if same else list(DIRECTIONS)
+
+    def _composed(self, direction: str, kind: str, extended: bool = False) -> ComposedPLD:
+        key = (direction, kind, extended)
+        if key not in self._cache:
+            parts = [(getattr(c, kind), k) for c, k in self._directions[direction]]
+            self._cache[key] = compose_grid_pmfs(parts, tail_mass=self.tail_mass,
+                                                 memory_limit=self.memory_limit,
+                                                 extended=extended)
+        return self._cache[key]
+
+    def _accurate(self, direction: str, kind: str, scale: float) -> ComposedPLD:
+        """Composed PLD whose floating-point error term is small next to ``scale`` (a delta):
+        double precision unless its error bound would exceed ``FP_SHARE * scale``, then extended
+        precision.  The double-precision bound is dominated by ``count * c u log2(N)`` (the power
+        amplifies the forward FFT error), which we check before computing."""
+        key = (direction, kind, False)
+        if key not in self._cache:
+            total = sum(k for _, k in self._directions[direction])
+            predicted = total * 10 * np.finfo(float).eps * 24  # c u log2 N with N <= 2^24
+            if predicted > FP_SHARE * scale:
+                return self._composed(direction, kind, extended=True)
+        composed = self._composed(direction, kind)
+        if composed.fp_error > FP_SHARE * scale:
+            composed = self._composed(direction, kind, extended=True)
+        return composed
+
+    def delta_for_epsilon(self, epsilon: float) -> Bounds:
+        """Certified bounds on ``delta(epsilon)`` (the max over both directions)."""
+        epsilon = check_nonnegative("epsilon", epsilon)
+        directions = self._directions_to_evaluate()
+        uppers = {d: self._delta_upper(d, epsilon) for d in directions}
+        dominant = max(uppers, key=uppers.get)
+        lower = 0.0
+        if self.has_lower_bound:
+            # a lower bound for any one direction is a lower bound for the maximum; use the
+            # direction that decides the upper bound
+            lower = self._accurate(dominant, "lower", uppers[dominant]).delta_lower(epsilon)
+        return Bounds(lower, uppers[dominant])
+
+    def _delta_upper(self, direction: str, epsilon: float) -> float:
+        composed = self._composed(direction, "upper")
+        value = composed.delta_upper(epsilon)
+        if composed.fp_error > FP_SHARE * value:
+            value = self._composed(direction, "upper", extended=True).delta_upper(epsilon)
+        return value
+
+    def epsilon_for_delta(self, delta: float, *, lower: bool = True) -> Bounds:
+        """Certified bounds on the smallest epsilon with ``delta(epsilon) <= delta``.
+
+        ``lower=False`` skips the lower bound (half the work; ``Bounds.lower`` is then 0).
+        """
+        delta = check_open_unit("delta", delta)
+        directions = self._directions_to_evaluate()
+        uppers = {d: self._accurate(d, "upper", delta).epsilon_upper(delta) for d in directions}
+        dominant = max(uppers, key=uppers.get)
+        low = 0.0
+        if lower and self.has_lower_bound:
+            # the lower bound of the direction that decides the upper bound (valid for the max)
+            low = self._accurate(dominant, "lower", delta).epsilon_lower(delta)
+        return Bounds(min(low, uppers[dominant]), uppers[dominant])
+
+    def __repr__(self) -> str:
+        return (f"PrivacyLossDistribution({self.description!r}, "
+                f"h={self.value_discretization_interval:g})")

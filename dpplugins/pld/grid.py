@@ -1,0 +1,280 @@
+"""Privacy loss distributions on a grid: the pessimistic and optimistic constructions.
+
+Notation (Koskela, Jälkö, Prediger, Honkela 2021, "Tight differential privacy for discrete-valued
+mechanisms and for the subsampled Gaussian mechanism using FFT", Sec. 2; ``papers/pld-fft-discrete.txt``):
+for a pair of distributions (P, Q) the privacy loss is ``L = log(dP/dQ)`` and the privacy profile
+is the hockey-stick divergence
+
+    delta(eps) = E_P[(1 - e^(eps - L))_+] = E_Q[(e^L - e^eps)_+] + P(L = +inf).
+
+As a function of ``x = e^eps`` it is convex and non-increasing.  A *grid PLD* puts P-mass only on
+``eps_j = j * h`` and on ``+inf``; its profile is piecewise linear in ``x`` with kinks at the
+grid points.  Everything in this package reduces a mechanism to such grid PLDs:
+
+* :func:`pessimistic_from_bins` -- "connect the dots" (Doroshenko, Ghazi, Kamath, Kumar, Manurangsi
+  2022, "Connect the dots: tighter discrete approximations of privacy loss distributions", Thm 4.1):
+  the loss mass in each bin ``(eps_j, eps_{j+1}]`` is split between the two end points so that the
+  likelihood ratios are exactly ``e^eps_j`` and ``e^eps_{j+1}``.  The result is a pair from which
+  (P, Q) is a post-processing, so it *dominates* the mechanism and its profile agrees with the true
+  profile at every grid point.  Composing dominating pairs gives a dominating pair (Zhu, Dong, Wang
+  2022, "Optimal accounting of differential privacy via characteristic function", Thm 10), so every
+  delta computed from it is an upper bound.
+* :func:`optimistic_from_bins` -- the matching lower construction.  At each grid point the profile
+  value is replaced by the value of the tangent at the previous grid point, ``v_j = T_{j-1}(x_j)``;
+  the polygon through these points lies below every tangent, hence below the true (convex) profile,
+  and its lower convex hull is the profile of a genuine pair that is a post-processing of (P, Q)
+  (Blackwell).  Composition preserves this order, so deltas computed from it are lower bounds.
+  Both constructions are exact at grid points up to a second-order term in ``h``.
+* :func:`pessimistic_from_profile` -- connect the dots for a mechanism known only through an upper
+  bound ``delta_U(eps)`` on its profile (shuffling, check-ins, PNSGD): the lower convex hull of the
+  given points is still an upper bound of the true (convex) profile, and linear interpolation of a
+  convex function lies above it.
+
+Floating point: every construction carries ``fp_error``, a bound on how much delta computed from the
+stored masses can differ from delta of the exact construction, from the relative accuracy of the
+bin masses (see :mod:`dpplugins.mechanisms.distributions`) and the rounding of the formulas below
+(each step is O(u) with u the unit round-off; we charge 64 u per unit of mass).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpplugins.errors import ParameterError
+from dpplugins.mechanisms.bins import LossBins
+
+__all__ = ["LossBins", "GridPMF", "pessimistic_from_bins", "optimistic_from_bins",
+           "pessimistic_from_profile", "lower_convex_hull"]
+
+_UNIT_ROUNDOFF = np.finfo(float).eps / 2
+#: floating-point allowance charged per construction, in units of probability mass
+FP_ALLOWANCE = 64 * _UNIT_ROUNDOFF
+
+
+@dataclass(frozen=True)
+class GridPMF:
+    """P-masses of a privacy loss on ``eps_j = (lo + i) * h`` plus an atom at ``+inf``.
+
+    ``fp_error`` bounds, in probability mass, the floating-point error of the stored masses (its
+    effect on any delta is at most ``fp_error``).
+    """
+
+    h: float
+    lo: int
+    pmf: np.ndarray
+    inf_mass: float
+    fp_error: float
+
+    @property
+    def hi(self) -> int:
+        return self.lo + len(self.pmf) - 1
+
+    def losses(self) -> np.ndarray:
+        return (self.lo + np.arange(len(self.pmf))) * self.h
+
+    def delta(self, epsilon: float) -> float:
+        """Exact hockey-stick divergence of this grid PLD (no composition)."""
+        s = self.losses()
+        mask = s > epsilon
+        return float(np.sum(-np.expm1(epsilon - s[mask]) * self.pmf[mask]) + self.inf_mass)
+
+
+def _trimmed(h: float, lo: int, pmf: np.ndarray, inf_mass: float, fp_error: float) -> GridPMF:
+    """Drop leading/trailing zeros so that compositions work on the support only."""
+    nz = np.flatnonzero(pmf > 0)
+    if len(nz) == 0:
+        return GridPMF(h, lo, np.zeros(1), float(inf_mass), fp_error)
+    return GridPMF(h, lo + int(nz[0]), np.ascontiguousarray(pmf[nz[0]: nz[-1] + 1]),
+                   float(inf_mass), fp_error)
+
+
+def pessimistic_from_bins(bins: LossBins) -> GridPMF:
+    """Connect-the-dots dominating pair of ``bins`` (Doroshenko et al. 2022, Thm 4.1).
+
+    In bin ``(eps_j, eps_{j+1}]`` with masses (p, q), the Q-mass ``b = (p - x_j q) / (x_{j+1} - x_j)``
+    goes to ratio ``x_{j+1}`` and ``q - b`` to ratio ``x_j``; the P-masses are ``x_{j+1} b`` and
+    ``p - x_{j+1} b``.  Mass below ``eps_lo`` goes to ``eps_lo`` (pessimistic), and the part of the
+    mass above ``eps_hi`` that exceeds ratio ``x_hi`` goes to ``+inf``, so that the profile at
+    ``eps_hi`` is exact.
+    """
+    h, lo, hi = bins.h, bins.lo, bins.hi
+    eps = (lo + np.arange(hi - lo)) * h  # lower end of each bin
+    with np.errstate(over="ignore", invalid="ignore"):
+        excess = bins.p - np.exp(eps) * bins.q  # = P-mass - x_j * Q-mass >= 0
+    excess = np.where(np.isfinite(excess), excess, bins.p)
+    p_up = np.clip(excess / -np.expm1(-h), 0.0, bins.p)
+    pmf = np.zeros(hi - lo + 1)
+    pmf[:-1] += bins.p - p_up
+    pmf[1:] += p_up
+    pmf[0] += bins.p_below
+    x_hi_q = np.exp(hi * h) * bins.q_above if bins.q_above > 0 else 0.0
+    at_top = min(x_hi_q, bins.p_above)
+    pmf[-1] += at_top
+    inf_mass = bins.p_above - at_top + bins.p_inf
+    return _trimmed(h, lo, pmf, inf_mass, bins.fp_error)
+
+
+def optimistic_from_bins(bins: LossBins) -> GridPMF:
+    """The tangent construction: a pair that (P, Q) dominates, exact to O(h^2) at grid points.
+
+    Let ``T_j`` be the tangent of the true profile at ``x_j = e^eps_j`` (slope ``-Q(L > eps_j)``).
+    The polygon through ``v_0 = 1 - x_0`` and ``v_j = T_{j-1}(x_j)`` lies below the profile (each
+    segment lies below the tangent at its left end).  We follow it up to the last grid point ``J``
+    where it is still ``>= P(L = inf)``, continue along a line of slope ``-Q(L > eps_J)`` (below
+    ``T_J``) down to ``P(L = inf)`` at some ``x*`` and stay flat.  Its lower convex hull is the
+    profile of a pair that is a post-processing of (P, Q) (Blackwell), so composing it gives lower
+    bounds.  The one kink ``x*`` off the grid is rounded *down* to the grid: a stochastically
+    smaller loss, which keeps every composed delta a lower bound.
+
+    With ``g_k = (q_k - p_k e^(-eps_{k+1})) / (e^h - 1)`` (gap between the profile and the tangent in
+    bin k, over the next grid step), the Q-mass at ``x_j`` is ``q_{j-1} + g_{j-1} - g_{j-2}``; if
+    that is negative somewhere the polygon is not convex and the hull is computed explicitly.
+    """
+    h, lo = bins.h, bins.lo
+    n = bins.hi - lo + 1
+    eps = (lo + np.arange(n)) * h
+    x = np.exp(eps)
+    em1 = np.expm1(h)
+    p_ext = np.concatenate([[bins.p_below], bins.p])  # region j-1 below grid point j
+    q_ext = np.concatenate([[bins.q_below], bins.q])
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        g = (q_ext - p_ext / x) / em1  # g[j] belongs to the region just below x_j
+    # G_{j-1} lies in [0, (x_j - x_{j-1}) q_{j-1}], so g lies in [0, q_{j-1} e^-h]
+    g = np.clip(np.nan_to_num(g, nan=0.0, posinf=0.0), 0.0, q_ext * np.exp(-h))
+    # profile at grid points from suffix sums (absolute error O(u)), then the polygon values
+    sp = np.concatenate([np.cumsum(bins.p[::-1])[::-1], [0.0]]) + bins.p_above
+    sq = np.concatenate([np.cumsum(bins.q[::-1])[::-1], [0.0]]) + bins.q_above
+    profile_finite = np.maximum(sp - x * sq, 0.0)
+    gap = g * x * em1  # G_{j-1} = g_{j-1} * (x_{j+1} - x_j)
+    v = profile_finite - gap  # v_j - p_inf
+    v[0] = max(1.0 - x[0] - bins.p_inf, 0.0)
+    below = np.flatnonzero(v < 0)
+    last = n - 1 if len(below) == 0 else max(int(below[0]) - 1, 0)
+    q_gt_last = sq[last]
+    pmf = np.zeros(n)
+    # tail line from (x_last, v_last) with slope -Q(L > eps_last) down to p_inf at x_star
+    tail_atom = None
+    fp_error = bins.fp_error
+    if q_gt_last > 0:
+        x_star = x[last] + v[last] / q_gt_last
+        j_star, snapped = _round_loss_down(np.log(x_star), h)
+        j_star = max(min(j_star - lo, n - 1), last)
+        tail_atom = (j_star, x_star * q_gt_last)
+        fp_error += snapped * tail_atom[1]
+    # Q-masses at the kinks of the polygon 0..last
+    m = np.empty(last + 1)
+    m[0] = bins.q_below + g[0] if last > 0 else 1.0 - q_gt_last
+    if last >= 2:
+        m[1:last] = q_ext[1:last] + g[1:last] - g[0:last - 1]
+    if last >= 1:
+        m[last] = q_ext[last] - g[last - 1]
+    tolerance = 1e-12 * (q_ext[: last + 1] + g[: last + 1] + np.concatenate([[0.0], g[: last]]))
+    if np.any(m < -tolerance - 1e-300):
+        return _optimistic_hull(bins, x, v, last, q_gt_last)
+    pmf[: last + 1] = x[: last + 1] * np.maximum(m, 0.0)
+    if tail_atom is not None:
+        pmf[tail_atom[0]] += tail_atom[1]
+    inf_mass = bins.p_inf if q_gt_last > 0 else bins.p_inf + max(v[last], 0.0)
+    return _trimmed(h, lo, pmf, inf_mass, fp_error)
+
+
+def _optimistic_hull(bins: LossBins, x: np.ndarray, v: np.ndarray, last: int,
+                     q_gt_last: float) -> GridPMF:
+    """Slow path of :func:`optimistic_from_bins`: explicit lower convex hull of the polygon."""
+    h, lo = bins.h, bins.lo
+    n = len(x)
+    xs = [np.array([0.0]), x[: last + 1]]
+    vs = [np.array([1.0 - bins.p_inf]), v[: last + 1]]
+    if q_gt_last > 0 and v[last] > 0:
+        xs.append(np.array([x[last] + v[last] / q_gt_last]))
+        vs.append(np.array([0.0]))
+    xs_a, vs_a = np.concatenate(xs), np.concatenate(vs)
+    keep = lower_convex_hull(xs_a, vs_a)
+    hx, hv = xs_a[keep], vs_a[keep]
+    slopes = np.concatenate([np.diff(hv) / np.diff(hx), [0.0]])
+    qk = np.maximum(np.diff(slopes), 0.0)
+    pmf = np.zeros(n)
+    grid_index = np.concatenate([[-1], np.arange(last + 1), [-2]])[: len(xs_a)][keep]
+    fp_error = bins.fp_error
+    for xv, qm, j in zip(hx[1:], qk, grid_index[1:]):
+        if j < 0:  # the off-grid kink x*: round its loss down (optimistic)
+            j, snapped = _round_loss_down(np.log(xv), h)
+            j = min(max(j - lo, last), n - 1)
+            fp_error += snapped * xv * qm
+        pmf[j] += xv * qm
+    inf_mass = bins.p_inf + max(float(hv[-1]), 0.0)
+    return _trimmed(h, lo, pmf, inf_mass, fp_error)
+
+
+def _round_loss_down(loss: float, h: float) -> tuple[int, float]:
+    """Grid index at or below ``loss``; a loss within its own rounding error (16 u max(1, |loss|))
+    below a grid point is put on that point.  Returns the index and the distance moved up (to be
+    charged to ``fp_error``: delta is 1-Lipschitz in the loss of each unit of mass)."""
+    index = loss / h
+    nearest = round(index)
+    tolerance = 16 * _UNIT_ROUNDOFF * max(1.0, abs(loss))
+    if nearest > index and (nearest - index) * h <= tolerance:
+        return int(nearest), tolerance
+    return int(np.floor(index)), 0.0
+
+
+def lower_convex_hull(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Indices of the lower convex hull of points sorted by increasing ``x``.
+
+    Vectorised: repeatedly delete every other vertex of each run of concave vertices (a vertex
+    whose right slope is smaller than its left slope lies above the chord of its neighbours, so
+    replacing two segments by that chord only lowers the polyline).  Deleting non-adjacent
+    vertices at once touches disjoint segments.  The fixed point has no concave vertex, i.e. it is
+    the lower convex hull.  Profiles from the constructions here are convex except at a few
+    vertices, so this takes a handful of passes.
+    """
+    keep = np.arange(len(x))
+    while len(keep) > 2:
+        xs, ys = x[keep], y[keep]
+        slopes = np.diff(ys) / np.diff(xs)
+        concave = np.flatnonzero(slopes[1:] < slopes[:-1]) + 1  # positions in keep
+        if len(concave) == 0:
+            break
+        run_start = np.concatenate([[True], np.diff(concave) > 1])
+        run_id = np.cumsum(run_start) - 1
+        first_of_run = np.flatnonzero(run_start)
+        position_in_run = np.arange(len(concave)) - first_of_run[run_id]
+        keep = np.delete(keep, concave[position_in_run % 2 == 0])
+    return keep
+
+
+def pessimistic_from_profile(delta_upper, h: float, lo: int, hi: int, stride: int = 1) -> GridPMF:
+    """Connect-the-dots dominating pair for a mechanism known by an upper bound on its profile.
+
+    ``delta_upper`` maps an array of epsilons (grid points ``lo, lo + stride, ..., hi``, possibly
+    negative) to upper bounds on ``delta(eps)``.  We clip the values into the valid range
+    ``[max(0, 1 - e^eps), 1]``, make them non-increasing, and take the lower convex hull (in
+    ``x = e^eps``) of those points together with ``(0, 1)``.  Any convex function below the given
+    values still lies above the true convex profile, and linear interpolation of a convex function
+    lies above it, so the hull's piecewise-linear profile is a valid upper bound (Doroshenko et al.
+    2022, Sec. 4); beyond ``eps_hi`` the remaining ``delta_U(eps_hi)`` goes to ``+inf``.  A
+    ``stride > 1`` evaluates the (possibly expensive) profile on a coarser sub-grid; the kinks then
+    sit on every ``stride``-th grid point, which is still valid.
+    """
+    if hi <= lo:
+        raise ParameterError("hi", hi, f"> lo={lo}")
+    index = np.arange(lo, hi + 1, stride)
+    if index[-1] != hi:
+        index = np.append(index, hi)
+    eps = index * h
+    values = np.asarray(delta_upper(eps), dtype=float)
+    if values.shape != eps.shape or np.any(np.isnan(values)):
+        raise ValueError("privacy profile returned NaN or an array of the wrong shape")
+    values = np.clip(values, np.maximum(-np.expm1(eps), 0.0), 1.0)
+    values = np.minimum.accumulate(values)
+    xs = np.concatenate([[0.0], np.exp(eps)])
+    vs = np.concatenate([[1.0], values])
+    keep = lower_convex_hull(xs, vs)
+    hx, hv = xs[keep], vs[keep]
+    slopes = np.concatenate([np.diff(hv) / np.diff(hx), [0.0]])
+    qk = np.maximum(np.diff(slopes), 0.0)
+    pmf = np.zeros(hi - lo + 1)
+    pmf[index[keep[1:] - 1] - lo] = hx[1:] * qk
+    return _trimmed(h, lo, pmf, float(values[-1]), FP_ALLOWANCE)

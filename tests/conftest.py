@@ -1,0 +1,43 @@
+"""Shared test helpers: exact reference formulas that do not use our code."""
+
+import numpy as np
+import pytest
+from scipy import integrate, stats
+from scipy.special import log_ndtr
+
+
+def gaussian_delta_exact(epsilon, mu):
+    """delta(eps) of N(mu,1) vs N(0,1): Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)
+    (Balle & Wang 2018, Thm 8), evaluated independently of dpplugins."""
+    a = np.exp(log_ndtr(-epsilon / mu + mu / 2))
+    b = np.exp(epsilon + log_ndtr(-epsilon / mu - mu / 2))
+    return a - b
+
+
+def rr_composed_delta_exact(epsilon, eps0, k):
+    """delta(eps) of k-fold binary randomized response: L = eps0 (2B - k), B ~ Bin(k, p)."""
+    p = np.exp(eps0) / (1 + np.exp(eps0))
+    b = np.arange(k + 1)
+    loss = eps0 * (2 * b - k)
+    pmf = stats.binom.pmf(b, k, p)
+    return float(np.sum(pmf * np.maximum(0.0, -np.expm1(epsilon - loss))))
+
+
+def hockey_stick_by_quadrature(p_density, q_density, epsilon, lo, hi, breakpoints=()):
+    """int (p - e^eps q)_+ dx by adaptive quadrature (independent of our discretisation)."""
+    f = lambda x: max(p_density(x) - np.exp(epsilon) * q_density(x), 0.0)
+    points = sorted(set([lo, hi, *breakpoints]))
+    total = 0.0
+    for a, b in zip(points[:-1], points[1:]):
+        total += integrate.quad(f, a, b, limit=400, epsabs=1e-14, epsrel=1e-12)[0]
+    return total
+
+
+def epsilon_from_delta_curve(delta_fn, delta, hi=1.0):
+    """Smallest eps >= 0 with delta_fn(eps) <= delta, by bisection on a monotone function."""
+    from scipy.optimize import brentq
+    if delta_fn(0.0) <= delta:
+        return 0.0
+    while delta_fn(hi) > delta:
+        hi *= 2
+    return brentq(lambda e: delta_fn(e) - delta, 0.0, hi, xtol=1e-13, rtol=1e-13)

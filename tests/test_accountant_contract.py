@@ -1,0 +1,138 @@
+"""The accountant contract (DESIGN.md) on the PLD accountant, in the style of Opacus' own tests."""
+
+import json
+import math
+
+import pytest
+
+from dpplugins.accountants import PLDAccountant, available, create, get_class, register
+from dpplugins.errors import ParameterError
+
+
+def test_registry_names_and_unknown_name_lists_available():
+    assert "pld" in available()
+    assert get_class("pld") is PLDAccountant
+    with pytest.raises(ParameterError) as info:
+        create("no-such-accountant")
+    assert "pld" in str(info.value) and "no-such-accountant" in str(info.value)
+
+
+def test_register_refuses_to_shadow_another_class():
+    class Other(PLDAccountant):
+        pass
+    register("pld", PLDAccountant)  # idempotent for the same class
+    with pytest.raises(ParameterError):
+        register("pld", Other)
+
+
+def test_history_is_run_length_and_len_counts_steps():
+    acc = create("pld")
+    acc.step(noise_multiplier=1.0, sample_rate=0.01)
+    acc.step(noise_multiplier=1.0, sample_rate=0.01, count=4)
+    acc.step(noise_multiplier=2.0, sample_rate=0.01, count=3)
+    assert acc.history == [(1.0, 0.01, 5), (2.0, 0.01, 3)]
+    assert len(acc) == 8
+
+
+def test_history_can_be_assigned_as_opacus_does():
+    acc = create("pld")
+    acc.history = [(1.5, 0.02, 100)]
+    assert len(acc) == 100
+    with pytest.raises(ParameterError, match="sample_rate"):
+        acc.history = [(1.5, 1.5, 100)]
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    (dict(noise_multiplier=0.0, sample_rate=0.1), "noise_multiplier"),
+    (dict(noise_multiplier=-1.0, sample_rate=0.1), "noise_multiplier"),
+    (dict(noise_multiplier=math.nan, sample_rate=0.1), "noise_multiplier"),
+    (dict(noise_multiplier=1.0, sample_rate=0.0), "sample_rate"),
+    (dict(noise_multiplier=1.0, sample_rate=1.01), "sample_rate"),
+    (dict(noise_multiplier=1.0, sample_rate=0.1, count=-1), "count"),
+])
+def test_bad_steps_raise_parameter_error(kwargs, name):
+    acc = create("pld")
+    with pytest.raises(ParameterError, match=name):
+        acc.step(**kwargs)
+    assert len(acc) == 0
+
+
+@pytest.mark.parametrize("delta", [0.0, 1.0, -0.5, math.nan])
+def test_bad_delta(delta):
+    acc = create("pld")
+    acc.step(noise_multiplier=1.0, sample_rate=0.1, count=10)
+    with pytest.raises(ParameterError, match="delta"):
+        acc.get_epsilon(delta)
+
+
+def test_bad_options():
+    with pytest.raises(ParameterError, match="neighbouring"):
+        create("pld", neighbouring="swap")
+    with pytest.raises(ParameterError, match="eps_tolerance"):
+        create("pld", eps_tolerance=0)
+
+
+def test_empty_history_is_zero_epsilon():
+    assert create("pld").get_epsilon(1e-5) == 0.0
+
+
+def test_reading_does_not_mutate_and_is_cached():
+    acc = create("pld")
+    acc.step(noise_multiplier=1.0, sample_rate=0.05, count=200)
+    before = acc.state_dict()
+    first = acc.get_epsilon_bounds(1e-5)
+    assert acc.state_dict() == before
+    assert acc.get_epsilon_bounds(1e-5) is first  # cached
+    assert acc.get_epsilon(1e-5) == first.upper
+    assert first.lower <= first.upper
+
+
+def test_state_dict_is_json_and_round_trips():
+    acc = create("pld", eps_tolerance=2e-3)
+    acc.step(noise_multiplier=1.1, sample_rate=0.02, count=300)
+    acc.step(noise_multiplier=0.9, sample_rate=0.02, count=100)
+    state = json.loads(json.dumps(acc.state_dict()))
+    assert state["accountant"] == "pld" and "version" in state
+    restored = create("pld", eps_tolerance=2e-3)
+    restored.load_state_dict(state)
+    assert restored.history == acc.history
+    assert restored.get_epsilon(1e-5) == acc.get_epsilon(1e-5)
+    mismatched = create("pld")
+    with pytest.raises(ParameterError, match="eps_tolerance"):
+        mismatched.load_state_dict(state)
+
+
+def test_delta_and_epsilon_are_consistent():
+    acc = create("pld")
+    acc.step(noise_multiplier=1.0, sample_rate=0.01, count=1000)
+    eps = acc.get_epsilon(1e-5)
+    bounds = acc.get_delta_bounds(eps)
+    # at the certified epsilon, even the upper bound on delta is (about) the target
+    assert bounds.upper <= 1e-5 * (1 + 1e-6)
+    assert bounds.lower <= bounds.upper
+
+
+def test_stepping_in_pieces_equals_one_run():
+    a, b = create("pld"), create("pld")
+    for _ in range(10):
+        a.step(noise_multiplier=1.0, sample_rate=0.01, count=100)
+    b.step(noise_multiplier=1.0, sample_rate=0.01, count=1000)
+    assert a.history == b.history
+    assert a.get_epsilon(1e-5) == b.get_epsilon(1e-5)
+
+
+def test_no_subsampling_is_the_gaussian_mechanism():
+    from conftest import epsilon_from_delta_curve, gaussian_delta_exact
+    acc = create("pld")
+    acc.step(noise_multiplier=4.0, sample_rate=1.0, count=16)  # mu = 4 / 4 = 1
+    exact = epsilon_from_delta_curve(lambda e: gaussian_delta_exact(e, 1.0), 1e-5)
+    lower, upper = acc.get_epsilon_bounds(1e-5)
+    assert lower <= exact <= upper
+    assert (upper - lower) / upper <= 1e-3
+
+
+def test_replace_one_is_less_private_than_add_remove():
+    a, r = create("pld"), create("pld", neighbouring="replace_one")
+    for acc in (a, r):
+        acc.step(noise_multiplier=1.0, sample_rate=0.01, count=1000)
+    assert r.get_epsilon_bounds(1e-5).lower > a.get_epsilon_bounds(1e-5).upper

@@ -1,0 +1,35 @@
+import pytest
+
+from dpplugins.accountants import create
+from dpplugins.calibration import find_noise_multiplier
+from dpplugins.errors import NumericalError, ParameterError
+
+
+def test_calibrated_sigma_meets_target_and_is_nearly_minimal():
+    sigma = find_noise_multiplier(target_epsilon=3.0, delta=1e-5, sample_rate=0.02, steps=2000)
+    acc = create("pld")
+    acc.step(noise_multiplier=sigma, sample_rate=0.02, count=2000)
+    assert acc.get_epsilon(1e-5) <= 3.0
+    smaller = create("pld")
+    smaller.step(noise_multiplier=sigma * 0.99, sample_rate=0.02, count=2000)
+    # 1% less noise is certified to exceed the target: sigma is within 1% of the optimum
+    assert smaller.get_epsilon_bounds(1e-5).lower > 3.0
+
+
+def test_calibration_does_not_touch_a_live_accountant():
+    live = create("pld")
+    live.step(noise_multiplier=1.0, sample_rate=0.1, count=5)
+    find_noise_multiplier(target_epsilon=1.0, delta=1e-5, sample_rate=0.1, steps=10)
+    assert live.history == [(1.0, 0.1, 5)]
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    (dict(target_epsilon=-1, delta=1e-5, sample_rate=0.1, steps=10), "target_epsilon"),
+    (dict(target_epsilon=1, delta=2.0, sample_rate=0.1, steps=10), "delta"),
+    (dict(target_epsilon=1, delta=1e-5, sample_rate=0.0, steps=10), "sample_rate"),
+    (dict(target_epsilon=1, delta=1e-5, sample_rate=0.1, steps=0), "steps"),
+    (dict(target_epsilon=1, delta=1e-5, sample_rate=0.1, steps=10, accountant="nope"), "accountant"),
+])
+def test_calibration_bad_input(kwargs, name):
+    with pytest.raises(ParameterError, match=name):
+        find_noise_multiplier(**kwargs)

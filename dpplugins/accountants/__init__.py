@@ -9,7 +9,5 @@ from dpplugins.accountants.base import Accountant, validate_history
 from dpplugins.accountants.pld import PLDAccountant
 from dpplugins.accountants.registry import available, create, get_class, register
 
-register(PLDAccountant.name, PLDAccountant)
-
 __all__ = ["Accountant", "PLDAccountant", "available", "create", "get_class", "register",
            "validate_history"]

@@ -1,7 +1,12 @@
-"""The accountant registry: one name per accountant, the same in Opacus, TF-Privacy and the CLI."""
+"""The accountant registry: one name per accountant, the same in Opacus, TF-Privacy and the CLI.
+
+Built-in accountants are registered lazily by module path, so ``import dpplugins.accountants``
+stays cheap and each family lives in its own module.
+"""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from dpplugins.errors import ParameterError
@@ -9,6 +14,17 @@ from dpplugins.errors import ParameterError
 __all__ = ["register", "create", "available", "get_class"]
 
 _REGISTRY: dict[str, type] = {}
+#: registry name -> (module, class) of the built-in accountants, imported on first use
+_BUILT_IN: dict[str, tuple[str, str]] = {
+    "pld": ("dpplugins.accountants.pld", "PLDAccountant"),
+    "fdp": ("dpplugins.accountants.fdp", "GDPAccountant"),
+    "checkin": ("dpplugins.accountants.checkin", "CheckInAccountant"),
+    "pnsgd": ("dpplugins.accountants.pnsgd", "PNSGDAccountant"),
+}
+
+
+def _module_exists(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
 
 
 def register(name: str, cls: type) -> None:
@@ -21,11 +37,16 @@ def register(name: str, cls: type) -> None:
 
 def available() -> list[str]:
     """Names accepted by :func:`create`, sorted."""
-    return sorted(_REGISTRY)
+    built_in = {name for name, (module, _) in _BUILT_IN.items() if _module_exists(module)}
+    return sorted(set(_REGISTRY) | built_in)
 
 
 def get_class(name: str) -> type:
     """The class registered under ``name``."""
+    if isinstance(name, str) and name not in _REGISTRY and name in _BUILT_IN:
+        module, cls_name = _BUILT_IN[name]
+        if _module_exists(module):
+            register(name, getattr(importlib.import_module(module), cls_name))
     try:
         return _REGISTRY[name]
     except (KeyError, TypeError):

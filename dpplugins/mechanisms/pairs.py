@@ -62,7 +62,12 @@ class DiscretePair:
         if not np.any(both):
             return -1.0, 1.0
         losses = self.losses()[both]
-        return float(losses.min()), float(losses.max())
+        low = float(losses.min())
+        p_inf = float(self.p[self.q == 0].sum())
+        if 0 < p_inf < 1:
+            # the tangent construction starts on the line 1 - x, which needs e^eps_lo < 1 - p_inf
+            low = min(low, np.log1p(-p_inf) - 1e-3)
+        return low, float(losses.max())
 
     def loss_bins(self, h: float, lo: int, hi: int) -> LossBins:
         p, q = self.p, self.q

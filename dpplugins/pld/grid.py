@@ -149,7 +149,10 @@ def optimistic_from_bins(bins: LossBins) -> GridPMF:
     profile_finite = np.maximum(sp - x * sq, 0.0)
     gap = g * x * em1  # G_{j-1} = g_{j-1} * (x_{j+1} - x_j)
     v = profile_finite - gap  # v_j - p_inf
-    v[0] = max(1.0 - x[0] - bins.p_inf, 0.0)
+    if 1.0 - x[0] - bins.p_inf <= 0:
+        raise ValueError("optimistic construction needs e^eps_lo < 1 - delta(inf); "
+                         "start the grid lower")
+    v[0] = 1.0 - x[0] - bins.p_inf
     below = np.flatnonzero(v < 0)
     last = n - 1 if len(below) == 0 else max(int(below[0]) - 1, 0)
     q_gt_last = sq[last]
@@ -174,6 +177,8 @@ def optimistic_from_bins(bins: LossBins) -> GridPMF:
     if np.any(m < -tolerance - 1e-300):
         return _optimistic_hull(bins, x, v, last, q_gt_last)
     pmf[: last + 1] = x[: last + 1] * np.maximum(m, 0.0)
+    # clipping rounding-level negative kinks adds at most this much P-mass (charged to fp_error)
+    fp_error += float(np.sum(x[: last + 1] * np.maximum(-m, 0.0)))
     if tail_atom is not None:
         pmf[tail_atom[0]] += tail_atom[1]
     inf_mass = bins.p_inf if q_gt_last > 0 else bins.p_inf + max(v[last], 0.0)

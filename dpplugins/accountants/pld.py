@@ -47,6 +47,11 @@ def poisson_gaussian_pld(history, h: float, *, neighbouring: str = "add_remove",
     return total
 
 
+def _with_gap(bounds: Bounds) -> tuple[Bounds, float]:
+    """The bounds and their relative gap ``(upper - lower) / upper``."""
+    return bounds, (bounds.upper - bounds.lower) / bounds.upper if bounds.upper > 0 else 0.0
+
+
 class PLDAccountant(Accountant):
     """Privacy loss distribution accountant with certified lower and upper bounds.
 
@@ -127,18 +132,10 @@ class PLDAccountant(Accountant):
             f"{h:.3g}", "raise eps_tolerance or pass a smaller value_discretization_interval")
 
     def _epsilon_bounds(self, history, delta: float) -> Bounds:
-        def evaluate(pld):
-            b = pld.epsilon_for_delta(delta)
-            gap = (b.upper - b.lower) / b.upper if b.upper > 0 else 0.0
-            return b, gap
-        return self._refine(history, evaluate)
+        return self._refine(history, lambda pld: _with_gap(pld.epsilon_for_delta(delta)))
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
-        def evaluate(pld):
-            b = pld.delta_for_epsilon(epsilon)
-            gap = (b.upper - b.lower) / b.upper if b.upper > 0 else 0.0
-            return b, gap
-        return self._refine(history, evaluate)
+        return self._refine(history, lambda pld: _with_gap(pld.delta_for_epsilon(epsilon)))
 
     def epsilon_upper_fast(self, delta: float, history=None) -> float:
         """Certified upper bound on one grid (no accuracy loop); used by calibration."""

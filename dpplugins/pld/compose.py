@@ -91,9 +91,13 @@ class ComposedPLD:
         return self.tail_above + self.tail_below + self.fp_error - self.inf_mass
 
     def delta_upper(self, epsilon: float) -> float:
+        """Certified upper bound on delta(epsilon) (epsilon >= 0): window sum plus delta(inf),
+        the Chernoff bound on the mass above the window and the floating-point term."""
         return float(min(1.0, self._raw(epsilon) * (1 + self._sum_rel) + self._upper_offset()))
 
     def delta_lower(self, epsilon: float) -> float:
+        """Certified lower bound on delta(epsilon): window sum minus everything that may have been
+        folded into the window and the floating-point term, plus delta(inf)."""
         return float(max(0.0, self._raw(epsilon) * (1 - self._sum_rel) - self._lower_offset()))
 
     # -- inversion --------------------------------------------------------------------------------

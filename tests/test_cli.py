@@ -1,0 +1,81 @@
+"""The command line through real processes (python -m dpplugins ...)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from dpplugins.accountants import create
+
+
+def run(*argv, check=True):
+    result = subprocess.run([sys.executable, "-m", "dpplugins", *argv], capture_output=True,
+                            text=True, timeout=600)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+CONFIG = ["--dataset-size", "6000", "--batch-size", "60", "--epochs", "2",
+          "--noise-multiplier", "1.0", "--delta", "1e-5"]
+
+
+def test_compare_json_marks_poisson_accountants_invalid_for_shuffling():
+    rows = json.loads(run("compare", *CONFIG, "--sampler", "shuffle", "--json").stdout)
+    by_name = {row["accountant"]: row for row in rows}
+    assert by_name["pld"]["valid"] is False
+    assert "Poisson" in by_name["pld"]["reason"]
+    acc = create("pld")
+    acc.step(noise_multiplier=1.0, sample_rate=0.01, count=200)
+    assert by_name["pld"]["epsilon"] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-12)
+
+
+def test_compare_poisson_text_and_csv():
+    text = run("compare", *CONFIG).stdout
+    assert "pld" in text and "certified upper bound" in text
+    csv_out = run("compare", *CONFIG, "--csv", "--no-references").stdout.splitlines()
+    assert csv_out[0].startswith("accountant,epsilon")
+    assert len(csv_out) == 2
+
+
+def test_epsilon_and_noise_subcommands_agree():
+    out = run("noise", "--target-epsilon", "2", "--delta", "1e-5", "--sample-rate", "0.01",
+              "--steps", "500").stdout
+    sigma = float(out.split()[2])
+    out = run("epsilon", "--noise-multiplier", str(sigma), "--sample-rate", "0.01", "--steps",
+              "500", "--delta", "1e-5").stdout
+    upper = float(out.splitlines()[1].split(",")[1].split("]")[0])
+    assert upper <= 2.0
+
+
+@pytest.mark.parametrize("argv", [
+    ["epsilon", "--noise-multiplier", "-1", "--sample-rate", "0.01", "--steps", "10", "--delta", "1e-5"],
+    ["epsilon", "--noise-multiplier", "1", "--sample-rate", "0.01", "--steps", "10", "--delta", "2"],
+    ["epsilon", "--noise-multiplier", "1", "--sample-rate", "0.01", "--steps", "10", "--delta",
+     "1e-5", "--accountant", "nope"],
+    ["compare", "--dataset-size", "10", "--batch-size", "20", "--epochs", "1",
+     "--noise-multiplier", "1", "--delta", "1e-5"],
+    ["noise", "--target-epsilon", "abc"],
+    ["no-such-command"],
+])
+def test_bad_arguments_exit_2_with_one_line(argv):
+    result = run(*argv, check=False)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "error" in result.stderr
+
+
+def test_every_subcommand_has_help_with_an_example():
+    for command in ("compare", "epsilon", "noise", "plot"):
+        assert "example: dpplugins " + command in run(command, "--help").stdout
+
+
+def test_plot_writes_png_of_the_stated_size(tmp_path):
+    pytest.importorskip("matplotlib")
+    import matplotlib.image
+    path = tmp_path / "eps.png"
+    run("plot", *CONFIG, "--points", "3", "--output", str(path), "--width", "5", "--height", "3",
+        "--dpi", "50")
+    image = matplotlib.image.imread(path)
+    assert image.shape[:2] == (150, 250)
+    assert image.std() > 0  # not blank

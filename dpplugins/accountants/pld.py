@@ -94,11 +94,15 @@ class PLDAccountant(Accountant):
 
     # -- grid ---------------------------------------------------------------------------------
     def initial_grid_step(self, history) -> float:
-        """First grid step: a 40th of the smallest per-step loss scale (see :func:`loss_scale`)."""
+        """First grid step: a 40th of the smallest per-step loss scale (see :func:`loss_scale`),
+        coarser for short histories -- the connect-the-dots gap grows about like ``steps * h^2``,
+        so ``h`` can grow like ``1 / sqrt(steps)`` (up to 10 times) below 10^4 steps."""
         if self.value_discretization_interval is not None:
             return self.value_discretization_interval
         scale = min(loss_scale(sigma, q) for sigma, q, _ in history)
-        return float(np.clip(scale / 40.0, _MIN_H, _MAX_H))
+        steps = sum(t for _, _, t in history)
+        widen = float(np.clip(math.sqrt(1e4 / steps), 1.0, 10.0))
+        return float(np.clip(scale / 40.0 * widen, _MIN_H, _MAX_H))
 
     def _pld(self, history, h: float) -> PrivacyLossDistribution:
         return poisson_gaussian_pld(history, h, neighbouring=self.neighbouring,

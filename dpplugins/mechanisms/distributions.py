@@ -23,15 +23,16 @@ from scipy import special
 
 __all__ = ["Gaussian", "Laplace", "Mixture"]
 
-_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(8)
+_GL_RULES = {n: np.polynomial.legendre.leggauss(n) for n in (4, 8)}
 
 
-def _quadrature(log_density, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """8-point Gauss-Legendre integral of ``exp(log_density)`` over each finite ``[a, b]``."""
+def _quadrature(log_density, a: np.ndarray, b: np.ndarray, nodes: int = 8) -> np.ndarray:
+    """Gauss-Legendre integral (``nodes`` points) of ``exp(log_density)`` over each ``[a, b]``."""
+    points, weights = _GL_RULES[nodes]
     half = 0.5 * (b - a)
     mid = 0.5 * (a + b)
-    nodes = mid[:, None] + half[:, None] * _GL_NODES[None, :]
-    return half * np.sum(_GL_WEIGHTS[None, :] * np.exp(log_density(nodes)), axis=1)
+    x = mid[:, None] + half[:, None] * points[None, :]
+    return half * np.sum(weights[None, :] * np.exp(log_density(x)), axis=1)
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,18 @@ class Gaussian:
         narrow = (small > 0.5 * big) & np.isfinite(za) & np.isfinite(zb) & (zb > za)
         if np.any(narrow):
             mass = mass.copy()
-            mass[narrow] = _quadrature(self.log_density, a[narrow], b[narrow])
+            # 4 points suffice where the log-density changes by < 0.05 over the cell: the rule's
+            # error for e^(c t), |c| <= 0.05, on the unit interval is below (4!)^4 / (9 (8!)^3)
+            # * 0.05^8 ~ 2e-20 relative (Abramowitz & Stegun 25.4.30)
+            variation = np.full(za.shape, np.inf)
+            variation[narrow] = (zb[narrow] - za[narrow]) * (
+                np.maximum(np.abs(za[narrow]), np.abs(zb[narrow])) + 1.0)
+            tiny = narrow & (variation < 0.05)
+            rest = narrow & ~tiny
+            if np.any(tiny):
+                mass[tiny] = _quadrature(self.log_density, a[tiny], b[tiny], nodes=4)
+            if np.any(rest):
+                mass[rest] = _quadrature(self.log_density, a[rest], b[rest], nodes=8)
         return np.maximum(mass, 0.0)
 
 

@@ -189,13 +189,13 @@ class _CumulantSum:
 def _best_lambda(objective, sign: float) -> tuple[float, float]:
     """Approximately minimise ``objective(sign * lam)`` over ``lam > 0``; returns (lam, value).
     Any lam gives a valid Chernoff bound, so an approximate minimiser is enough."""
-    grid = np.linspace(math.log(1e-3), math.log(2e3), 10)
+    grid = np.linspace(math.log(1e-3), math.log(2e3), 8)
     values = [objective(sign * math.exp(g)) for g in grid]
     best = int(np.argmin(values))
     a = grid[max(best - 1, 0)]
     b = grid[min(best + 1, len(grid) - 1)]
     result = minimize_scalar(lambda g: objective(sign * math.exp(g)), bounds=(a, b),
-                             method="bounded", options={"xatol": 2e-2, "maxiter": 8})
+                             method="bounded", options={"xatol": 3e-2, "maxiter": 6})
     if result.fun < values[best]:
         return math.exp(result.x), float(result.fun)
     return math.exp(grid[best]), float(values[best])

@@ -1,0 +1,199 @@
+"""Opacus integration: our accountants by registry name in ``PrivacyEngine(accountant=...)``.
+
+Usage (the only change to an existing Opacus script)::
+
+    from dpplugins.integrations.opacus import register
+    register()                                    # once, before creating the engine
+    privacy_engine = PrivacyEngine(accountant="pld")
+    model, optimizer, loader = privacy_engine.make_private_with_epsilon(..., target_epsilon=3)
+    privacy_engine.get_epsilon(delta=1e-5)        # certified upper bound
+
+``register()`` adds an adapter (a subclass of ``opacus.accountants.IAccountant``) for every
+accountant in :func:`dpplugins.accountants.available` through Opacus' own
+``register_accountant``, which ``PrivacyEngine``, ``get_noise_multiplier`` and
+``make_private_with_epsilon`` all read.  Opacus' ``rdp``, ``gdp`` and ``prv`` are left untouched.
+Where Opacus asks for a noise multiplier for one of our accountants (``make_private_with_epsilon``,
+``opacus.accountants.utils.get_noise_multiplier``) our calibration is used
+(:func:`dpplugins.calibration.find_noise_multiplier`: Brent's method, result verified <= target).
+
+Opacus calls accountants with no constructor arguments, so adapters are created with our
+defaults; accountants that need protocol parameters get them with :func:`configure`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from dpplugins.accountants import available, create, get_class
+
+__all__ = ["register", "configure", "OURS", "DPPluginsAccountant", "check_sampler"]
+
+#: registry names of our accountants that Opacus users can pass to PrivacyEngine
+OURS: tuple[str, ...] = ()
+_ORIGINAL_GET_NOISE_MULTIPLIER = None
+_MIN_OPACUS = (1, 5)
+
+
+def _opacus():
+    try:
+        import opacus
+        from opacus import accountants
+    except ImportError as error:
+        raise ImportError("the Opacus integration needs opacus: pip install 'dpplugins[opacus]' "
+                          "(install torch==2.13.0 first on CPU machines)") from error
+    version = tuple(int(p) for p in opacus.__version__.split(".")[:2] if p.isdigit())
+    if version < _MIN_OPACUS or not hasattr(accountants, "register_accountant"):
+        raise ImportError(f"opacus {opacus.__version__} has no accountant registry; "
+                          f"dpplugins needs opacus >= {'.'.join(map(str, _MIN_OPACUS))}")
+    return opacus
+
+
+class DPPluginsAccountant:
+    """Mixin that makes one of our accountants speak Opacus' ``IAccountant`` interface.
+
+    The concrete classes are built by :func:`register` as ``(DPPluginsAccountant, IAccountant)``
+    subclasses with ``_dpplugins_name`` set; the wrapped accountant is ``self.inner``.
+    """
+
+    _dpplugins_name = ""
+
+    def __init__(self, **options: Any) -> None:
+        self.inner = create(self._dpplugins_name, **options)
+
+    # Opacus' history is our history (Opacus' get_noise_multiplier assigns to it)
+    @property
+    def history(self):
+        return self.inner.history
+
+    @history.setter
+    def history(self, value) -> None:
+        if hasattr(self, "inner"):
+            self.inner.history = value
+
+    def step(self, *, noise_multiplier: float, sample_rate: float) -> None:
+        self.inner.step(noise_multiplier=noise_multiplier, sample_rate=sample_rate)
+
+    def get_epsilon(self, delta: float, **kwargs: Any) -> float:
+        if kwargs:
+            raise TypeError(f"{self.mechanism()} accountant takes no options in get_epsilon, "
+                            f"got {sorted(kwargs)}")
+        return self.inner.get_epsilon(delta)
+
+    def get_epsilon_bounds(self, delta: float):
+        """Certified (lower, upper) epsilon bounds (our extension of Opacus' interface)."""
+        return self.inner.get_epsilon_bounds(delta)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    @classmethod
+    def mechanism(cls) -> str:
+        return cls._dpplugins_name
+
+    def state_dict(self, destination=None):
+        """Opacus' keys (``history``, ``mechanism``) plus our options and version."""
+        state = {} if destination is None else destination
+        ours = self.inner.state_dict()
+        state["history"] = [tuple(entry) for entry in ours["history"]]
+        state["mechanism"] = self.mechanism()
+        state["dpplugins"] = {"options": ours["options"], "version": ours["version"]}
+        return state
+
+    def load_state_dict(self, state_dict) -> None:
+        if not state_dict or "history" not in state_dict:
+            raise ValueError("state_dict has no 'history'; it cannot be loaded into the "
+                             f"{self.mechanism()} accountant")
+        if state_dict.get("mechanism", self.mechanism()) != self.mechanism():
+            raise ValueError(f"state_dict of {state_dict['mechanism']} cannot be loaded into "
+                             f"the {self.mechanism()} accountant")
+        extra = state_dict.get("dpplugins", {})
+        if extra.get("options") and extra["options"] != self.inner.options():
+            self.inner = create(self._dpplugins_name, **extra["options"])
+        self.inner.history = [tuple(entry) for entry in state_dict["history"]]
+
+
+def configure(accountant, **options: Any) -> None:
+    """Re-create the wrapped accountant of an Opacus adapter with ``options`` (keeps history),
+    e.g. ``configure(privacy_engine.accountant, eps_tolerance=1e-4)``."""
+    if not isinstance(accountant, DPPluginsAccountant):
+        raise TypeError(f"{type(accountant).__name__} is not a dpplugins accountant")
+    history = list(accountant.inner.history)
+    accountant.inner = create(accountant.mechanism(), **options)
+    accountant.inner.history = history
+
+
+def _get_noise_multiplier(*, target_epsilon, target_delta, sample_rate, epochs=None, steps=None,
+                          accountant="rdp", epsilon_tolerance=0.01, **kwargs):
+    """Opacus' ``get_noise_multiplier`` signature; our accountants use our calibration."""
+    if accountant not in OURS:
+        return _ORIGINAL_GET_NOISE_MULTIPLIER(
+            target_epsilon=target_epsilon, target_delta=target_delta, sample_rate=sample_rate,
+            epochs=epochs, steps=steps, accountant=accountant,
+            epsilon_tolerance=epsilon_tolerance, **kwargs)
+    if (steps is None) == (epochs is None):
+        raise ValueError("get_noise_multiplier takes as input EITHER a number of steps or a "
+                         "number of epochs")
+    if steps is None:
+        steps = int(epochs / sample_rate)
+    from dpplugins.calibration import find_noise_multiplier
+    return find_noise_multiplier(target_epsilon=target_epsilon, delta=target_delta,
+                                 sample_rate=sample_rate, steps=steps, accountant=accountant)
+
+
+def register() -> tuple[str, ...]:
+    """Register our accountants with Opacus (idempotent); returns the names registered."""
+    global OURS, _ORIGINAL_GET_NOISE_MULTIPLIER
+    _opacus()
+    from opacus import privacy_engine
+    from opacus.accountants import IAccountant, registry, utils
+
+    names = []
+    for name in available():
+        existing = registry._ACCOUNTANTS.get(name)
+        if existing is not None and not issubclass(existing, DPPluginsAccountant):
+            continue  # never shadow Opacus' own accountants
+        if existing is None:
+            cls = type(f"Opacus{get_class(name).__name__}", (DPPluginsAccountant, IAccountant),
+                       {"_dpplugins_name": name, "__doc__": get_class(name).__doc__})
+            registry.register_accountant(name, cls)
+        names.append(name)
+    OURS = tuple(names)
+    if _ORIGINAL_GET_NOISE_MULTIPLIER is None:
+        _ORIGINAL_GET_NOISE_MULTIPLIER = utils.get_noise_multiplier
+        # privacy_engine imported the function by name; point both places at the dispatcher
+        utils.get_noise_multiplier = _get_noise_multiplier
+        privacy_engine.get_noise_multiplier = _get_noise_multiplier
+    return OURS
+
+
+#: which accountants are valid for which sampling scheme
+_VALID_FOR = {"poisson": {"pld", "fdp", "rdp", "gdp", "prv"},
+              "shuffled_epochs": {"shuffle"},
+              "random_checkin": {"checkin", "balls_and_bins"},
+              "sliding_window": {"checkin"}}
+
+
+def check_sampler(accountant_name: str, data_loader) -> None:
+    """Warn once when a Poisson accountant is used with a loader that does not sample Poisson.
+
+    Opacus' ``DPDataLoader`` (``poisson_sampling=True``) is Poisson; our samplers declare their
+    ``scheme``; any other loader is taken to be shuffled fixed-size batches.  A check-in
+    accountant with a Poisson loader raises, because its guarantee would not apply.
+    """
+    from opacus.data_loader import DPDataLoader
+
+    sampler = getattr(data_loader, "batch_sampler", None)
+    scheme = getattr(sampler, "scheme", None)
+    if scheme is None:
+        scheme = "poisson" if isinstance(data_loader, DPDataLoader) else "shuffled_epochs"
+    valid = _VALID_FOR.get(scheme, set())
+    if accountant_name in valid:
+        return
+    if scheme == "poisson" and accountant_name in _VALID_FOR["random_checkin"]:
+        raise ValueError(f"the {accountant_name!r} accountant assumes random check-ins, but the "
+                         "data loader samples Poisson batches; use accountant='pld'")
+    right = ", ".join(sorted(valid)) or "none available yet"
+    warnings.warn(f"accountant {accountant_name!r} is not valid for a {scheme} data loader; "
+                  f"its epsilon is not a guarantee for this training. Valid: {right}",
+                  UserWarning, stacklevel=2)

@@ -1,0 +1,125 @@
+"""Real Opacus training (a few steps, CPU) with our accountants registered by name."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+opacus = pytest.importorskip("opacus")
+
+from opacus import PrivacyEngine  # noqa: E402
+from opacus.accountants import RDPAccountant, create_accountant  # noqa: E402
+from opacus.accountants.utils import get_noise_multiplier  # noqa: F401,E402
+
+from dpplugins.integrations.opacus import check_sampler, register  # noqa: E402
+
+DELTA = 1e-5
+
+
+def tiny_setup(n=256, batch=32, seed=0):
+    torch.manual_seed(seed)
+    x = torch.randn(n, 8)
+    y = (x[:, 0] > 0).long()
+    data = torch.utils.data.TensorDataset(x, y)
+    loader = torch.utils.data.DataLoader(data, batch_size=batch)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    return model, optimizer, loader
+
+
+def train(model, optimizer, loader, epochs=1):
+    criterion = torch.nn.CrossEntropyLoss()
+    for _ in range(epochs):
+        for x, y in loader:
+            optimizer.zero_grad()
+            criterion(model(x), y).backward()
+            optimizer.step()
+
+
+def test_register_is_idempotent_and_keeps_opacus_accountants():
+    names = register()
+    assert "pld" in names and register() == names
+    assert isinstance(create_accountant("rdp"), RDPAccountant)
+    acc = create_accountant("pld")
+    assert acc.mechanism() == "pld" and len(acc) == 0
+
+
+def test_pld_flag_is_the_whole_change_and_is_at_most_opacus_rdp():
+    register()
+    engine = PrivacyEngine(accountant="pld")
+    model, optimizer, loader = tiny_setup()
+    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
+                                                   data_loader=loader, noise_multiplier=1.0,
+                                                   max_grad_norm=1.0)
+    train(model, optimizer, loader, epochs=2)
+    eps = engine.get_epsilon(DELTA)
+    history = engine.accountant.history
+    assert len(engine.accountant) == sum(h[2] for h in history) > 0
+    rdp = RDPAccountant()
+    rdp.history = list(history)
+    assert eps <= rdp.get_epsilon(DELTA)
+    lower, upper = engine.accountant.get_epsilon_bounds(DELTA)
+    assert lower <= eps == upper
+
+
+def test_make_private_with_epsilon_reaches_target_with_our_calibration():
+    register()
+    engine = PrivacyEngine(accountant="pld")
+    model, optimizer, loader = tiny_setup()
+    model, optimizer, loader = engine.make_private_with_epsilon(
+        module=model, optimizer=optimizer, data_loader=loader, target_epsilon=2.0,
+        target_delta=DELTA, epochs=3, max_grad_norm=1.0)
+    train(model, optimizer, loader, epochs=3)
+    assert engine.get_epsilon(DELTA) <= 2.0
+    # the noise is close to the smallest that meets the target (our Brent calibration)
+    acc = create_accountant("pld")
+    acc.history = [(optimizer.noise_multiplier * 0.99, 1 / len(loader), 3 * len(loader))]
+    assert acc.get_epsilon_bounds(DELTA).lower > 2.0
+
+
+def test_checkpoint_resume_equals_uninterrupted(tmp_path):
+    register()
+    path = tmp_path / "ckpt.pt"
+
+    def fresh():
+        engine = PrivacyEngine(accountant="pld")
+        model, optimizer, loader = tiny_setup()
+        return (engine, *engine.make_private(module=model, optimizer=optimizer,
+                                              data_loader=loader, noise_multiplier=1.2,
+                                              max_grad_norm=1.0))
+
+    engine, model, optimizer, loader = fresh()
+    train(model, optimizer, loader, epochs=2)
+    uninterrupted = engine.get_epsilon(DELTA)
+
+    engine, model, optimizer, loader = fresh()
+    train(model, optimizer, loader, epochs=1)
+    engine.save_checkpoint(path=path, module=model, optimizer=optimizer)
+    engine, model, optimizer, loader = fresh()
+    engine.load_checkpoint(path=path, module=model, optimizer=optimizer)
+    train(model, optimizer, loader, epochs=1)
+    assert engine.get_epsilon(DELTA) == pytest.approx(uninterrupted, rel=1e-12)
+
+
+def test_poisson_accountant_on_a_shuffling_loader_warns():
+    register()
+    engine = PrivacyEngine(accountant="pld")
+    model, optimizer, loader = tiny_setup()
+    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
+                                                   data_loader=loader, noise_multiplier=1.0,
+                                                   max_grad_norm=1.0, poisson_sampling=False)
+    with pytest.warns(UserWarning, match="not valid"):
+        check_sampler("pld", loader)
+
+
+def test_opacus_get_noise_multiplier_uses_our_calibration_for_our_names():
+    register()
+    sigma = get_noise_multiplier(target_epsilon=3.0, target_delta=DELTA, sample_rate=0.01,
+                                 steps=500, accountant="pld")
+    acc = create_accountant("pld")
+    acc.history = [(sigma, 0.01, 500)]
+    assert acc.get_epsilon(DELTA) <= 3.0
+    # Opacus' own accountants still go through Opacus' search
+    assert get_noise_multiplier(target_epsilon=3.0, target_delta=DELTA, sample_rate=0.01,
+                                steps=500, accountant="rdp") > sigma

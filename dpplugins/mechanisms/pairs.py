@@ -54,7 +54,9 @@ class DiscretePair:
         object.__setattr__(self, "q", q)
 
     def losses(self) -> np.ndarray:
-        with np.errstate(divide="ignore"):
+        """``log(p_i / q_i)``; +inf where only P has mass, -inf where only Q has, NaN where
+        neither (such outcomes never occur and are ignored by :meth:`loss_bins`)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
             return np.log(self.p) - np.log(self.q)
 
     def loss_range(self, tail: float) -> tuple[float, float]:

@@ -1,0 +1,420 @@
+"""The f-DP / Gaussian DP accountant, registry name ``"fdp"`` (Opacus' ``"gdp"`` is CLT-only).
+
+``get_epsilon(delta)`` is **certified**: the exact composition of the per-step trade-off function,
+computed by the PLD engine (:mod:`dpplugins.pld`).  ``get_mu()`` and ``method="clt"`` give the
+central-limit estimate of Bu, Dong, Long, Su (2020) / Dong, Roth, Su (2022, Cor. 5.4), which is
+an approximation and is labelled so (a :class:`~dpplugins.fdp.CLTEstimateWarning` says by how much
+it differs from the certified value).
+
+Sampling schemes and neighbouring relations (the seed paper's factor-2 discussion: sensitivity 2C
+for replace-one with fixed-size batches, C for Poisson add/remove):
+
+* ``sampling="poisson"``, ``neighbouring="add_remove"`` (default; Opacus): each record is in the
+  batch with probability q; a neighbour adds or removes one record, which moves the clipped sum by
+  at most C.  Each step is the Poisson-subsampled Gaussian with sensitivity C.
+* ``sampling="poisson"``, ``neighbouring="replace_one"``: a record is replaced by another; the
+  antipodal pair of :func:`dpplugins.mechanisms.poisson_subsampled_gaussian` (shift up to 2C).
+* ``sampling="uniform"`` (fixed-size batches drawn without replacement), only
+  ``neighbouring="replace_one"`` (the default for it): the replaced record moves the sum by up to
+  2C, so with noise ``sigma C`` each step is ``C_q(G_{2/sigma})``-DP (Dong, Roth, Su 2022,
+  Thm 4.2, which compares datasets of equal size).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from dpplugins import fdp
+from dpplugins.accountants.base import Accountant
+from dpplugins.accountants.pld import PLDAccountant, loss_scale, poisson_gaussian_pld
+from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_nonnegative,
+                              check_open_unit)
+from dpplugins.fdp import CLTEstimateWarning, TradeoffCurve
+from dpplugins.pld import Bounds, PrivacyLossDistribution
+
+__all__ = ["GDPAccountant", "TradeoffComparison", "CLTEstimateWarning", "fixed_size_gaussian_pld",
+           "SAMPLING"]
+
+SAMPLING = ("poisson", "uniform")
+_MIN_H, _MAX_H = 1e-6, 2e-2
+_RELATIONS = {
+    ("poisson", "add_remove"): "Poisson sampling, add/remove neighbours (sensitivity C)",
+    ("poisson", "replace_one"): "Poisson sampling, replace-one neighbours (sum moves by up to 2C)",
+    ("uniform", "replace_one"): ("fixed-size batches without replacement, replace-one neighbours "
+                                 "(sensitivity 2C: each step is C_q(G_{2/sigma}))"),
+}
+
+
+def _profile_end(profile, threshold: float) -> float:
+    """Smallest power-of-two epsilon (>= 1) where ``profile`` is at most ``threshold``."""
+    eps = 1.0
+    while float(profile(np.array([eps]))[0]) > threshold:
+        eps *= 2.0
+        if eps > 1e4:
+            raise NumericalError(f"the privacy profile stays above {threshold:g} up to eps=1e4",
+                                 "use a larger noise multiplier")
+    return eps
+
+
+def fixed_size_gaussian_pld(history, h: float, *, tail_mass: float = 1e-15,
+                            memory_limit: int = 1 << 30) -> PrivacyLossDistribution:
+    """Dominating PLD of a run-length history of fixed-size-batch Gaussian steps (replace-one).
+
+    Why it is valid.  Each step, with noise ``sigma C`` and replace-one sensitivity ``2C``, runs a
+    ``G_{2/sigma}``-DP mechanism on a uniformly random batch of ``m = q n`` records drawn without
+    replacement, so it is ``C_q(G_{2/sigma})``-DP (Dong, Roth, Su 2022, Thm 4.2) for every choice
+    of the earlier outputs.  :func:`dpplugins.fdp.subsampled_gaussian_delta` is the exact privacy
+    profile of ``C_q(G_{2/sigma})``, a symmetric trade-off function; ``from_privacy_profile(...,
+    symmetric=True)`` turns it into a pair whose profile lies above it at every eps (connect the
+    dots, Doroshenko et al. 2022), i.e. a pair whose trade-off function is at most
+    ``C_q(G_{2/sigma})``.  Adaptive composition of ``f_i``-DP steps is ``(x) f_i``-DP (DRS Thm 3.2),
+    and composing dominating pairs dominates the composition (Zhu, Dong, Wang 2022, Thm 10), so the
+    FFT composition of these PLDs gives upper bounds on delta.
+
+    We symmetrise *each step* (``C_q`` takes the minimum of both orders before composing) rather
+    than composing the two orders of the mixture pair separately: that would assume the same
+    worst-case order in every step, and with fixed-size batches the order can change from step to
+    step (Lebeda, Regehr, Kamath, Steinke 2024 show that single-step worst cases need not survive
+    composition).  This bound can be loose; it is never optimistic.  The grid ends where the
+    per-step profile is below ``min(1e-16, tail_mass) / steps``; what lies beyond goes to
+    ``delta(inf)`` (conservative).
+
+    Example::
+
+        >>> pld = fixed_size_gaussian_pld([(2.0, 0.01, 1000)], 2e-3)
+        >>> eps = pld.epsilon_for_delta(1e-5, lower=False).upper
+    """
+    counts: dict[tuple[float, float], int] = {}
+    for sigma, q, steps in history:
+        counts[(sigma, q)] = counts.get((sigma, q), 0) + steps
+    total = None
+    for (sigma, q), steps in counts.items():
+        mu = 2.0 / sigma
+
+        def profile(eps, mu=mu, q=q):
+            return fdp.subsampled_gaussian_delta(eps, mu, q)
+
+        eps_max = _profile_end(profile, min(1e-16, tail_mass) / max(steps, 1))
+        step = PrivacyLossDistribution.from_privacy_profile(
+            profile, epsilon_max=eps_max, symmetric=True, value_discretization_interval=h,
+            profile_step=h, tail_mass=tail_mass, memory_limit=memory_limit,
+            description=f"C_{q:g}(G_{mu:g}) (fixed-size batch, replace-one)").self_compose(steps)
+        total = step if total is None else total.compose(step)
+    return total
+
+
+@dataclass(frozen=True, eq=False)
+class TradeoffComparison:
+    """Certified and CLT trade-off curves of one history, ready to plot.
+
+    ``exact`` holds certified lower bounds on the trade-off function of the composed mechanism at
+    its grid points (from the PLD's upper bounds on delta; ``exact.lower_bound()`` is certified
+    at every alpha); ``clt`` is ``G_mu`` with the CLT's ``mu`` (an estimate; where it lies above
+    ``exact`` it over-states privacy).
+    """
+
+    alphas: np.ndarray
+    exact: TradeoffCurve
+    clt: TradeoffCurve
+    mu_clt: float
+    sampling: str
+    neighbouring: str
+    steps: int
+
+    def max_clt_excess(self) -> float:
+        """Largest amount by which the CLT curve lies above the certified one (0 if never)."""
+        return float(max(0.0, np.max(self.clt(self.alphas) - self.exact(self.alphas))))
+
+
+class GDPAccountant(Accountant):
+    """Gaussian DP / f-DP accountant: certified epsilon by exact composition, CLT mu beside it.
+
+    Options
+    -------
+    sampling : ``"poisson"`` (default) or ``"uniform"`` (fixed-size batches without replacement).
+    neighbouring : ``"add_remove"`` (default for Poisson) or ``"replace_one"`` (default and only
+        choice for uniform sampling).  See the module docstring for the sensitivity each implies.
+    eps_tolerance, value_discretization_interval, tail_mass, memory_limit : accuracy controls of
+        the PLD engine, as in :class:`~dpplugins.accountants.pld.PLDAccountant`.
+
+    Certified path.  Poisson: exactly :class:`PLDAccountant` (the Poisson-subsampled Gaussian PLD,
+    certified lower and upper bounds).  Uniform: :func:`fixed_size_gaussian_pld` (an upper bound
+    only; ``get_epsilon_bounds`` reports lower = 0), evaluated on two grids, ``h`` and ``h/2``,
+    until they agree to ``eps_tolerance`` (both values are valid upper bounds).
+
+    Example::
+
+        >>> from dpplugins.accountants import create
+        >>> acc = create("fdp")
+        >>> acc.step(noise_multiplier=1.1, sample_rate=256 / 60000, count=4688)
+        >>> eps = acc.get_epsilon(1e-5)                  # certified (PLD)
+        >>> mu = acc.get_mu()                            # CLT estimate, about 0.33
+        >>> eps_clt = acc.get_epsilon(1e-5, method="clt")  # warns: estimate, vs certified value
+    """
+
+    name: ClassVar[str] = "fdp"
+    theorem: ClassVar[str] = (
+        "exact composition (Dong, Roth, Su 2022, Thm 3.2) through the PLD engine of: the "
+        "Poisson-subsampled Gaussian (Koskela et al. 2021; Zhu, Dong, Wang 2022, Thm 11) or, for "
+        "fixed-size batches, C_q(G_{2/sigma}) (Dong, Roth, Su 2022, Thm 4.2); CLT mu from Bu, "
+        "Dong, Long, Su 2020 (Poisson) and Dong, Roth, Su 2022, Cor. 5.4 (uniform) as an estimate")
+    bound_type: ClassVar[str] = "certified upper bound"
+    _option_names = ("sampling", "neighbouring", "eps_tolerance", "value_discretization_interval",
+                     "tail_mass", "memory_limit")
+
+    def __init__(self, *, sampling: str = "poisson", neighbouring: str | None = None,
+                 eps_tolerance: float = 1e-3, value_discretization_interval: float | None = None,
+                 tail_mass: float = 1e-15, memory_limit: int = 1 << 30) -> None:
+        self.sampling = check_choice("sampling", sampling, SAMPLING)
+        if neighbouring is None:
+            neighbouring = "add_remove" if self.sampling == "poisson" else "replace_one"
+        if self.sampling == "uniform" and neighbouring == "add_remove":
+            raise ParameterError(
+                "neighbouring", neighbouring, "'replace_one' when sampling='uniform'",
+                "fixed-size batches are analysed for datasets of equal size (Dong, Roth, Su 2022, "
+                "Thm 4.2); use neighbouring='replace_one' or sampling='poisson'")
+        super().__init__(neighbouring=neighbouring)
+        # the Poisson path *is* the PLD accountant; it also validates the accuracy options
+        self._poisson = PLDAccountant(neighbouring=self.neighbouring, eps_tolerance=eps_tolerance,
+                                      value_discretization_interval=value_discretization_interval,
+                                      tail_mass=tail_mass, memory_limit=memory_limit)
+        self.eps_tolerance = self._poisson.eps_tolerance
+        self.value_discretization_interval = self._poisson.value_discretization_interval
+        self.tail_mass = self._poisson.tail_mass
+        self.memory_limit = self._poisson.memory_limit
+
+    # -- description ----------------------------------------------------------------------------
+    @property
+    def relation(self) -> str:
+        """Sampling scheme and neighbouring relation in words, with the sensitivity they imply."""
+        return _RELATIONS[(self.sampling, self.neighbouring)]
+
+    # -- certified path -------------------------------------------------------------------------
+    def _poisson_for(self, history) -> PLDAccountant:
+        self._poisson.history = list(history)
+        return self._poisson
+
+    def _uniform_grid_step(self, history) -> float:
+        if self.value_discretization_interval is not None:
+            return self.value_discretization_interval
+        # the per-step loss scale of the sensitivity-2 mixture (noise multiplier sigma/2)
+        scale = min(loss_scale(sigma / 2.0, q) for sigma, q, _ in history)
+        return float(np.clip(scale / 40.0, _MIN_H, _MAX_H))
+
+    def _uniform_pld(self, history, h: float) -> PrivacyLossDistribution:
+        return fixed_size_gaussian_pld(history, h, tail_mass=self.tail_mass,
+                                       memory_limit=self.memory_limit)
+
+    def _uniform_upper(self, history, evaluate) -> float:
+        """Certified upper bound (``evaluate(pld) -> float``) on grids h, h/2, ... until two
+        successive grids agree to ``eps_tolerance`` (connect-the-dots on a finer grid is
+        dominated by the coarser one, so each value is valid and they decrease)."""
+        h = self._uniform_grid_step(history)
+        try:
+            value = evaluate(self._uniform_pld(history, h))
+            if self.value_discretization_interval is not None:
+                return value
+            for _ in range(4):
+                h = max(h / 2.0, _MIN_H)
+                finer = evaluate(self._uniform_pld(history, h))
+                if value - finer <= self.eps_tolerance * max(finer, 1e-300):
+                    return min(value, finer)
+                value = min(value, finer)
+        except NumericalError as error:
+            raise NumericalError(
+                f"the fixed-size-batch PLD could not be evaluated ({error.what})",
+                "raise memory_limit or pass a larger value_discretization_interval") from None
+        raise NumericalError(
+            f"the fixed-size-batch bound still moved by more than eps_tolerance="
+            f"{self.eps_tolerance:g} at grid step {h:.3g}",
+            "raise eps_tolerance or pass value_discretization_interval")
+
+    def _epsilon_bounds(self, history, delta: float) -> Bounds:
+        if self.sampling == "poisson":
+            return self._poisson_for(history).get_epsilon_bounds(delta)
+        upper = self._uniform_upper(
+            history, lambda pld: pld.epsilon_for_delta(delta, lower=False).upper)
+        return Bounds(0.0, upper)
+
+    def _delta_bounds(self, history, epsilon: float) -> Bounds:
+        if self.sampling == "poisson":
+            return self._poisson_for(history).get_delta_bounds(epsilon)
+        upper = self._uniform_upper(history, lambda pld: pld.delta_for_epsilon(epsilon).upper)
+        return Bounds(0.0, upper)
+
+    def epsilon_upper_fast(self, delta: float, history=None) -> float:
+        """Certified upper bound on one grid (no accuracy loop); used by calibration."""
+        history = tuple(self._history if history is None else history)
+        if not history:
+            return 0.0
+        if self.sampling == "poisson":
+            return self._poisson.epsilon_upper_fast(delta, history)
+        pld = self._uniform_pld(history, self._uniform_grid_step(history))
+        return pld.epsilon_for_delta(delta, lower=False).upper
+
+    def certified_pld(self) -> PrivacyLossDistribution | None:
+        """The PLD behind the certified values (first grid), or None for an empty history."""
+        history = tuple(self._history)
+        if not history:
+            return None
+        if self.sampling == "poisson":
+            return poisson_gaussian_pld(history, self._poisson.initial_grid_step(history),
+                                        neighbouring=self.neighbouring, tail_mass=self.tail_mass,
+                                        memory_limit=self.memory_limit)
+        return self._uniform_pld(history, self._uniform_grid_step(history))
+
+    # -- CLT estimate ---------------------------------------------------------------------------
+    def get_mu(self) -> float:
+        """CLT mu of the recorded history -- an **approximation**, not a guarantee.
+
+        Poisson/add-remove: Bu, Dong, Long, Su (2020), ``mu = q sqrt(T (e^(1/sigma^2) - 1))``;
+        uniform/replace-one: Dong, Roth, Su (2022, Cor. 5.4) with sensitivity 2C; runs add in
+        quadrature (:func:`dpplugins.fdp.clt_mu_from_history`).  The mechanism is *not* mu-GDP
+        for finite T; use :meth:`get_epsilon` for certified values.
+        """
+        return fdp.clt_mu_from_history(self._history, sampling=self.sampling,
+                                       neighbouring=self.neighbouring)
+
+    def _clt_message(self, what: str, value: float, certified: float | None, note: str) -> str:
+        text = (f"{what}={value:.6g} is a CLT estimate (mu={self.get_mu():.6g}), not a bound: "
+                f"it can under-report privacy loss.")
+        if certified is not None and math.isfinite(value) and certified > 0:
+            rel = (certified - value) / certified
+            side = "lower" if rel > 0 else "higher"
+            text += (f" The certified upper bound is {certified:.6g}; the estimate is "
+                     f"{abs(rel):.1%} {side}.")
+        elif note:
+            text += f" {note}"
+        return text + f" [{self.relation}; {len(self)} steps]"
+
+    def _certified_or_note(self, compute) -> tuple[float | None, str]:
+        try:
+            return compute(), ""
+        except NumericalError as error:
+            return None, f"(certified value not available: {error.what})"
+
+    def _clt_warning(self, what: str, estimate: float, certified_fn, compare: bool) -> None:
+        certified, note = (self._certified_or_note(certified_fn) if compare
+                           else (None, "(comparison with the certified value skipped)"))
+        warnings.warn(CLTEstimateWarning(self._clt_message(what, estimate, certified, note)),
+                      stacklevel=3)
+
+    def get_epsilon(self, delta: float, method: str = "exact", *, compare: bool = True) -> float:
+        """Epsilon at ``delta``.
+
+        ``method="exact"`` (default): certified upper bound by exact composition (PLD engine).
+        ``method="clt"``: ``gdp_epsilon_for_delta(get_mu(), delta)``, an estimate; emits a
+        :class:`~dpplugins.fdp.CLTEstimateWarning` that states the certified value beside it and
+        by how much the estimate differs (``compare=False`` skips that certified evaluation,
+        which costs what ``get_epsilon(delta)`` costs, typically 0.1-1 s, unless cached).
+        """
+        method = check_choice("method", method, ("exact", "clt"))
+        if method == "exact":
+            return super().get_epsilon(delta)
+        delta = check_open_unit("delta", delta)
+        if not self._history:
+            return 0.0
+        mu = self.get_mu()
+        estimate = fdp.gdp_epsilon_for_delta(mu, delta) if math.isfinite(mu) else math.inf
+        self._clt_warning(f"epsilon(delta={delta:g})", estimate,
+                          lambda: self.get_epsilon(delta), compare)
+        return estimate
+
+    def get_delta(self, epsilon: float, method: str = "exact", *, compare: bool = True) -> float:
+        """Delta at ``epsilon``: certified upper bound (``"exact"``) or CLT estimate (``"clt"``,
+        with a :class:`~dpplugins.fdp.CLTEstimateWarning`; ``compare`` as in
+        :meth:`get_epsilon`)."""
+        method = check_choice("method", method, ("exact", "clt"))
+        if method == "exact":
+            return super().get_delta(epsilon)
+        epsilon = check_nonnegative("epsilon", epsilon)
+        if not self._history:
+            return 0.0
+        mu = self.get_mu()
+        estimate = float(fdp.gdp_delta_for_epsilon(mu, epsilon)) if math.isfinite(mu) else 1.0
+        self._clt_warning(f"delta(epsilon={epsilon:g})", estimate,
+                          lambda: self.get_delta(epsilon), compare)
+        return estimate
+
+    # -- trade-off curves and report --------------------------------------------------------------
+    def tradeoff_curve(self, alphas=None) -> TradeoffComparison:
+        """Certified (exact composition) and CLT trade-off curves on ``alphas``.
+
+        ``exact`` comes from :meth:`certified_pld` through :func:`dpplugins.fdp.tradeoff_from_pld`
+        (a valid lower bound on the trade-off function); ``clt`` is ``G_{get_mu()}``.
+        """
+        alphas = fdp.default_alphas() if alphas is None else fdp._alpha_array(alphas, "alphas")
+        mu = self.get_mu()
+        pld = self.certified_pld()
+        if pld is None:
+            exact = TradeoffCurve(alphas, 1.0 - alphas, "no steps")
+        else:
+            exact = fdp.tradeoff_from_pld(pld, alphas)
+        clt = TradeoffCurve(alphas, fdp.gaussian_tradeoff(alphas, mu) if math.isfinite(mu)
+                            else np.zeros_like(alphas), f"G_{mu:.4g} (CLT estimate)")
+        return TradeoffComparison(alphas, exact, clt, mu, self.sampling, self.neighbouring,
+                                  len(self))
+
+    def plot_tradeoff(self, path, alphas=None, *, title: str | None = None) -> Path:
+        """Draw the certified and CLT trade-off curves into a PNG: ``f(alpha)`` on linear axes
+        (left) and the tail, the power ``1 - f(alpha)`` against ``alpha`` on log axes (right),
+        where small-delta guarantees live and where the CLT's optimism shows.
+
+        Needs matplotlib (``pip install "dpplugins[plot]"``); it is imported here, so the core
+        does not depend on it.  The title always states the sampling scheme and neighbouring
+        relation.  Returns the path written.
+        """
+        try:
+            from matplotlib.backends.backend_agg import FigureCanvasAgg
+            from matplotlib.figure import Figure
+        except ImportError:
+            raise ImportError("plot_tradeoff needs matplotlib; install it with "
+                              "pip install 'dpplugins[plot]' (or pip install matplotlib)") from None
+        path = Path(path)
+        comparison = self.tradeoff_curve(alphas)
+        a, exact, clt = comparison.alphas, comparison.exact.values, comparison.clt.values
+        figure = Figure(figsize=(10.0, 4.8))
+        FigureCanvasAgg(figure)
+        left, right = figure.add_subplot(1, 2, 1), figure.add_subplot(1, 2, 2)
+        labels = ("certified (exact composition, PLD)",
+                  f"CLT estimate G_mu, mu={comparison.mu_clt:.3g}")
+        left.plot(a, 1 - a, ":", color="grey", label="no privacy loss (1 - alpha)")
+        left.plot(a, exact, "-", color="C0", label=labels[0])
+        left.plot(a, clt, "--", color="C3", label=labels[1])
+        left.set(xlabel="type I error alpha", ylabel="type II error f(alpha)", xlim=(0, 1),
+                 ylim=(0, 1), aspect="equal")
+        left.legend(fontsize=8, loc="upper right")
+        tail = (a > 0) & (a < 0.5)
+        right.loglog(a[tail], a[tail], ":", color="grey", label="no privacy loss")
+        right.loglog(a[tail], np.maximum(1 - exact[tail], 1e-300), "-", color="C0",
+                     label=labels[0])
+        right.loglog(a[tail], np.maximum(1 - clt[tail], 1e-300), "--", color="C3",
+                     label=labels[1])
+        right.set(xlabel="type I error alpha", ylabel="power 1 - f(alpha)",
+                  title="tail (higher = less private)")
+        right.legend(fontsize=8, loc="lower right")
+        subtitle = f"{len(self)} steps; {self.relation}"  # every plot states the relation
+        figure.suptitle(f"{title}\n{subtitle}" if title else subtitle, fontsize=9)
+        figure.tight_layout()
+        figure.savefig(path, format="png", dpi=110)
+        return path
+
+    def report(self, delta: float) -> str:
+        """One paragraph: certified epsilon, the CLT estimate beside it, and the neighbouring
+        relation and sampling scheme they assume."""
+        delta = check_open_unit("delta", delta)
+        lower, upper = self.get_epsilon_bounds(delta)
+        mu = self.get_mu()
+        estimate = (fdp.gdp_epsilon_for_delta(mu, delta) if self._history and math.isfinite(mu)
+                    else 0.0)
+        bounds = (f"epsilon <= {upper:.4f}" if lower == 0 and upper > 0
+                  else f"epsilon in [{lower:.4f}, {upper:.4f}]")
+        return (f"fdp accountant, {self.relation}; {len(self)} steps. "
+                f"Certified at delta={delta:g}: {bounds}. CLT estimate (not a bound): "
+                f"mu={mu:.4f}, epsilon~{estimate:.4f}.")

@@ -1,0 +1,332 @@
+"""The "fdp" accountant (GDPAccountant): contract, certified values against closed forms and
+quadrature, the CLT estimate against BDLS' formula and published numbers, and its labelling.
+
+BDLS = Bu, Dong, Long, Su (2020), "Deep learning with Gaussian differential privacy";
+DRS = Dong, Roth, Su (2022), "Gaussian differential privacy".
+"""
+
+import importlib.util
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from conftest import epsilon_from_delta_curve, gaussian_delta_exact, hockey_stick_by_quadrature
+from dpplugins.accountants import available, create, get_class
+from dpplugins.accountants.fdp import GDPAccountant
+from dpplugins.errors import ParameterError
+from dpplugins.fdp import CLTEstimateWarning
+
+DELTA = 1e-5
+
+
+def bdls_mu_poisson(sigma, q, steps):
+    """BDLS' CLT for Poisson subsampling, typed from the paper:
+    mu = q sqrt(T (e^(1/sigma^2) - 1))."""
+    return q * math.sqrt(steps * (math.exp(sigma ** -2) - 1))
+
+
+def gdp_epsilon(mu, delta):
+    return epsilon_from_delta_curve(lambda e: gaussian_delta_exact(e, mu), delta)
+
+
+def clt_value(acc, delta):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CLTEstimateWarning)
+        return acc.get_epsilon(delta, method="clt")
+
+
+# -- registry and options -------------------------------------------------------------------
+def test_registered_as_fdp():
+    assert "fdp" in available()
+    assert get_class("fdp") is GDPAccountant
+    acc = create("fdp")
+    assert acc.name == "fdp" and acc.bound_type == "certified upper bound"
+    assert (acc.sampling, acc.neighbouring) == ("poisson", "add_remove")
+    assert create("fdp", sampling="uniform").neighbouring == "replace_one"
+
+
+@pytest.mark.parametrize("options,name", [
+    (dict(sampling="shuffle"), "sampling"),
+    (dict(sampling="uniform", neighbouring="add_remove"), "neighbouring"),
+    (dict(neighbouring="swap"), "neighbouring"),
+    (dict(eps_tolerance=0.0), "eps_tolerance"),
+    (dict(value_discretization_interval=-1.0), "value_discretization_interval"),
+])
+def test_bad_options(options, name):
+    with pytest.raises(ParameterError, match=name):
+        create("fdp", **options)
+
+
+def test_bad_queries():
+    acc = create("fdp")
+    acc.step(noise_multiplier=1.0, sample_rate=0.1, count=10)
+    with pytest.raises(ParameterError, match="method"):
+        acc.get_epsilon(DELTA, method="rdp")
+    with pytest.raises(ParameterError, match="delta"):
+        acc.get_epsilon(0.0, method="clt")
+    with pytest.raises(ParameterError, match="epsilon"):
+        acc.get_delta(-1.0, method="clt")
+    with pytest.raises(ParameterError, match="noise_multiplier"):
+        acc.step(noise_multiplier=-1.0, sample_rate=0.1)
+
+
+def test_state_dict_round_trip_keeps_sampling():
+    acc = create("fdp", sampling="uniform")
+    acc.step(noise_multiplier=2.0, sample_rate=0.02, count=200)
+    state = json.loads(json.dumps(acc.state_dict()))
+    assert state["options"]["sampling"] == "uniform"
+    assert state["options"]["neighbouring"] == "replace_one"
+    restored = create("fdp", sampling="uniform")
+    restored.load_state_dict(state)
+    assert restored.history == acc.history
+    assert restored.get_epsilon(DELTA) == acc.get_epsilon(DELTA)
+    with pytest.raises(ParameterError, match="sampling"):
+        create("fdp").load_state_dict(state)
+
+
+def test_empty_history():
+    acc = create("fdp")
+    assert acc.get_epsilon(DELTA) == 0.0
+    assert acc.get_mu() == 0.0
+    assert acc.get_epsilon(DELTA, method="clt") == 0.0
+    curve = acc.tradeoff_curve(np.linspace(0, 1, 11))
+    assert np.allclose(curve.exact.values, 1 - curve.alphas)
+
+
+# -- certified path ---------------------------------------------------------------------------
+def test_poisson_certified_path_is_the_pld_engine():
+    """Reuse, not re-implementation: identical to the PLD accountant on the same history."""
+    acc, pld = create("fdp"), create("pld")
+    for a in (acc, pld):
+        a.step(noise_multiplier=1.0, sample_rate=0.01, count=2000)
+    assert acc.get_epsilon_bounds(DELTA) == pld.get_epsilon_bounds(DELTA)
+    assert acc.get_delta_bounds(2.0) == pld.get_delta_bounds(2.0)
+
+
+def test_poisson_without_subsampling_is_gaussian_composition():
+    """q = 1: T Gaussian steps are sqrt(T)/sigma-GDP (DRS Cor. 3.3); exact eps by root finding."""
+    acc = create("fdp")
+    acc.step(noise_multiplier=4.0, sample_rate=1.0, count=16)
+    exact = gdp_epsilon(1.0, DELTA)
+    lower, upper = acc.get_epsilon_bounds(DELTA)
+    assert lower <= exact <= upper and (upper - lower) / upper <= 1e-3
+
+
+def test_uniform_without_subsampling_is_gaussian_with_sensitivity_two():
+    """q = 1: C_1(G_{2/sigma}) = G_{2/sigma}; T steps are 2 sqrt(T)/sigma-GDP."""
+    acc = create("fdp", sampling="uniform")
+    acc.step(noise_multiplier=4.0, sample_rate=1.0, count=4)
+    exact = gdp_epsilon(1.0, DELTA)
+    lower, upper = acc.get_epsilon_bounds(DELTA)
+    assert lower == 0.0  # a profile-based bound has no lower bound
+    assert exact <= upper <= exact * (1 + 2e-3)
+
+
+def test_uniform_single_step_against_quadrature():
+    """One fixed-size-batch step is C_q(G_{2/sigma}); its profile is the larger hockey-stick of
+    q N(2/sigma, 1) + (1-q) N(0, 1) and N(0, 1) in the two orders (integrated numerically)."""
+    sigma, q = 2.0, 0.2
+    m = 2 / sigma
+    mix = lambda x: q * stats.norm.pdf(x, m) + (1 - q) * stats.norm.pdf(x)
+
+    def profile(eps):
+        kinks = [(math.log((r - 1 + q) / q) + m * m / 2) / m
+                 for r in (math.exp(eps), math.exp(-eps)) if r - 1 + q > 0]
+        return max(hockey_stick_by_quadrature(mix, stats.norm.pdf, eps, -30, 31, kinks),
+                   hockey_stick_by_quadrature(stats.norm.pdf, mix, eps, -30, 31, kinks))
+
+    acc = create("fdp", sampling="uniform")
+    acc.step(noise_multiplier=sigma, sample_rate=q)
+    for delta in (1e-2, 1e-4):
+        exact = epsilon_from_delta_curve(profile, delta)
+        upper = acc.get_epsilon(delta)
+        assert exact <= upper <= exact * (1 + 2e-3) + 1e-6
+
+
+@pytest.mark.parametrize("sigma,q,steps", [(2.0, 0.01, 1000), (4.0, 0.05, 200)])
+def test_uniform_between_one_direction_and_plain_gaussian(sigma, q, steps):
+    """C_q(G) <= f_q = p G + (1-p) Id, whose composition is the Poisson add/remove pair with
+    sensitivity 2 (noise sigma/2): so the uniform eps is >= that one's certified lower bound.
+    And C_q(G_mu) >= G_mu (f_q >= G_mu, symmetric), so eps <= the GDP value of 2 sqrt(T)/sigma."""
+    uniform, poisson = create("fdp", sampling="uniform"), create("pld")
+    uniform.step(noise_multiplier=sigma, sample_rate=q, count=steps)
+    poisson.step(noise_multiplier=sigma / 2, sample_rate=q, count=steps)
+    eps = uniform.get_epsilon(DELTA)
+    assert poisson.get_epsilon_bounds(DELTA).lower <= eps
+    assert eps <= gdp_epsilon(2 * math.sqrt(steps) / sigma, DELTA)
+
+
+def test_uniform_delta_and_epsilon_are_consistent():
+    acc = create("fdp", sampling="uniform")
+    acc.step(noise_multiplier=3.0, sample_rate=0.05, count=300)
+    eps = acc.get_epsilon(DELTA)
+    assert acc.get_delta(eps) <= DELTA * (1 + 1e-3)
+    assert acc.get_delta(eps * 0.9) > DELTA
+
+
+def test_calibration_through_the_registry():
+    from dpplugins.calibration import find_noise_multiplier
+
+    sigma = find_noise_multiplier(target_epsilon=3.0, delta=DELTA, sample_rate=0.05, steps=100,
+                                  accountant="fdp", sampling="uniform", sigma_tolerance=1e-2)
+    acc = create("fdp", sampling="uniform")
+    acc.step(noise_multiplier=sigma, sample_rate=0.05, count=100)
+    assert acc.get_epsilon(DELTA) <= 3.0
+
+
+# -- CLT estimate -----------------------------------------------------------------------------
+def test_get_mu_is_bdls_formula_and_clt_epsilon_warns():
+    acc = create("fdp")
+    acc.step(noise_multiplier=1.1, sample_rate=256 / 60000, count=4688)
+    assert acc.get_mu() == pytest.approx(bdls_mu_poisson(1.1, 256 / 60000, 4688), rel=1e-12)
+    with pytest.warns(CLTEstimateWarning) as record:
+        estimate = acc.get_epsilon(DELTA, method="clt")
+    assert estimate == pytest.approx(gdp_epsilon(acc.get_mu(), DELTA), rel=1e-9)
+    message = str(record[0].message)
+    certified = acc.get_epsilon(DELTA)
+    assert "not a bound" in message and "add/remove" in message
+    assert f"{certified:.6g}" in message  # says what the certified value is
+    assert issubclass(CLTEstimateWarning, UserWarning)
+
+
+def test_clt_delta_warns_too():
+    acc = create("fdp", sampling="uniform")
+    acc.step(noise_multiplier=2.0, sample_rate=0.01, count=1000)
+    with pytest.warns(CLTEstimateWarning, match="replace-one"):
+        value = acc.get_delta(1.0, method="clt")
+    assert value == pytest.approx(gaussian_delta_exact(1.0, acc.get_mu()), rel=1e-9)
+
+
+@pytest.mark.parametrize("sigma,epochs,mu_printed,eps_printed", [(1.06, 20, 0.35, 1.34),
+                                                                  (0.638, 70, 1.78, 8.68)])
+def test_bdls_mnist_settings(sigma, epochs, mu_printed, eps_printed):
+    """BDLS Fig. 4: p = 256/60000, sigma~ = 1.06 (20 epochs) -> mu = 0.35, eps = 1.34;
+    sigma~ = 0.638 (70 epochs) -> mu = 1.78, eps = 8.68 at delta = 1e-5 (printed to 2 digits;
+    sigma~ to 3, hence the tolerance).  The certified value for the same run is larger."""
+    p = 256 / 60000
+    acc = create("fdp")
+    acc.step(noise_multiplier=sigma, sample_rate=p, count=round(epochs / p))
+    assert acc.get_mu() == pytest.approx(mu_printed, abs=0.006)
+    assert clt_value(acc, DELTA) == pytest.approx(eps_printed, abs=0.04)
+    assert acc.get_epsilon_bounds(DELTA).lower > clt_value(acc, DELTA)
+
+
+@pytest.mark.parametrize("sigma,q,steps", [(1.0, 0.05, 20), (0.8, 0.1, 10), (1.5, 0.02, 50)])
+def test_clt_under_reports_for_small_T(sigma, q, steps):
+    """The exact mu-equivalent (from the certified *lower* bound on eps) exceeds the CLT mu."""
+    from dpplugins.fdp import equivalent_gdp_mu
+
+    acc = create("fdp")
+    acc.step(noise_multiplier=sigma, sample_rate=q, count=steps)
+    lower = acc.get_epsilon_bounds(DELTA).lower
+    assert clt_value(acc, DELTA) < lower
+    assert equivalent_gdp_mu(lower, DELTA) > acc.get_mu()
+
+
+def test_exact_and_clt_converge_as_T_grows_with_q_sqrt_T_fixed():
+    """DRS Cor. 5.4 / BDLS: with q sqrt(T) = 0.5 fixed the CLT mu is constant and the exact
+    composition approaches it from above (monotone here) as T grows."""
+    from dpplugins.fdp import equivalent_gdp_mu
+
+    gaps = []
+    for steps in (25, 100, 400, 1600, 6400):
+        acc = create("fdp")
+        acc.step(noise_multiplier=1.0, sample_rate=0.5 / math.sqrt(steps), count=steps)
+        mu_exact = equivalent_gdp_mu(acc.get_epsilon_bounds(DELTA).lower, DELTA)
+        gaps.append(mu_exact / acc.get_mu() - 1)
+    assert all(g > 0 for g in gaps)
+    assert all(b < a for a, b in zip(gaps, gaps[1:]))
+    assert gaps[-1] < 0.05 < gaps[0]
+
+
+def test_uniform_exact_approaches_clt():
+    from dpplugins.fdp import equivalent_gdp_mu
+
+    gaps = []
+    for steps in (25, 1600):
+        acc = create("fdp", sampling="uniform")
+        acc.step(noise_multiplier=2.0, sample_rate=0.5 / math.sqrt(steps), count=steps)
+        gaps.append(abs(equivalent_gdp_mu(acc.get_epsilon(DELTA), DELTA) / acc.get_mu() - 1))
+    assert gaps[1] < gaps[0] / 5 and gaps[1] < 0.02
+
+
+# -- trade-off curves, plot, report ------------------------------------------------------------
+@pytest.mark.parametrize("sampling", ["poisson", "uniform"])
+def test_tradeoff_curves(sampling):
+    acc = create("fdp", sampling=sampling)
+    acc.step(noise_multiplier=2.0, sample_rate=0.05, count=200)
+    alphas = np.linspace(0, 1, 201)
+    comparison = acc.tradeoff_curve(alphas)
+    for curve in (comparison.exact, comparison.clt):
+        v = curve.values
+        assert np.all(v >= 0) and np.all(v <= 1 - alphas + 1e-12)
+        assert np.all(np.diff(v) <= 1e-12)
+        assert np.all(np.diff(v, 2) >= -1e-9)  # convex on the uniform grid
+    assert np.allclose(comparison.clt.values, stats.norm.cdf(stats.norm.isf(alphas)
+                                                             - acc.get_mu()), atol=1e-12)
+    assert comparison.neighbouring == acc.neighbouring and comparison.steps == 200
+    # the certified curve is sup_eps f_{eps, delta(eps)} over certified deltas, so its own
+    # profile (DRS Prop. 2.12) cannot exceed the certified delta at any eps
+    assert comparison.exact.privacy_profile(1.0)[0] <= acc.get_delta(1.0) + 1e-9
+
+
+def test_exact_curve_of_plain_gaussian_is_g_mu():
+    acc = create("fdp")
+    acc.step(noise_multiplier=2.0, sample_rate=1.0, count=4)  # mu = 1
+    alphas = np.linspace(0, 1, 101)
+    exact = acc.tradeoff_curve(alphas).exact.values
+    reference = stats.norm.cdf(stats.norm.isf(alphas) - 1.0)
+    assert np.all(exact <= reference + 1e-12) and np.max(reference - exact) < 1e-3
+
+
+def test_plot_tradeoff(tmp_path):
+    acc = create("fdp")
+    acc.step(noise_multiplier=1.0, sample_rate=0.05, count=100)
+    target = tmp_path / "tradeoff.png"
+    if importlib.util.find_spec("matplotlib") is not None:
+        written = acc.plot_tradeoff(target, np.linspace(0, 1, 51))
+        assert written == target and target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    else:  # the core does not depend on matplotlib: a clear error, nothing written
+        with pytest.raises(ImportError, match="matplotlib"):
+            acc.plot_tradeoff(target)
+        assert not target.exists()
+
+
+@pytest.mark.parametrize("sampling,words", [("poisson", "add/remove"), ("uniform", "2C")])
+def test_report_states_relation_and_labels_estimate(sampling, words):
+    acc = create("fdp", sampling=sampling)
+    acc.step(noise_multiplier=2.0, sample_rate=0.02, count=100)
+    text = acc.report(DELTA)
+    assert words in text and "not a bound" in text and "Certified" in text
+    assert words in acc.relation
+
+
+def test_clt_warning_points_at_the_caller_and_comparison_can_be_skipped():
+    acc = create("fdp")
+    acc.step(noise_multiplier=1.0, sample_rate=0.01, count=100)
+    with pytest.warns(CLTEstimateWarning, match="skipped") as record:
+        acc.get_epsilon(DELTA, method="clt", compare=False)
+    assert record[0].filename == __file__
+    assert acc._cache == {}  # nothing certified was computed
+
+
+def test_example_script_runs(tmp_path):
+    """examples/fdp_clt_plot.py: the CLT's shortfall shrinks as T grows; PNG iff matplotlib."""
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "fdp_clt.png"
+    result = subprocess.run([sys.executable, "examples/fdp_clt_plot.py", "--out", str(out)],
+                            cwd=root, capture_output=True, text=True, timeout=300, check=True,
+                            env={**os.environ, "PYTHONPATH": str(root)})
+    shortfalls = [float(x) for x in re.findall(r"(-?[0-9.]+)%", result.stdout)]
+    assert len(shortfalls) == 4 and all(b < a for a, b in zip(shortfalls, shortfalls[1:]))
+    assert shortfalls[-1] > 0  # still under-reports at T = 10_000
+    assert out.exists() == (importlib.util.find_spec("matplotlib") is not None)

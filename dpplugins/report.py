@@ -104,6 +104,7 @@ _POISSON_REASON = ("assumes Poisson sampling; with {sampler} batches this is not
                    "(Chua et al. 2024)")
 OURS: dict[str, tuple[tuple[str, ...], Callable[[TrainingConfig], tuple], str]] = {
     "pld": (("poisson",), _ours_poisson("pld"), _POISSON_REASON),
+    "fdp": (("poisson",), _ours_poisson("fdp"), _POISSON_REASON),
 }
 
 

@@ -99,12 +99,28 @@ def _ours_poisson(name: str) -> Callable[[TrainingConfig], tuple]:
     return run
 
 
+def _ours_shuffle(name: str) -> Callable[[TrainingConfig], tuple]:
+    """Shuffled epochs: ceil(n / b) steps per epoch (the last batch may be smaller)."""
+    def run(config: TrainingConfig):
+        from dpplugins.accountants import create
+        acc = create(name, **({"batch_size": config.batch_size, "dataset_size": config.dataset_size}
+                              if name == "shuffle" else {"dataset_size": config.dataset_size}))
+        steps_per_epoch = math.ceil(config.dataset_size / config.batch_size)
+        acc.step(noise_multiplier=config.noise_multiplier, sample_rate=1 / steps_per_epoch,
+                 count=max(1, round(config.epochs * steps_per_epoch)))
+        bounds = acc.get_epsilon_bounds(config.delta)
+        return bounds.upper, bounds.lower, acc.bound_type, acc.neighbouring
+    return run
+
+
 #: name -> (samplers it is valid for, runner, reason when invalid)
 _POISSON_REASON = ("assumes Poisson sampling; with {sampler} batches this is not a valid bound "
                    "(Chua et al. 2024)")
 OURS: dict[str, tuple[tuple[str, ...], Callable[[TrainingConfig], tuple], str]] = {
     "pld": (("poisson",), _ours_poisson("pld"), _POISSON_REASON),
     "fdp": (("poisson",), _ours_poisson("fdp"), _POISSON_REASON),
+    "shuffle": (("shuffle",), _ours_shuffle("shuffle"),
+                "assumes shuffled fixed-size batches (each example once per epoch)"),
 }
 
 

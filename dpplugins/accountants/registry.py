@@ -20,6 +20,8 @@ _BUILT_IN: dict[str, tuple[str, str]] = {
     "fdp": ("dpplugins.accountants.fdp", "GDPAccountant"),
     "checkin": ("dpplugins.accountants.checkin", "CheckInAccountant"),
     "pnsgd": ("dpplugins.accountants.pnsgd", "PNSGDAccountant"),
+    "shuffle": ("dpplugins.accountants.shuffle", "ShuffleAccountant"),
+    "swap": ("dpplugins.accountants.swap", "SwapAccountant"),
 }
 
 

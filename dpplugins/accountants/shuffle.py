@@ -1,0 +1,354 @@
+"""The shuffled-epochs accountant (registry name ``"shuffle"``): DP-SGD on shuffled batches.
+
+What is accounted: every epoch draws a fresh uniformly random permutation of the dataset and cuts
+it into batches of ``batch_size`` examples; each step adds ``N(0, sigma^2 C^2)`` once to the sum of
+the batch's clipped gradients (clipping norm C); every noisy step is released.  This is Opacus
+with ``poisson_sampling=False`` and every Keras ``fit``.  Opacus reports a step as
+``(noise_multiplier, sample_rate)``; here ``sample_rate = 1 / steps_per_epoch``.
+
+Neighbouring relation.  ``"add_remove"`` is read as *zero-out*: the differing example is replaced
+by one whose clipped gradient is 0 (adding an example to a shuffled fixed-batch pipeline changes
+the number of steps, so the literal add/remove relation is not defined; zero-out is the usual
+surrogate).  ``"replace_one"``: two arbitrary examples.
+
+Upper bound (certified), per epoch, the pointwise minimum of valid privacy profiles:
+
+* No amplification.  For a fixed permutation the differing example enters exactly one step, so
+  an epoch is an adaptive composition in which only one Gaussian mechanism differs (sensitivity 1
+  for zero-out, 2 for replace-one; noise multiplier at least the epoch's smallest); averaging over
+  permutations keeps the bound (joint convexity of the hockey-stick divergence).  E epochs
+  compose to a Gaussian with ``mu = sensitivity * sqrt(sum_e 1/sigma_e^2)``, computed in closed
+  form (Dong, Roth, Su 2022, Cor. 3.3).
+* Batch size 1 only: amplification by shuffling.  Each step is a Gaussian local randomizer on one
+  example, (eps0, delta0)-DP along its exact profile with sensitivity 2 (the diameter of clipped
+  gradients -- a local randomizer must hide *any* input); the best bound for such approximate-DP
+  randomizers available here is Balle et al. 2020 Thm 5.1 (see
+  :func:`dpplugins.amplification.swap.gaussian_profile`; FMT21's clone bounds need pure eps0-DP,
+  and their approximate-DP extension is not implemented).  The per-epoch profile is the minimum of
+  the two, turned into a dominating PLD (``from_privacy_profile``) and composed over epochs by FFT.
+  A partial last epoch is a prefix of a full one (a post-processing), so full-epoch bounds apply.
+* Batches of b > 1 with one noise draw per batch: the clone / swap arguments treat each *step* as
+  a local randomizer applied to one record; a batch step is a function of b records, so they do
+  not apply, and we do not treat the T batches as T independent users.  Only the no-amplification
+  profile is used.  (The f-DP shuffling bound of van Dijk & Ertan, arXiv 2605.06259, is not
+  implemented: we had only its abstract.)
+
+Lower bound (certified): :func:`dpplugins.amplification.shuffle.shuffle_lower_bound` -- the
+Chua et al. (2024) pair, binned exactly and composed over epochs with the PLD engine's lower
+bounds.  ``get_epsilon_bounds`` returns ``(that lower bound, our upper bound)``.
+
+When the upper bound is (close to) the no-amplification value -- which it is for every batch size
+above 1 and, with the bounds known today, for batch size 1 unless the noise is very large --
+Poisson subsampling (``"pld"``) or random check-ins (``"checkin"``) with their own accountants give
+far better guarantees at the same noise; :meth:`ShuffleAccountant.summary` says so.
+
+Example::
+
+    >>> from dpplugins.accountants.shuffle import ShuffleAccountant
+    >>> acc = ShuffleAccountant(batch_size=256)
+    >>> acc.step(noise_multiplier=1.0, sample_rate=1 / 200, count=2000)   # 10 epochs
+    >>> lower, upper = acc.get_epsilon_bounds(1e-5)
+    >>> lower <= upper
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import numpy as np
+
+from dpplugins.accountants.base import Accountant
+from dpplugins.amplification import shuffle as shuffle_bounds
+from dpplugins.amplification import swap as swap_bounds
+from dpplugins.errors import (NumericalError, ParameterError, check_count, check_positive)
+from dpplugins.mechanisms.gaussian import gaussian_delta
+from dpplugins.pld import Bounds, PrivacyLossDistribution
+
+__all__ = ["ShuffleAccountant", "EpochPlan", "epoch_plan", "gaussian_epsilon"]
+
+#: relative tolerance for "sample_rate is 1 / an integer"
+_RATE_TOLERANCE = 1e-6
+
+
+class EpochPlan:
+    """The history cut into epochs: ``steps_per_epoch`` and, per epoch kind,
+    ``(sigma_min, sigma_max, released_steps) -> count``."""
+
+    def __init__(self, steps_per_epoch: int, epochs: dict[tuple[float, float, int], int]) -> None:
+        self.steps_per_epoch = steps_per_epoch
+        self.epochs = epochs
+
+    def __repr__(self) -> str:
+        return f"EpochPlan(T={self.steps_per_epoch}, epochs={self.epochs})"
+
+
+def epoch_plan(history, batch_size: int, dataset_size: int | None = None) -> EpochPlan:
+    """Cut a run-length history into epochs of ``T = 1 / sample_rate`` steps.
+
+    Raises :class:`ParameterError` if a sample rate is not ``1 / T`` for an integer T, if the
+    runs disagree on T (the epoch length would change mid-training), or if ``dataset_size`` is
+    given and T is neither ``ceil(dataset_size / batch_size)`` nor its floor (``drop_last``).
+    """
+    steps_per_epoch = None
+    for i, (_, q, _) in enumerate(history):
+        t = round(1.0 / q)
+        if t < 1 or abs(t * q - 1.0) > _RATE_TOLERANCE:
+            raise ParameterError(
+                f"history[{i}].sample_rate", q,
+                "1 / (steps per epoch) for shuffled epochs (Opacus: 1 / len(data_loader))",
+                hint="shuffled batches visit every example once per epoch")
+        if steps_per_epoch is None:
+            steps_per_epoch = t
+        elif t != steps_per_epoch:
+            raise ParameterError(f"history[{i}].sample_rate", q,
+                                 f"1/{steps_per_epoch} like the earlier steps (one epoch length)")
+    if dataset_size is not None:
+        allowed = {math.ceil(dataset_size / batch_size), dataset_size // batch_size}
+        if steps_per_epoch not in allowed:
+            raise ParameterError(
+                "sample_rate", 1.0 / steps_per_epoch,
+                f"1/{max(allowed)} (or 1/{min(allowed)} with drop_last) for dataset_size="
+                f"{dataset_size} and batch_size={batch_size}")
+    epochs: dict[tuple[float, float, int], int] = {}
+    pos, lo, hi = 0, math.inf, 0.0
+    T = steps_per_epoch
+
+    def close(released, smin, smax, count=1):
+        key = (smin, smax, released)
+        epochs[key] = epochs.get(key, 0) + count
+
+    for sigma, _, steps in history:
+        if pos > 0:  # finish the open epoch
+            take = min(steps, T - pos)
+            pos, lo, hi, steps = pos + take, min(lo, sigma), max(hi, sigma), steps - take
+            if pos == T:
+                close(T, lo, hi)
+                pos, lo, hi = 0, math.inf, 0.0
+        if steps >= T:
+            close(T, sigma, sigma, steps // T)
+            steps %= T
+        if steps:
+            pos, lo, hi = steps, min(lo, sigma), max(hi, sigma)
+    if pos:
+        close(pos, lo, hi)
+    return EpochPlan(T, epochs)
+
+
+def gaussian_epsilon(mu: float, delta: float) -> float:
+    """Certified upper bound on epsilon(delta) of the mu-GDP (Gaussian) mechanism: safeguarded
+    Newton on the exact profile ``Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)`` (Balle & Wang
+    2018, Thm 8), rounded up by a relative 1e-12."""
+    from scipy.special import log_ndtr
+
+    def upper(e):
+        value = float(gaussian_delta(np.array([e]), mu)[0]) * (1 + 1e-12) + 1e-300
+        slope = -math.exp(e + float(log_ndtr(-e / mu - mu / 2)))
+        return value, slope
+
+    hi = max(1.0, mu * mu)
+    while upper(hi)[0] > delta:
+        hi *= 2
+    return shuffle_bounds._newton_smallest_epsilon(upper, delta, hi, mu * math.sqrt(
+        2 * math.log(1 / delta)))
+
+
+class ShuffleAccountant(Accountant):
+    """DP-SGD on shuffled epochs: certified upper bound and Chua et al. lower bound (see module).
+
+    Options: ``batch_size`` (or its alias ``examples_per_step``; required), ``dataset_size``
+    (optional, checked against the sample rate), ``neighbouring``, ``lower_bound`` (compute the
+    lower bound; ``False`` reports 0 for it), ``value_discretization_interval`` (PLD grid step;
+    default chosen from the per-epoch noise).
+    """
+
+    name: ClassVar[str] = "shuffle"
+    theorem: ClassVar[str] = (
+        "Per epoch, the minimum of the no-amplification Gaussian profile (each example in one "
+        "step per epoch) and, for batch size 1, Balle et al. 2020 Thm 5.1 for (eps0, delta0) "
+        "Gaussian local randomizers; epochs composed in closed form (Gaussian DP) or by PLD/FFT "
+        "(Koskela et al. 2021; Doroshenko et al. 2022). Lower bound: Chua et al. 2024 "
+        "(max-of-batch-sums test on the worst-case pair), composed with PLD lower bounds.")
+    bound_type: ClassVar[str] = "certified upper bound"
+    _option_names = ("neighbouring", "batch_size", "dataset_size",
+                     "value_discretization_interval", "lower_bound")
+
+    def __init__(self, *, batch_size: int | None = None, examples_per_step: int | None = None,
+                 neighbouring: str = "add_remove", dataset_size: int | None = None,
+                 value_discretization_interval: float | None = None,
+                 lower_bound: bool = True) -> None:
+        super().__init__(neighbouring=neighbouring)
+        if batch_size is None and examples_per_step is None:
+            raise ParameterError("batch_size", None,
+                                 "an integer >= 1 (examples per optimizer step)",
+                                 hint="the shuffle accountant needs the batch size")
+        if batch_size is not None and examples_per_step is not None and \
+                batch_size != examples_per_step:
+            raise ParameterError("examples_per_step", examples_per_step,
+                                 f"equal to batch_size={batch_size} (they are aliases)")
+        self.batch_size = check_count("batch_size", batch_size if batch_size is not None
+                                      else examples_per_step, minimum=1)
+        self.dataset_size = (None if dataset_size is None
+                             else check_count("dataset_size", dataset_size, minimum=2))
+        if self.dataset_size is not None and self.dataset_size < self.batch_size:
+            raise ParameterError("dataset_size", dataset_size, f">= batch_size={self.batch_size}")
+        self.value_discretization_interval = (
+            None if value_discretization_interval is None
+            else check_positive("value_discretization_interval", value_discretization_interval))
+        if not isinstance(lower_bound, bool):
+            raise ParameterError("lower_bound", lower_bound, "True or False")
+        self.lower_bound = lower_bound
+
+    # -- plan and sensitivities -----------------------------------------------------------------
+    @property
+    def sensitivity(self) -> float:
+        """L2 sensitivity of one step's noisy sum between neighbours (clipping norm 1)."""
+        return 2.0 if self.neighbouring == "replace_one" else 1.0
+
+    def plan(self, history=None) -> EpochPlan:
+        """The epochs of ``history`` (default: the recorded one)."""
+        history = self._history if history is None else history
+        return epoch_plan(history, self.batch_size, self.dataset_size)
+
+    def _users_per_epoch(self, plan: EpochPlan) -> int | None:
+        """n of the shuffle theorems (batch size 1 only), or None when they do not apply."""
+        if self.batch_size != 1:
+            return None
+        n = plan.steps_per_epoch if self.dataset_size is None else self.dataset_size
+        return n if n >= 2 else None
+
+    def _mu_total(self, plan: EpochPlan) -> float:
+        total = sum(count / (smin * smin) for (smin, _, _), count in plan.epochs.items())
+        return self.sensitivity * math.sqrt(total)
+
+    # -- upper bound ----------------------------------------------------------------------------
+    def _epoch_profile(self, sigma: float, n: int):
+        mu = self.sensitivity / sigma
+        amplified = swap_bounds.gaussian_profile(sigma, n, sensitivity=2.0)
+
+        def profile(eps):
+            eps = np.asarray(eps, dtype=float)
+            return np.minimum(gaussian_delta(eps, mu) * (1 + 1e-12) + 1e-300, amplified(eps))
+        return profile, amplified
+
+    def _amplification_helps(self, sigma: float, n: int) -> bool:
+        """Whether the amplified profile is below the Gaussian one anywhere it matters."""
+        mu = self.sensitivity / sigma
+        probe = np.array([gaussian_epsilon(mu, d) for d in (1e-3, 1e-6, 1e-9, 1e-12)])
+        amplified = swap_bounds.gaussian_profile(sigma, n, sensitivity=2.0)(probe)
+        return bool(np.any(amplified < gaussian_delta(probe, mu)))
+
+    def _grid_step(self, plan: EpochPlan) -> float:
+        if self.value_discretization_interval is not None:
+            return self.value_discretization_interval
+        mu = self.sensitivity / max(smax for (_, smax, _) in plan.epochs)
+        return float(np.clip(mu / 200, 1e-5, 2e-3))
+
+    def _amplified_pld(self, plan: EpochPlan) -> PrivacyLossDistribution | None:
+        n = self._users_per_epoch(plan)
+        if n is None:
+            return None
+        sigmas = {smin for (smin, _, _) in plan.epochs}
+        if not any(self._amplification_helps(s, n) for s in sigmas):
+            return None
+        h = self._grid_step(plan)
+        counts: dict[float, int] = {}
+        for (smin, _, _), count in plan.epochs.items():
+            counts[smin] = counts.get(smin, 0) + count
+        total = None
+        for sigma, count in counts.items():
+            profile, _ = self._epoch_profile(sigma, n)
+            part = PrivacyLossDistribution.from_privacy_profile(
+                profile, symmetric=True, value_discretization_interval=h, profile_step=h,
+                description=f"shuffled epoch, batch size 1 (sigma={sigma:g}, n={n})")
+            part = part.self_compose(count)
+            total = part if total is None else total.compose(part)
+        return total
+
+    def _upper_epsilon(self, plan: EpochPlan, delta: float) -> float:
+        eps = gaussian_epsilon(self._mu_total(plan), delta)
+        pld = self._amplified_pld(plan)
+        if pld is not None:
+            try:
+                eps = min(eps, pld.epsilon_for_delta(delta, lower=False).upper)
+            except NumericalError:
+                pass  # the closed-form Gaussian bound stands
+        return eps
+
+    def _upper_delta(self, plan: EpochPlan, epsilon: float) -> float:
+        value = float(gaussian_delta(np.array([epsilon]), self._mu_total(plan))[0]) * (1 + 1e-12)
+        pld = self._amplified_pld(plan)
+        if pld is not None:
+            try:
+                value = min(value, pld.delta_for_epsilon(epsilon).upper)
+            except NumericalError:
+                pass
+        return min(value + 1e-300, 1.0)
+
+    # -- lower bound ----------------------------------------------------------------------------
+    def _used_fraction(self, plan: EpochPlan, released: int) -> float:
+        """A lower bound on the probability that the differing example is in one of the first
+        ``released`` batches of an epoch.  Using a smaller probability than the true one is a
+        post-processing (replace the output, with the right probability, by a fresh draw of the
+        "example not used" distribution), so the lower bound stays valid.  With ``dataset_size``
+        N it is ``min(released b, N) / N``; without it, N may be as large as ``T b + b - 1``
+        (``drop_last``), and we use that."""
+        b, T = self.batch_size, plan.steps_per_epoch
+        n = self.dataset_size if self.dataset_size is not None else T * b + b - 1
+        return min(released * b, n) / n
+
+    def _lower_plds(self, plan: EpochPlan) -> list[PrivacyLossDistribution]:
+        T = plan.steps_per_epoch
+        epochs: dict[tuple, int] = {}
+        for (_, smax, released), count in plan.epochs.items():
+            key = (smax, released, self._used_fraction(plan, released))
+            epochs[key] = epochs.get(key, 0) + count
+        smax = max(s for (s, _, _) in epochs)
+        h = self.value_discretization_interval or float(np.clip(1.0 / (smax * 200), 1e-4, 5e-3))
+        return [shuffle_bounds.shuffle_lower_bound_pld(epochs, T, mp, mq, h)
+                for mp, mq in shuffle_bounds._neighbour_means(self.neighbouring)]
+
+    def _lower(self, plan: EpochPlan, query) -> float:
+        if not self.lower_bound:
+            return 0.0
+        best = 0.0
+        for pld in self._lower_plds(plan):
+            try:
+                best = max(best, query(pld))
+            except NumericalError:
+                continue  # 0 is always a valid lower bound
+        return best
+
+    # -- the contract ---------------------------------------------------------------------------
+    def _epsilon_bounds(self, history, delta: float) -> Bounds:
+        plan = self.plan(history)
+        upper = self._upper_epsilon(plan, delta)
+        lower = self._lower(plan, lambda pld: pld.epsilon_for_delta(delta).lower)
+        return Bounds(min(lower, upper), upper)
+
+    def _delta_bounds(self, history, epsilon: float) -> Bounds:
+        plan = self.plan(history)
+        upper = self._upper_delta(plan, epsilon)
+        lower = self._lower(plan, lambda pld: pld.delta_for_epsilon(epsilon).lower)
+        return Bounds(min(lower, upper), upper)
+
+    def no_amplification_epsilon(self, delta: float) -> float:
+        """Epsilon without any amplification (Gaussian DP composition of one step per epoch)."""
+        if not self._history:
+            return 0.0
+        return gaussian_epsilon(self._mu_total(self.plan()), delta)
+
+    def summary(self, delta: float) -> str:
+        """A short report: lower bound, upper bound, no-amplification value, and advice."""
+        lower, upper = self.get_epsilon_bounds(delta)
+        plain = self.no_amplification_epsilon(delta)
+        lines = [f"shuffled epochs ({self.neighbouring}, batch size {self.batch_size}), "
+                 f"delta={delta:g}: epsilon in [{lower:.4g}, {upper:.4g}] "
+                 f"(no amplification: {plain:.4g})"]
+        if upper >= 0.95 * plain:
+            lines.append("The upper bound is (close to) no amplification: Poisson subsampling "
+                         "('pld') or random check-ins ('checkin') with their own accountants give "
+                         "far better guarantees at the same noise. Reporting the Poisson epsilon "
+                         "for shuffled batches is not valid (Chua et al. 2024).")
+        return "\n".join(lines)

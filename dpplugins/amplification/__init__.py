@@ -1,0 +1,1 @@
+"""Privacy amplification theorems as pure functions, one module per paper family."""

@@ -1,0 +1,860 @@
+"""Amplification by shuffling: certified upper bounds, exact lower bounds, DP-SGD diagnostics.
+
+Setting (Feldman, McMillan, Talwar 2021, FOCS, arXiv:2012.12803 -- "FMT21"; Feldman, McMillan,
+Talwar 2023, SODA, arXiv:2208.04591 with its errata -- "FMT23", seed text
+``papers/stronger-shuffling-amplification.txt``): n users run an adaptive sequence of local
+randomizers ``R^(i)(z_{1:i-1}, x_pi(i))`` on a uniformly random permutation of the data; each is
+eps0-DP for every value of the earlier outputs.  Neighbouring datasets differ in one record
+(*replace one*).  ``log`` is natural.
+
+**The clone reduction.**  The shuffled output is a post-processing of the counts ``(n0, n1)`` of
+the following experiment: the differing user reports 0 with probability
+``alpha = e^eps0 / (e^eps0 + 1)`` and 1 otherwise (on X1 the roles of 0 and 1 swap); each of the
+other ``n - 1`` users is, independently, a *clone* with probability ``c`` and then reports 0 or 1
+with probability 1/2 each (otherwise 2).  Hence for every divergence with the data-processing
+inequality ``D(A(X0) || A(X1)) <= D(P0 || P1)``.
+
+* FMT21, Thm 3.1: ``c = e^-eps0`` (``p = c/2 = 1/(2 e^eps0)``), valid for every eps0-DP randomizer.
+  In the notation of the pair: ``C ~ Bin(n-1, e^-eps0)``, ``A ~ Bin(C, 1/2)``,
+  ``Delta ~ Bern(alpha)``, ``P0 = (A + Delta, C - A + 1 - Delta)``.  (Confirmed against the
+  authors' code, apple/ml-shuffling-amplification, ``deltacomp`` docstring.)
+* FMT23, Thm 3.1 / errata Thm 7.1: ``c = 2 / (e^eps0 + 1)`` (``p = 1/(e^eps0 + 1)``), valid **only**
+  for randomizers in the class E_eps0 of the errata -- those with the decomposition of Cor. 3.4 at
+  ``p = 1/(e^eps0 + 1)``, where the differing user never reports 2.  Binary randomized response is
+  in it.  k-ary randomized response is in it too -- our derivation (the errata does not state it):
+  with ``R(a) = (e^eps0 1_a + 1_b + 1_rest) / (e^eps0 + k - 1)`` for the differing inputs a, b,
+  put ``Q0 = (alpha R(a) - (1-alpha) R(b)) / (2 alpha - 1)`` and ``Q1`` symmetrically; their
+  masses are ``(e^eps0 + 1) / (e^eps0 + k - 1)`` on a (resp. b), 0 on b (resp. a) and
+  ``1 / (e^eps0 + k - 1)`` on every other value, all >= 0, so ``R(a) = alpha Q0 + (1-alpha) Q1``;
+  and ``Q0 + Q1 = R(a) + R(b) <= (e^eps0 + 1) R(c)`` output by output for every input c (on a or
+  b: ``e^eps0 + 1 <= e^eps0 + 1`` resp. ``1 + 1 <= e^eps0 + 1`` when c in {a, b}; on other
+  outputs ``2 <= e^eps0 + 1``), so ``R(c) - (Q0 + Q1)/(e^eps0 + 1) >= 0`` is the remaining
+  component.  The errata's k-RR refinement (Lemma 7.3 with ``p = 1/(e^eps0 + k - 1)`` and a second
+  parameter q) lost its displayed formulas in the seed text; we do not implement it.
+* **Trap** (REFERENCE.md "Shuffling" lists the FMT23 variables ``Y^b_1`` -- which can report 2 --
+  with the FMT21 value of p): that combination is the flawed Lemma 3.5 of FMT23 at
+  ``p < 1/(e^eps0 + 1)``, and because the differing user then hides behind "2" it *under*-reports.
+  FMT21's differing user never reports 2; we implement FMT21's pair as its Thm 3.1 states it.
+
+**Exact hockey-stick divergence of the pair.**  With ``m = n0 + n1 = C + 1`` and ``j = n0``,
+``P0(m, j) = B(m-1) Bin(m, 1/2)(j) 2 (alpha j + (1-alpha)(m-j)) / m`` where ``B = Bin(n-1, c)``,
+and ``P1(m, j) = P0(m, m - j)``, so the pair is symmetric (both directions give the same delta).
+For ``eps < eps0`` put ``a = alpha - e^eps (1-alpha)``, ``b = e^eps alpha - (1-alpha)``; the
+positive part of ``P0 - e^eps P1`` is where ``j >= J_m = floor(b m / (a+b)) + 1``, and
+``sum_j Bin(m,1/2)(j) j 1{j >= J} = (m/2) P(Bin(m-1,1/2) >= J-1)`` gives, exactly,
+
+    delta(eps) = sum_m B(m-1) [ (a+b) P(Bin(m-1,1/2) >= J_m - 1) - 2b P(Bin(m,1/2) >= J_m) ],
+
+an O(n) sum of binomial survival functions (scipy.stats.binom, vectorised).  Terms with C outside a
+window holding all but ``e^-75`` of ``Bin(n-1, c)`` are dropped and their exact mass (at least
+their contribution, since each bracket is at most 1) is added to the upper bound; the
+floating-point error of each bracket (a difference of two survival functions) is charged as
+``(1e-12 + 64 u m) * (sum of the two terms)``.  No blocks, no bisection inside the sum: the public
+FMT21 code sums over blocks of C with a typo in the second direction
+(``max(deltaq_upperc, deltaq_upperc)``); for this symmetric pair the exact sum needs one direction.
+For ``eps >= eps0`` the pair is eps0-DP, so delta = 0.
+
+Closed forms: Balle et al. 2020 Thm 5.1 (see :mod:`dpplugins.amplification.swap`) and the FMT21
+analytic bound :func:`fmt21_closed_form_epsilon`.  Lower bounds: the exact privacy of shuffled
+binary and ternary randomized response on specific neighbouring datasets (:func:`lower_bound`).
+For DP-SGD on shuffled batches: :func:`shuffle_lower_bound` (after Chua et al. 2024).
+
+Not implemented, on purpose: FMT21's extension to (eps0, delta0)-DP randomizers (Thm 3.8 or near
+it) -- we could not confirm its exact statement from a primary source, so approximate-DP
+randomizers use only Balle et al. 2020 Thm 5.1; the variation-ratio bound of Wang et al. (VLDB 2024)
+and the RDP of the pair.
+
+Example::
+
+    >>> from dpplugins.amplification import shuffle
+    >>> b = shuffle.epsilon(4.0, 100_000, 1e-6)
+    >>> b.method, round(b.epsilon, 3)
+    ('fmt21', 0.17)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+import numpy as np
+from scipy import special, stats
+
+from dpplugins.amplification import swap
+from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_count,
+                              check_nonnegative, check_open_unit, check_positive)
+from dpplugins.pld import Bounds, PrivacyLossDistribution
+
+__all__ = [
+    "ShuffleBound", "normalise_randomizer", "METHODS",
+    "fmt21_clone_probability", "fmt23_clone_probability", "clone_pair_delta",
+    "clone_pair_epsilon", "clone_pair_profile", "fmt21_epsilon", "fmt23_epsilon",
+    "fmt21_closed_form_epsilon", "balle2020_epsilon", "no_amplification_epsilon", "epsilon",
+    "dominating_pair_pld", "shuffled_rr_delta", "rr_lower_bound_epsilon", "lower_bound",
+    "gaussian_amplified_profile", "max_statistic_pair", "shuffle_lower_bound",
+    "shuffle_lower_bound_pld",
+]
+
+METHODS = ("best", "fmt21", "fmt23", "fmt21_closed_form", "balle2020", "none")
+_U = float(np.finfo(float).eps) / 2
+#: log of the probability mass we leave outside a summation window (charged to delta)
+_LOG_CUT = -75.0
+
+
+@dataclass(frozen=True)
+class ShuffleBound:
+    """An (epsilon, delta) guarantee for the shuffled protocol and the bound that gave it.
+
+    ``candidates`` maps every bound that applied to its epsilon (``method`` is the smallest).
+    For :func:`lower_bound` the numbers are *lower* bounds and ``method`` says so.
+    """
+
+    epsilon: float
+    delta: float
+    method: str
+    eps0: float
+    n: int
+    randomizer: str
+    candidates: Mapping[str, float] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------
+# validation
+# --------------------------------------------------------------------------------------------
+def normalise_randomizer(randomizer) -> tuple:
+    """``"general"`` -> ``("general",)``; ``"binary_rr"`` or ``("krr", 2)`` -> ``("krr", 2)``;
+    ``("krr", k)`` -> ``("krr", k)`` with k an integer >= 2."""
+    if randomizer == "general" or (isinstance(randomizer, tuple) and randomizer == ("general",)):
+        return ("general",)
+    if randomizer == "binary_rr":
+        return ("krr", 2)
+    if isinstance(randomizer, (tuple, list)) and len(randomizer) == 2 and randomizer[0] == "krr":
+        k = check_count("randomizer k", randomizer[1], minimum=2)
+        return ("krr", k)
+    raise ParameterError("randomizer", randomizer,
+                         "'general', 'binary_rr' or ('krr', k) with an integer k >= 2")
+
+
+def _randomizer_name(r: tuple) -> str:
+    if r[0] == "general":
+        return "general"
+    return "binary_rr" if r[1] == 2 else f"{r[1]}-rr"
+
+
+def _check_eps0_n(eps0, n) -> tuple[float, int]:
+    eps0 = check_nonnegative("eps0", eps0)
+    if eps0 > 700:
+        raise ParameterError("eps0", eps0, "<= 700 (e^eps0 must be finite)")
+    return eps0, check_count("n", n, minimum=2)
+
+
+def _check_delta0(delta0) -> float:
+    delta0 = check_nonnegative("delta0", delta0)
+    if delta0 >= 1:
+        raise ParameterError("delta0", delta0, "in [0, 1)")
+    return delta0
+
+
+# --------------------------------------------------------------------------------------------
+# binomial windows
+# --------------------------------------------------------------------------------------------
+def _binomial_window(trials: int, prob: float, log_cut: float = _LOG_CUT) -> tuple[int, int, float]:
+    """``(lo, hi, outside)``: ``Bin(trials, prob)`` puts all but ``outside`` (its exact mass) on
+    ``[lo, hi]``, and ``outside <= e^log_cut`` unless the support is exhausted first."""
+    if trials == 0 or prob <= 0:
+        return 0, 0, 0.0
+    if prob >= 1:
+        return trials, trials, 0.0
+    mean = trials * prob
+    sd = math.sqrt(trials * prob * (1 - prob))
+    k = math.sqrt(-2 * log_cut) + 1
+    lo = max(0, math.floor(mean - k * sd - 2))
+    hi = min(trials, math.ceil(mean + k * sd + 2))
+    while hi < trials and stats.binom.logsf(hi, trials, prob) > log_cut:
+        hi = min(trials, hi + max(2, hi - math.floor(mean)))
+    while lo > 0 and stats.binom.logcdf(lo - 1, trials, prob) > log_cut:
+        lo = max(0, lo - max(2, math.ceil(mean) - lo))
+    outside = 0.0
+    if lo > 0:
+        outside += float(stats.binom.cdf(lo - 1, trials, prob))
+    if hi < trials:
+        outside += float(stats.binom.sf(hi, trials, prob))
+    return lo, hi, outside * (1 + 1e-9)  # rounded up: it is charged to upper bounds
+
+
+# --------------------------------------------------------------------------------------------
+# the clone pair (FMT21 / FMT23)
+# --------------------------------------------------------------------------------------------
+def fmt21_clone_probability(eps0: float) -> float:
+    """Clone probability ``c = e^-eps0`` of FMT21 Thm 3.1 (every eps0-DP randomizer)."""
+    return math.exp(-check_nonnegative("eps0", eps0))
+
+
+def fmt23_clone_probability(eps0: float, randomizer="binary_rr") -> float:
+    """Clone probability ``c = 2 / (e^eps0 + 1)`` of FMT23 Thm 3.1, valid only for randomizers
+    in the errata's class E_eps0 (binary and k-ary randomized response; see the module
+    docstring).  ``randomizer="general"`` raises :class:`ParameterError`."""
+    eps0 = check_nonnegative("eps0", eps0)
+    r = normalise_randomizer(randomizer)
+    if r[0] == "general":
+        raise ParameterError(
+            "randomizer", randomizer, "'binary_rr' or ('krr', k) for the FMT23 bound",
+            hint="FMT23's p = 1/(e^eps0+1) holds only for the restricted class of its errata; "
+                 "general randomizers use method='fmt21'")
+    return 2.0 / (math.exp(eps0) + 1.0)
+
+
+class _ClonePair:
+    """Precomputed window of the clone pair for one ``(eps0, n, c)``; delta(eps) is O(window)."""
+
+    def __init__(self, eps0: float, n: int, clone_probability: float) -> None:
+        self.eps0 = eps0
+        self.n = n
+        self.c = clone_probability
+        trials = n - 1
+        lo, hi, outside = _binomial_window(trials, clone_probability)
+        clones = np.arange(lo, hi + 1)
+        self.m = clones + 1  # number of 0s and 1s, the differing user included
+        self.weights = stats.binom.pmf(clones, trials, clone_probability)
+        self.outside = outside
+        self.fp_rel = 1e-12 + 64 * _U * float(self.m[-1])
+        self.alpha = float(special.expit(eps0))
+        self.beta = float(special.expit(-eps0))
+
+    def evaluate(self, epsilon: float) -> tuple[Bounds, float]:
+        """Certified bounds on delta(epsilon) (both directions) and the derivative of the exact
+        delta, ``-e^eps P1(L > eps)``, from the same two survival functions:
+        ``P1(L > eps) = sum_m B(m-1) [(beta - alpha) S1_m + 2 alpha S2_m]``."""
+        if epsilon >= self.eps0 or self.eps0 == 0:
+            return Bounds(0.0, 0.0), 0.0
+        x = math.exp(epsilon)
+        a = self.alpha - x * self.beta
+        b = x * self.alpha - self.beta
+        if a <= 0:
+            return Bounds(0.0, 0.0), 0.0
+        m = self.m
+        jmin = np.floor(b / (a + b) * m).astype(np.int64) + 1
+        s1 = stats.binom.sf(jmin - 2, m - 1, 0.5)  # P(Bin(m-1, 1/2) >= J - 1)
+        s2 = stats.binom.sf(jmin - 1, m, 0.5)      # P(Bin(m, 1/2) >= J)
+        t1, t2 = (a + b) * s1, 2 * b * s2
+        value = float(np.dot(self.weights, np.maximum(t1 - t2, 0.0)))
+        error = self.fp_rel * float(np.dot(self.weights, t1 + t2))
+        q_tail = float(np.dot(self.weights, (self.beta - self.alpha) * s1 + 2 * self.alpha * s2))
+        bounds = Bounds(float(max(value - error, 0.0)),
+                        float(min(value + error + self.outside, 1.0)))
+        return bounds, -x * max(q_tail, 0.0)
+
+    def delta(self, epsilon: float) -> Bounds:
+        """Certified bounds on the hockey-stick divergence at ``epsilon`` (both directions)."""
+        return self.evaluate(epsilon)[0]
+
+    def epsilon(self, delta: float) -> float:
+        """Certified upper bound on the smallest eps with delta(eps) <= delta: safeguarded Newton
+        on ``log delta`` inside a bisection bracket, ending with a checked point."""
+        def upper(e):
+            bounds, slope = self.evaluate(e)
+            return bounds.upper, slope
+        guess = -math.expm1(-self.eps0) * math.sqrt(2 * math.exp(self.eps0) * math.log(1 / delta)
+                                                      / self.n)
+        return _newton_smallest_epsilon(upper, delta, self.eps0, guess)
+
+
+def _newton_smallest_epsilon(fn: Callable[[float], tuple[float, float]], delta: float, hi: float,
+                             guess: float, rtol: float = 1e-7) -> float:
+    """Smallest eps in [0, hi] with ``fn(eps)[0] <= delta`` to relative ``rtol``; ``fn`` returns
+    (an upper bound on delta(eps), the derivative of delta).  The bracket ``[lo, hi]`` keeps
+    ``fn(lo) > delta >= fn(hi)`` (``fn(hi) <= delta`` is required); Newton steps on
+    ``log delta`` that leave the bracket are replaced by bisection.  The returned point was
+    checked, so it is a certified upper bound whatever the steps did."""
+    if fn(0.0)[0] <= delta:
+        return 0.0
+    lo = 0.0
+    x = min(max(guess, 1e-3 * hi), 0.5 * hi)
+    for _ in range(200):
+        value, slope = fn(x)
+        if value <= delta:
+            hi = x
+        else:
+            lo = x
+        if hi - lo <= rtol * hi:
+            break
+        step = None
+        if value > 0 and slope < 0:
+            step = x - (math.log(value) - math.log(delta)) * value / slope
+        if step is None or not lo < step < hi:
+            step = 0.5 * (lo + hi)
+        elif abs(step - x) < 0.25 * rtol * hi:
+            # converged: probe just above and just below to close the bracket
+            above = step * (1 + 0.5 * rtol)
+            if above < hi and fn(above)[0] <= delta:
+                hi = above
+            below = step * (1 - 0.5 * rtol)
+            if below > lo and fn(below)[0] > delta:
+                lo = below
+            if hi - lo <= rtol * hi:
+                break
+            step = 0.5 * (lo + hi)
+        x = step
+    return hi
+
+
+@functools.lru_cache(maxsize=64)
+def _clone_pair(eps0: float, n: int, c: float) -> _ClonePair:
+    return _ClonePair(eps0, n, c)
+
+
+def _check_clone(eps0, n, clone_probability) -> tuple[float, int, float]:
+    eps0, n = _check_eps0_n(eps0, n)
+    c = check_positive("clone_probability", clone_probability)
+    if c > 1:
+        raise ParameterError("clone_probability", c, "in (0, 1]")
+    return eps0, n, c
+
+
+def clone_pair_delta(eps0: float, n: int, clone_probability: float, epsilon: float) -> Bounds:
+    """Exact hockey-stick divergence (both directions) of the clone pair, as certified bounds.
+
+    ``clone_probability`` is :func:`fmt21_clone_probability` or :func:`fmt23_clone_probability`;
+    the pair and the formula are in the module docstring.
+
+    Example::
+
+        >>> b = clone_pair_delta(1.0, 1000, fmt21_clone_probability(1.0), 0.2)
+        >>> b.lower <= b.upper
+        True
+    """
+    eps0, n, c = _check_clone(eps0, n, clone_probability)
+    epsilon = check_nonnegative("epsilon", epsilon)
+    return _clone_pair(eps0, n, c).delta(epsilon)
+
+
+def _largest_violated(delta_lower: Callable[[float], float], delta: float, hi: float) -> float:
+    """Largest eps in [0, hi] (to ~1e-7 relative) with ``delta_lower(eps) > delta`` (0 if none):
+    a certified lower bound on epsilon(delta) when ``delta_lower`` is a lower bound on delta."""
+    if delta_lower(0.0) <= delta:
+        return 0.0
+    lo = 0.0
+    if delta_lower(hi) > delta:
+        return hi
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if delta_lower(mid) > delta:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-7 * hi + 1e-12:
+            break
+    return lo
+
+
+def clone_pair_epsilon(eps0: float, n: int, clone_probability: float, delta: float) -> float:
+    """Certified upper bound on the smallest eps with ``delta(eps) <= delta`` for the clone pair
+    (bisection on the exact profile; at most eps0)."""
+    eps0, n, c = _check_clone(eps0, n, clone_probability)
+    delta = check_open_unit("delta", delta)
+    return _clone_pair(eps0, n, c).epsilon(delta)
+
+
+def clone_pair_profile(eps0: float, n: int,
+                       clone_probability: float) -> Callable[[np.ndarray], np.ndarray]:
+    """The pair's upper profile ``delta(eps)`` as a vectorised callable (for
+    :meth:`PrivacyLossDistribution.from_privacy_profile`)."""
+    eps0, n, c = _check_clone(eps0, n, clone_probability)
+    pair = _clone_pair(eps0, n, c)
+
+    def profile(eps):
+        eps = np.asarray(eps, dtype=float)
+        return np.array([pair.delta(float(e)).upper for e in eps.ravel()]).reshape(eps.shape)
+
+    return profile
+
+
+def _bound(eps, delta, method, eps0, n, r, candidates=None) -> ShuffleBound:
+    return ShuffleBound(float(eps), float(delta), method, eps0, n, _randomizer_name(r),
+                        dict(candidates or {method: float(eps)}))
+
+
+def fmt21_epsilon(eps0: float, n: int, delta: float) -> ShuffleBound:
+    """FMT21 Thm 3.1 with the clone pair computed exactly: valid for every adaptive sequence of
+    eps0-DP local randomizers (pure DP).
+
+    Example::
+
+        >>> round(fmt21_epsilon(4.0, 100_000, 1e-6).epsilon, 3)
+        0.17
+    """
+    eps0, n = _check_eps0_n(eps0, n)
+    delta = check_open_unit("delta", delta)
+    eps = clone_pair_epsilon(eps0, n, fmt21_clone_probability(eps0), delta)
+    return _bound(eps, delta, "fmt21", eps0, n, ("general",))
+
+
+def fmt23_epsilon(eps0: float, n: int, delta: float, *, randomizer="binary_rr") -> ShuffleBound:
+    """FMT23 Thm 3.1 (errata Thm 7.1) with the clone pair computed exactly; only for the
+    restricted class (``randomizer="binary_rr"`` or ``("krr", k)``).
+
+    Example::
+
+        >>> fmt23_epsilon(4.0, 100_000, 1e-6).epsilon < fmt21_epsilon(4.0, 100_000, 1e-6).epsilon
+        True
+    """
+    eps0, n = _check_eps0_n(eps0, n)
+    delta = check_open_unit("delta", delta)
+    r = normalise_randomizer(randomizer)
+    c = fmt23_clone_probability(eps0, r)
+    eps = clone_pair_epsilon(eps0, n, c, delta)
+    return _bound(eps, delta, "fmt23", eps0, n, r)
+
+
+def fmt21_closed_form_epsilon(eps0: float, n: int, delta: float) -> ShuffleBound:
+    """FMT21's analytic bound (Thm 3.2), for eps0-DP randomizers, where it applies.
+
+    We use the form the authors' code evaluates (apple/ml-shuffling-amplification,
+    ``closedformanalysis``): with ``A = 8 sqrt(e^eps0 log(4/delta) / n) + 8 e^eps0 / n`` and
+    ``e = log(1 + A)``, ``eps = log(1 + (1 - e^-eps0) / (1 + e^(-eps0 - e)) A)``.  The form usually
+    quoted from the paper has the factor ``(e^eps0 - 1)/(e^eps0 + 1)`` instead, which is smaller, so
+    ours is the conservative one.  Validity: ``eps0 <= log(n / (16 log(4/delta)))`` -- the code's
+    condition, stricter than the ``log(2/delta)`` one sometimes quoted.  Outside it we raise
+    :class:`ParameterError` instead of returning a number.
+    """
+    eps0, n = _check_eps0_n(eps0, n)
+    delta = check_open_unit("delta", delta)
+    limit = math.log(n / (16 * math.log(4 / delta))) if n > 16 * math.log(4 / delta) else -math.inf
+    if eps0 > limit:
+        raise ParameterError(
+            "eps0", eps0, f"<= log(n / (16 log(4/delta))) = {limit:.4g} for the FMT21 closed form "
+            f"(n={n}, delta={delta:g})", hint="use method='fmt21' (numerical) instead")
+    a = 8 * math.sqrt(math.exp(eps0) * math.log(4 / delta) / n) + 8 * math.exp(eps0) / n
+    e = math.log1p(a)
+    eps = math.log1p(-math.expm1(-eps0) / (1 + math.exp(-eps0 - e)) * a)
+    return _bound(eps, delta, "fmt21_closed_form", eps0, n, ("general",))
+
+
+def balle2020_epsilon(eps0: float, n: int, delta: float, *, delta0: float = 0.0) -> ShuffleBound:
+    """Balle et al. 2020 Thm 5.1 (pure and approximate-DP randomizers); see
+    :func:`dpplugins.amplification.swap.epsilon`."""
+    eps0, n = _check_eps0_n(eps0, n)
+    delta0 = _check_delta0(delta0)
+    res = swap.epsilon(eps0, n, delta, delta0=delta0)
+    return _bound(res.epsilon, res.delta, "balle2020", eps0, n, ("general",))
+
+
+def no_amplification_epsilon(eps0: float, n: int, delta: float, *,
+                             delta0: float = 0.0) -> ShuffleBound:
+    """The shuffled protocol is (eps0, delta0)-DP like each randomizer (for a fixed permutation
+    only one randomizer sees the differing record; mixing over permutations keeps the bound by
+    joint convexity of the hockey-stick divergence).  Valid when ``delta0 <= delta``."""
+    eps0, n = _check_eps0_n(eps0, n)
+    delta = check_open_unit("delta", delta)
+    delta0 = _check_delta0(delta0)
+    if delta0 > delta:
+        raise ParameterError("delta0", delta0, f"<= delta={delta:g} for the no-amplification bound")
+    return _bound(eps0, delta, "none", eps0, n, ("general",))
+
+
+def epsilon(eps0: float, n: int, delta: float, *, randomizer="general", method: str = "best",
+            delta0: float = 0.0) -> ShuffleBound:
+    """Certified epsilon at ``delta`` for n shuffled adaptive (eps0, delta0)-DP local randomizers.
+
+    ``randomizer`` states the class the caller vouches for: ``"general"`` (any eps0-DP randomizer),
+    ``"binary_rr"`` or ``("krr", k)`` (randomized response, which is pure eps0-DP, so delta0 must
+    be 0).  ``method``: ``"best"`` (smallest valid bound; ``.method`` names it), ``"fmt21"``,
+    ``"fmt23"`` (restricted class only), ``"fmt21_closed_form"``, ``"balle2020"``, ``"none"``.
+    With ``delta0 > 0`` only ``"balle2020"`` and ``"none"`` apply (FMT21's approximate-DP
+    extension is not implemented; see the module docstring).
+
+    Example::
+
+        >>> epsilon(4.0, 100_000, 1e-6, randomizer="binary_rr").method
+        'fmt23'
+    """
+    eps0, n = _check_eps0_n(eps0, n)
+    delta = check_open_unit("delta", delta)
+    delta0 = _check_delta0(delta0)
+    r = normalise_randomizer(randomizer)
+    method = check_choice("method", method, METHODS)
+    if r[0] == "krr" and delta0 > 0:
+        raise ParameterError("delta0", delta0, f"0 for randomizer={randomizer!r}",
+                             hint="randomized response is pure eps0-DP")
+    if delta0 > 0 and method in ("fmt21", "fmt23", "fmt21_closed_form"):
+        raise ParameterError(
+            "method", method, "'balle2020', 'none' or 'best' when delta0 > 0",
+            hint="the clone bounds here are for pure eps0-DP randomizers; FMT21's (eps0, delta0) "
+                 "extension is not implemented because its statement could not be confirmed")
+    if method == "fmt23" and r[0] == "general":
+        fmt23_clone_probability(eps0, randomizer)  # raises the explanatory ParameterError
+    runners = {
+        "fmt21": lambda: fmt21_epsilon(eps0, n, delta),
+        "fmt23": lambda: fmt23_epsilon(eps0, n, delta, randomizer=r),
+        "fmt21_closed_form": lambda: fmt21_closed_form_epsilon(eps0, n, delta),
+        "balle2020": lambda: balle2020_epsilon(eps0, n, delta, delta0=delta0),
+        "none": lambda: no_amplification_epsilon(eps0, n, delta, delta0=delta0),
+    }
+    if method != "best":
+        res = runners[method]()
+        return _bound(res.epsilon, delta, method, eps0, n, r)
+    names = ["balle2020", "none"]
+    if delta0 == 0:
+        names = ["fmt21", "fmt21_closed_form"] + (["fmt23"] if r[0] == "krr" else []) + names
+    candidates = {}
+    for name in names:
+        try:
+            candidates[name] = runners[name]().epsilon
+        except ParameterError:
+            continue  # this bound does not apply here (validity condition, delta0 split)
+    if not candidates:
+        raise ParameterError("delta0", delta0, f"<= delta={delta:g} (no bound applies)")
+    best = min(candidates, key=candidates.get)
+    return _bound(candidates[best], delta, best, eps0, n, r, candidates)
+
+
+# --------------------------------------------------------------------------------------------
+# the pair as a PLD
+# --------------------------------------------------------------------------------------------
+def _pair_pmfs(eps0: float, n: int, c: float, max_support: int):
+    """Flattened pmfs of the clone pair on a window of ``(m, j)`` plus two atoms, one where only
+    P0 has mass and one where only P1 has, each carrying the mass outside the window.  With the
+    exact missing mass the true pair is a post-processing of this one (map each atom to the
+    conditional law of the missing part), so it dominates.  We put an *upper bound* on the missing
+    mass there: extra P-mass where Q = 0 only increases ``(P - e^eps Q)_+`` pointwise, also for
+    products of pairs, so every delta computed from it (composed or not) stays an upper bound.
+    ``None`` if the window exceeds ``max_support``."""
+    pair = _clone_pair(eps0, n, c)
+    m = pair.m
+    k = math.sqrt(-2 * _LOG_CUT) + 1
+    j_lo = np.maximum(0, np.floor(m / 2 - k * np.sqrt(m) / 2 - 2)).astype(np.int64)
+    j_hi = np.minimum(m, np.ceil(m / 2 + k * np.sqrt(m) / 2 + 2)).astype(np.int64)
+    sizes = j_hi - j_lo + 1
+    if int(sizes.sum()) > max_support:
+        return None
+    row = np.repeat(np.arange(len(m)), sizes)
+    j = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes) + j_lo[row]
+    mm = m[row]
+    base = pair.weights[row] * stats.binom.pmf(j, mm, 0.5) * 2.0 / mm
+    p0 = base * (pair.alpha * j + pair.beta * (mm - j))
+    p1 = base * (pair.beta * j + pair.alpha * (mm - j))
+    # P0-mass outside the j-window <= 2 P(Bin(m,1/2) outside) (the factor 2(...)/m is <= 2)
+    j_out = stats.binom.cdf(j_lo - 1, m, 0.5) + stats.binom.sf(j_hi, m, 0.5)
+    missing = pair.outside + 2.0 * float(np.dot(pair.weights, j_out)) + 1e-15
+    p = np.concatenate([p0, [missing, 0.0]])
+    q = np.concatenate([p1, [0.0, missing]])
+    return p, q
+
+
+def dominating_pair_pld(eps0: float, n: int, *, randomizer="general", method: str = "fmt21",
+                        value_discretization_interval: float | None = None,
+                        max_support: int = 2_000_000, **options) -> PrivacyLossDistribution:
+    """The clone pair (FMT21 or FMT23) as a dominating PLD, so repeated shuffles compose by FFT
+    (Koskela, Heikkilä, Honkela 2021).
+
+    Built from the pmfs on the ``(n0, n1)`` support with
+    :meth:`PrivacyLossDistribution.from_pmfs` when the support window has at most ``max_support``
+    points (lower and upper bounds), otherwise from the exact privacy profile with
+    ``from_privacy_profile`` (upper bounds only; the profile is sampled up to the eps where it
+    falls below 1e-15, and the rest goes to ``delta(inf)``).  The pair is symmetric, so one
+    direction is kept.  The default grid step is 1/1000 of that eps (pass the same
+    ``value_discretization_interval`` to every PLD you compose this with).
+
+    Example::
+
+        >>> pld = dominating_pair_pld(2.0, 500, value_discretization_interval=1e-3)
+        >>> pld.self_compose(10).epsilon_for_delta(1e-6).upper > 0
+        True
+    """
+    eps0, n = _check_eps0_n(eps0, n)
+    r = normalise_randomizer(randomizer)
+    method = check_choice("method", method, ("fmt21", "fmt23"))
+    c = fmt21_clone_probability(eps0) if method == "fmt21" else fmt23_clone_probability(eps0, r)
+    if eps0 == 0:
+        h = check_positive("value_discretization_interval", value_discretization_interval or 1e-3)
+        return PrivacyLossDistribution.from_pmfs([1.0], [1.0], symmetric=True,
+                                                 value_discretization_interval=h, **options)
+    pair = _clone_pair(eps0, n, c)
+    eps_hi = max(pair.epsilon(1e-15), 1e-6)
+    h = check_positive("value_discretization_interval",
+                       value_discretization_interval or float(np.clip(eps_hi / 1000, 1e-6, 1e-2)))
+    pmfs = _pair_pmfs(eps0, n, c, int(max_support))
+    if pmfs is not None:
+        return PrivacyLossDistribution.from_pmfs(pmfs[0], pmfs[1], symmetric=True,
+                                                 value_discretization_interval=h, **options)
+    return PrivacyLossDistribution.from_privacy_profile(
+        clone_pair_profile(eps0, n, c), epsilon_max=eps_hi, symmetric=True,
+        value_discretization_interval=h, profile_step=max(h, eps_hi / 100),
+        description=f"{method} clone pair (eps0={eps0:g}, n={n})", **options)
+
+
+# --------------------------------------------------------------------------------------------
+# lower bounds: shuffled randomized response computed exactly
+# --------------------------------------------------------------------------------------------
+def _binary_rr_delta(eps0: float, n: int, epsilon: float, others_ones: int) -> Bounds:
+    """Shuffled binary RR, differing user 0 vs 1, ``others_ones`` of the others hold 1: the output
+    is the count of reported 1s; both directions, windowed with the dropped mass charged."""
+    alpha, beta = float(special.expit(eps0)), float(special.expit(-eps0))
+    trials = n - 1
+    parts, dropped = [], 0.0
+    start = 0
+    for count, prob in ((others_ones, alpha), (trials - others_ones, beta)):
+        lo, hi, out = _binomial_window(count, prob)
+        parts.append(stats.binom.pmf(np.arange(lo, hi + 1), count, prob))
+        start += lo
+        dropped += out
+    w = np.convolve(parts[0], parts[1])
+    w = np.concatenate([[0.0], w, [0.0]])  # W(s-1) and W(s) on s = start .. start+len
+    w_prev, w_cur = w[:-1], w[1:]
+    p0 = alpha * w_cur + beta * w_prev
+    p1 = beta * w_cur + alpha * w_prev
+    x = math.exp(epsilon)
+    value = max(float(np.sum(np.maximum(p0 - x * p1, 0.0))),
+                float(np.sum(np.maximum(p1 - x * p0, 0.0))))
+    # dropped mass moves each sum by at most (1 + e^eps) times it; np.convolve sums len(w)
+    # non-negative products (relative error <= len(w) u each), and the differences cancel at
+    # most against (1 + e^eps) units of mass
+    slack = (1 + x) * (dropped + 4 * _U * len(w) + 1e-13)
+    return Bounds(float(max(value - slack, 0.0)), float(min(value + slack, 1.0)))
+
+
+def _ternary_rr_delta(eps0: float, n: int, epsilon: float) -> Bounds:
+    """Shuffled 3-RR, differing user a vs b, every other user holds the third value c.
+
+    With ``p = 1/(e^eps0 + 2)`` the histogram ``(A, B, D)`` has
+    ``P0 = Mult(n; p, p, e^eps0 p)(A, B, D) (e^(2 eps0) A + e^eps0 B + D) / (n e^eps0)`` (and
+    A <-> B for P1); given ``S = A + B ~ Bin(n, 2p)``, ``A ~ Bin(S, 1/2)`` and ``P0 - e^eps P1`` is
+    linear in A, so the inner sum is closed-form like the clone pair's.  Symmetric pair.
+    """
+    x = math.exp(epsilon)
+    p2 = 2.0 / (math.exp(eps0) + 2.0)
+    lo, hi, out = _binomial_window(n, p2)
+    s = np.arange(max(lo, 1), hi + 1)
+    weights = stats.binom.pmf(s, n, p2)
+    d = n - s
+    u = math.expm1(eps0) * (1 + x)  # coefficient of A, divided by e^eps0
+    v = s * (1 - x * math.exp(eps0)) + d * (math.exp(-eps0) - x * math.exp(-eps0))
+    jmin = np.clip(np.floor(-v / u).astype(np.int64) + 1, 0, s + 1)
+    t1 = u * (s / 2.0) * stats.binom.sf(jmin - 2, s - 1, 0.5)
+    t2 = v * stats.binom.sf(jmin - 1, s, 0.5)
+    inner = np.maximum(t1 + t2, 0.0) / n
+    value = float(np.dot(weights, inner))
+    error = (1e-12 + 64 * _U * n) * float(np.dot(weights, (np.abs(t1) + np.abs(t2)) / n))
+    slack = error + (1 + x) * out
+    return Bounds(float(max(value - slack, 0.0)), float(min(value + slack, 1.0)))
+
+
+def shuffled_rr_delta(eps0: float, n: int, epsilon: float, *, k: int = 2,
+                      others_ones: int | None = None) -> Bounds:
+    """Exact delta(epsilon) (both directions, as certified bounds) of n shuffled k-RR reports on
+    one pair of neighbouring datasets -- a *lower* bound for every upper bound in this module.
+
+    ``k = 2``: the differing user holds 0 vs 1 and ``others_ones`` of the others hold 1 (default 0).
+    ``k = 3``: the differing user holds a vs b and every other user the third value (the worst
+    case on tiny instances by brute force).  The output of shuffled RR is its histogram.
+
+    Example::
+
+        >>> b = shuffled_rr_delta(2.0, 1000, 0.3, k=3)
+        >>> 0 < b.lower <= b.upper < 1
+        True
+    """
+    eps0, n = _check_eps0_n(eps0, n)
+    if eps0 > 300:
+        raise ParameterError("eps0", eps0, "<= 300 for the randomized-response lower bounds")
+    epsilon = check_nonnegative("epsilon", epsilon)
+    k = check_count("k", k, minimum=2)
+    if k == 2:
+        ones = 0 if others_ones is None else check_count("others_ones", others_ones)
+        if ones > n - 1:
+            raise ParameterError("others_ones", ones, f"<= n - 1 = {n - 1}")
+        return _binary_rr_delta(eps0, n, epsilon, ones)
+    if k == 3:
+        if others_ones is not None:
+            raise ParameterError("others_ones", others_ones, "None for k = 3")
+        return _ternary_rr_delta(eps0, n, epsilon)
+    raise ParameterError("k", k, "2 or 3")
+
+
+def rr_lower_bound_epsilon(eps0: float, n: int, delta: float, *, k: int = 2) -> float:
+    """Certified lower bound on epsilon(delta) of shuffled k-RR (k = 2: best of the datasets with
+    0 and floor((n-1)/2) other ones; k = 3: others on the third value).
+
+    Example::
+
+        >>> rr_lower_bound_epsilon(2.0, 1000, 1e-6, k=2) <= fmt23_epsilon(2.0, 1000, 1e-6).epsilon
+        True
+    """
+    eps0, n = _check_eps0_n(eps0, n)
+    delta = check_open_unit("delta", delta)
+    if k == 2:
+        options = sorted({0, (n - 1) // 2})
+        return max(_largest_violated(
+            lambda e, o=o: shuffled_rr_delta(eps0, n, e, k=2, others_ones=o).lower, delta, eps0)
+            for o in options)
+    return _largest_violated(lambda e: shuffled_rr_delta(eps0, n, e, k=k).lower, delta, eps0)
+
+
+def lower_bound(eps0: float, n: int, delta: float) -> ShuffleBound:
+    """Largest of the exact shuffled 2-RR and 3-RR lower bounds (FMT23, Sec. "Numerical results"):
+    no valid upper bound for eps0-DP randomizers can be smaller.
+
+    Example::
+
+        >>> lb = lower_bound(4.0, 100_000, 1e-6)
+        >>> lb.epsilon <= fmt21_epsilon(4.0, 100_000, 1e-6).epsilon
+        True
+    """
+    eps0, n = _check_eps0_n(eps0, n)
+    delta = check_open_unit("delta", delta)
+    cands = {"2rr_lower": rr_lower_bound_epsilon(eps0, n, delta, k=2),
+             "3rr_lower": rr_lower_bound_epsilon(eps0, n, delta, k=3)}
+    best = max(cands, key=cands.get)
+    return ShuffleBound(cands[best], delta, best, eps0, n, "lower bound", cands)
+
+
+# --------------------------------------------------------------------------------------------
+# DP-SGD with shuffled batches
+# --------------------------------------------------------------------------------------------
+def gaussian_amplified_profile(noise_multiplier: float, n: int, *, sensitivity: float = 2.0
+                               ) -> Callable[[np.ndarray], np.ndarray]:
+    """Per-epoch ``delta(eps)`` for batch size 1 with Gaussian noise on every step: each step is a
+    Gaussian local randomizer on one example (sensitivity 2 = the diameter of clipped gradients),
+    (eps0, delta0)-DP along its exact profile; the best valid bound for approximate-DP randomizers
+    available here is Balle et al. 2020 Thm 5.1 (:func:`swap.gaussian_profile`).
+
+    Example::
+
+        >>> import numpy as np
+        >>> float(gaussian_amplified_profile(300.0, 10**6)(np.array([0.01]))[0]) < 1e-9
+        True
+    """
+    return swap.gaussian_profile(noise_multiplier, n, sensitivity=sensitivity)
+
+
+def _log_max_cdf(tau, sigma, released, fraction, mean):
+    """log P(max of the ``released`` coordinates <= tau) when the differing record (mean shift
+    ``mean``) sits in one released step with probability ``fraction`` (uniformly among them; by
+    symmetry of the max only the total matters) and in an unreleased one otherwise."""
+    log_phi = special.log_ndtr(tau / sigma)
+    shifted = math.log(fraction) + special.log_ndtr((tau - mean) / sigma)
+    if fraction < 1:
+        shifted = np.logaddexp(shifted, math.log1p(-fraction) + log_phi)
+    return (released - 1) * log_phi + shifted
+
+
+def max_statistic_pair(noise_multiplier: float, steps_per_epoch: int, mean_p: float, mean_q: float,
+                       *, released_steps: int | None = None, released_fraction: float | None = None,
+                       bin_width: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Exact bin masses of ``M = max_t y_t`` for one shuffled epoch of the Chua et al. pair.
+
+    One epoch releases ``y_t = (sum of the batch's clipped gradients) + N(0, sigma^2)``.  Every
+    record but one has gradient ``u``, so every batch sum is a known constant except in the batch
+    holding the differing record, where it is shifted by ``mean_p`` (on X) or ``mean_q`` (on X');
+    that batch is uniformly random.  Hence ``P = (1/T) sum_t N(mean_p e_t, sigma^2 I)`` and ``Q``
+    likewise (Chua, Ghazi, Kamath, Kumar, Manurangsi, Sinha, Zhang: ICML 2024 "How Private are
+    DP-SGD Implementations?" and NeurIPS 2024 "Scalable DP-SGD: Shuffling vs. Poisson
+    Subsampling"; their code, google-research ``dpsgd_batch_sampler_accounting``, tests the sets
+    ``{max_t y_t > C}``).  ``P(M <= tau) = Phi(tau/s)^(T-1) Phi((tau - mean)/s)``; binning M is a
+    post-processing, so the binned pair's divergence is a lower bound for the mechanism.  Bins are
+    exact probabilities (the two end bins are half-lines), so nothing is truncated.  A partial last
+    epoch releases ``released_steps < T`` steps and holds the record with probability
+    ``released_fraction`` (default ``released_steps / T``).
+
+    Example::
+
+        >>> p, q = max_statistic_pair(1.0, 100, 2.0, 1.0)
+        >>> round(float(p.sum()), 12), bool(0.5 * abs(p - q).sum() > 0)
+        (1.0, True)
+    """
+    sigma = check_positive("noise_multiplier", noise_multiplier)
+    T = check_count("steps_per_epoch", steps_per_epoch, minimum=1)
+    k = T if released_steps is None else check_count("released_steps", released_steps, minimum=1)
+    if k > T:
+        raise ParameterError("released_steps", k, f"<= steps_per_epoch={T}")
+    frac = k / T if released_fraction is None else float(released_fraction)
+    if not 0 < frac <= 1:
+        raise ParameterError("released_fraction", released_fraction, "in (0, 1]")
+    top = max(mean_p, mean_q, 0.0)
+    lo = sigma * float(special.ndtri_exp(-80.0 / k)) + min(mean_p, mean_q, 0.0)
+    hi = top - sigma * float(special.ndtri_exp(-80.0 - math.log(k)))
+    gap = abs(mean_p - mean_q)
+    width = bin_width or min(sigma / 10, 5e-4 * sigma * sigma / max(gap, 1e-12))
+    count = int(min(max((hi - lo) / width, 1000), 200_000))
+    edges = np.linspace(lo, hi, count + 1)
+    masses = []
+    for mean in (mean_p, mean_q):
+        log_f = np.minimum(_log_max_cdf(edges, sigma, k, frac, mean), 0.0)
+        surv = -np.expm1(log_f)
+        f = np.exp(log_f)
+        low_half = f[1:] <= 0.5
+        with np.errstate(invalid="ignore", over="ignore"):
+            inner_low = f[1:] * -np.expm1(log_f[:-1] - log_f[1:])
+        inner = np.where(low_half, inner_low, surv[:-1] - surv[1:])
+        masses.append(np.maximum(np.concatenate([[f[0]], inner, [surv[-1]]]), 0.0))
+    p, q = masses
+    keep = (p > 0) | (q > 0)  # outcomes of probability 0 under both carry no information
+    p, q = p[keep], q[keep]
+    return p / p.sum(), q / q.sum()
+
+
+def _neighbour_means(neighbouring: str) -> list[tuple[float, float]]:
+    """(mean_p, mean_q) pairs realisable with gradients of norm <= 1 (clipping norm 1): others at
+    ``u``, the differing record ``v`` vs ``v'``; means are ``v - u`` and ``v' - u``.  Zero-out
+    ("add_remove": v' is the null record, gradient 0): (2, 1) with u = -1 and (1, 0) with u = 0;
+    replace-one adds (2, 0) (u = -1, v = 1, v' = -1)."""
+    if neighbouring == "replace_one":
+        return [(2.0, 0.0), (2.0, 1.0), (1.0, 0.0)]
+    return [(2.0, 1.0), (1.0, 0.0)]
+
+
+def shuffle_lower_bound_pld(epochs: Mapping[tuple, int], steps_per_epoch: int,
+                            mean_p: float, mean_q: float, h: float) -> PrivacyLossDistribution:
+    """PLD of the binned Chua et al. pair over epochs given as
+    ``{(sigma, released_steps, released_fraction): count}`` (an independent reshuffle per epoch,
+    so epochs compose).  ``sigma`` must be the *largest* noise multiplier among the epoch's steps:
+    a step with less noise becomes one with noise ``sigma`` by adding independent Gaussian noise
+    (a post-processing), so the pair built with ``sigma`` is a post-processing of the real one and
+    its divergence is still a lower bound.  Only the PLD's lower bounds are meaningful."""
+    total = None
+    for (sigma, released, fraction), count in epochs.items():
+        p, q = max_statistic_pair(sigma, steps_per_epoch, mean_p, mean_q, released_steps=released,
+                                  released_fraction=fraction)
+        part = PrivacyLossDistribution.from_pmfs(p, q, symmetric=False,
+                                                 value_discretization_interval=h)
+        part = part.self_compose(count)
+        total = part if total is None else total.compose(part)
+    return total
+
+
+def shuffle_lower_bound(noise_multiplier: float, steps_per_epoch: int, epochs: int, delta: float,
+                        *, neighbouring: str = "add_remove",
+                        value_discretization_interval: float | None = None) -> float:
+    """Certified *lower* bound on epsilon(delta) of DP-SGD with shuffled batches (a fresh random
+    permutation every epoch, every example in exactly one of the ``steps_per_epoch`` batches --
+    no ``drop_last`` --, one Gaussian noise draw per batch, clipping norm 1, noise standard
+    deviation ``noise_multiplier``, every noisy batch gradient released).
+
+    Construction (Chua et al. 2024; see :func:`max_statistic_pair`): a linear loss realises any
+    clipped gradients, all records but the differing one share one gradient, and the test statistic
+    is the per-epoch maximum of the noisy batch sums.  We compose the exact binned pair over epochs
+    with the PLD engine's *lower* bounds and take the largest result over the realisable
+    ``(mean_p, mean_q)``.  ``neighbouring="add_remove"`` is read as zero-out (the differing record
+    is replaced by one with zero gradient), the usual add/remove surrogate for fixed-size batches.
+
+    Example::
+
+        >>> round(shuffle_lower_bound(1.0, 100, 1, 1e-5), 2) > 0
+        True
+    """
+    sigma = check_positive("noise_multiplier", noise_multiplier)
+    T = check_count("steps_per_epoch", steps_per_epoch, minimum=1)
+    epochs = check_count("epochs", epochs, minimum=1)
+    delta = check_open_unit("delta", delta)
+    neighbouring = check_choice("neighbouring", neighbouring, ("add_remove", "replace_one"))
+    h = value_discretization_interval or float(np.clip(1.0 / (sigma * 200), 1e-4, 5e-3))
+    best = 0.0
+    for mean_p, mean_q in _neighbour_means(neighbouring):
+        pld = shuffle_lower_bound_pld({(sigma, T, 1.0): epochs}, T, mean_p, mean_q, h)
+        try:
+            best = max(best, pld.epsilon_for_delta(delta).lower)
+        except NumericalError:
+            continue
+    return best

@@ -1,0 +1,136 @@
+"""Amplification by swapping (Balle et al. 2020, Thm A.5 / 5.1) and the swap accountant.
+
+References used: brute-force shuffled randomized response (every dataset of a few users) for
+validity, the theorem's own admissibility condition re-evaluated independently, the closed-form
+Gaussian composition (no amplification), and the basic composition theorem for multi-epoch
+composition (PLD/FFT composition must never be worse than it)."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from conftest import epsilon_from_delta_curve, gaussian_delta_exact
+from dpplugins.accountants.swap import SwapAccountant
+from dpplugins.amplification import shuffle, swap
+from dpplugins.errors import ParameterError
+
+
+def shuffled_rr_worst_delta(eps0, n, eps):
+    """Exact delta(eps) of shuffled binary RR, max over every pair of neighbouring datasets."""
+    keep = math.exp(eps0) / (1 + math.exp(eps0))
+
+    def count_dist(data):
+        dist = {}
+        for outs in itertools.product((0, 1), repeat=len(data)):
+            pr = math.prod(keep if o == x else 1 - keep for x, o in zip(data, outs))
+            dist[sum(outs)] = dist.get(sum(outs), 0.0) + pr
+        return dist
+
+    worst = 0.0
+    for ones in range(n):
+        others = (1,) * ones + (0,) * (n - 1 - ones)
+        p, q = count_dist((0,) + others), count_dist((1,) + others)
+        for a, b in ((p, q), (q, p)):
+            worst = max(worst, sum(max(a[k] - math.exp(eps) * b.get(k, 0.0), 0.0) for k in a))
+    return worst
+
+
+@pytest.mark.parametrize("eps0", [0.05, 0.2])
+@pytest.mark.parametrize("n", [4, 8])
+def test_swap_bound_is_valid_for_brute_force_shuffled_rr(eps0, n):
+    for delta in [0.3, 0.1, 0.01]:
+        bound = swap.epsilon(eps0, n, delta).epsilon
+        assert shuffled_rr_worst_delta(eps0, n, bound) <= delta + 1e-12
+
+
+def test_profile_is_the_exact_inverse_of_epsilon():
+    eps0, n = 0.8, 50_000
+    profile = swap.pure_profile(eps0, n)
+    for delta in [1e-3, 1e-6, 1e-10]:
+        eps = swap.epsilon(eps0, n, delta).epsilon
+        assert profile(np.array([eps]))[0] == pytest.approx(delta, rel=1e-9)
+    a, _ = swap.coefficients(eps0, n)
+    assert profile(np.array([0.0, a * 0.5]))[0] == 1.0
+
+
+def test_minimal_delta1_satisfies_the_admissibility_condition_tightly():
+    def allowed(eps0, delta1):  # the condition of Thm A.5 / 5.1, written out again
+        return ((1 - math.exp(-eps0)) * delta1
+                / (4 * math.exp(eps0) * (2 + math.log(2 / delta1)
+                                         / math.log(1 / (1 - math.exp(-5 * eps0))))))
+    for eps0, delta0 in [(0.05, 1e-20), (0.3, 1e-12), (1.0, 1e-9)]:
+        d1 = swap.minimal_delta1(eps0, delta0)
+        assert allowed(eps0, d1) >= delta0
+        assert allowed(eps0, d1 * (1 - 1e-6)) < delta0
+    assert swap.minimal_delta1(0.5, 0.0) == 0.0
+
+
+def test_approximate_version_splits_delta_as_stated():
+    eps0, n, delta0, delta = 0.05, 10**7, 1e-20, 1e-6
+    res = swap.epsilon(eps0, n, delta, delta0=delta0)
+    assert res.delta1 == swap.minimal_delta1(eps0, delta0)
+    a, b = swap.coefficients(8 * eps0, n)
+    inner = math.exp(-0.5 * n * ((res.epsilon - a) / b) ** 2)
+    assert inner + n * (math.exp(res.epsilon) + 1) * res.delta1 <= delta * (1 + 1e-9)
+    assert res.epsilon > swap.epsilon(eps0, n, delta).epsilon  # the 8 eps0 price
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    (dict(eps0=-1.0, n=10, delta=1e-6), "eps0"),
+    (dict(eps0=1.0, n=1, delta=1e-6), "n"),
+    (dict(eps0=1.0, n=10, delta=2.0), "delta"),
+    (dict(eps0=1.0, n=10, delta=1e-6, delta0=1.5), "delta0"),
+    (dict(eps0=0.5, n=1000, delta=1e-6, delta0=1e-3), "delta0"),  # no admissible split
+])
+def test_bad_input_raises_parameter_error(kwargs, name):
+    with pytest.raises(ParameterError, match=name):
+        swap.epsilon(**kwargs)
+
+
+def test_shuffle_balle_bound_is_the_swap_bound():
+    assert shuffle.balle2020_epsilon(0.7, 20_000, 1e-7).epsilon == \
+        swap.epsilon(0.7, 20_000, 1e-7).epsilon
+
+
+# ---------------------------------------------------------------------------------------------
+# the accountant
+# ---------------------------------------------------------------------------------------------
+def gaussian_epsilon_exact(mu, delta):
+    return epsilon_from_delta_curve(lambda e: gaussian_delta_exact(e, mu), delta)
+
+
+def test_swap_accountant_one_epoch_is_the_amplified_profile():
+    sigma, n, delta = 300.0, 10**6, 1e-6
+    acc = SwapAccountant()
+    acc.step(noise_multiplier=sigma, sample_rate=1 / n, count=n)
+    profile = swap.gaussian_profile(sigma, n)
+    direct = epsilon_from_delta_curve(lambda e: float(profile(np.array([e]))[0]), delta, hi=0.1)
+    lower, upper = acc.get_epsilon_bounds(delta)
+    assert upper == pytest.approx(direct, rel=1e-3)
+    assert 0 <= lower <= upper < gaussian_epsilon_exact(1 / sigma, delta)
+
+
+def test_swap_accountant_composes_epochs_no_worse_than_basic_composition():
+    sigma, n, epochs = 300.0, 10**6, 3
+    one = SwapAccountant()
+    one.step(noise_multiplier=sigma, sample_rate=1 / n, count=n)
+    many = SwapAccountant()
+    many.step(noise_multiplier=sigma, sample_rate=1 / n, count=epochs * n)
+    eps1 = one.get_epsilon(1e-7)
+    upper = many.get_epsilon(epochs * 1e-7)
+    assert one.get_epsilon(1e-6) < upper <= epochs * eps1  # basic composition theorem
+    assert upper <= many.no_amplification_epsilon(epochs * 1e-7)
+
+
+def test_swap_accountant_with_little_noise_is_no_amplification_and_checks_input():
+    acc = SwapAccountant(dataset_size=500, neighbouring="replace_one")
+    acc.step(noise_multiplier=2.0, sample_rate=1 / 500, count=1000)
+    upper = acc.get_epsilon(1e-5)
+    assert upper == pytest.approx(gaussian_epsilon_exact(2 * math.sqrt(2) / 2.0, 1e-5), rel=1e-6)
+    assert acc.state_dict()["accountant"] == "swap"
+    bad = SwapAccountant(dataset_size=500)
+    bad.step(noise_multiplier=2.0, sample_rate=1 / 400, count=10)
+    with pytest.raises(ParameterError, match="sample_rate"):
+        bad.get_epsilon(1e-5)

@@ -169,7 +169,7 @@ def register() -> tuple[str, ...]:
 
 #: which accountants are valid for which sampling scheme
 _VALID_FOR = {"poisson": {"pld", "fdp", "rdp", "gdp", "prv"},
-              "shuffled_epochs": {"shuffle"},
+              "shuffled_epochs": {"shuffle", "swap", "pnsgd"},
               "random_checkin": {"checkin", "balls_and_bins"},
               "sliding_window": {"checkin"}}
 

@@ -1,0 +1,246 @@
+"""The PNSGD accountant (registry name ``"pnsgd"``): privacy amplification by iteration.
+
+Thin state around :mod:`dpplugins.amplification.iteration`: it splits the recorded steps into
+passes of ``dataset_size`` steps, takes each pass's privacy profile (shuffled, randomly stopped
+or online PNSGD) and composes the passes through the PLD engine.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import numpy as np
+
+from dpplugins.accountants.base import Accountant, validate_history
+from dpplugins.amplification.iteration import (NOISES, PNSGDSetting, epsilon_for_delta,
+                                               privacy_profile)
+from dpplugins.errors import ParameterError, check_choice, check_count, check_positive
+from dpplugins.pld import Bounds, PrivacyLossDistribution
+
+__all__ = ["PNSGDAccountant", "split_into_passes"]
+
+VARIANTS = ("shuffled", "randomly_stopped", "online")
+#: (profile evaluations) x (distinct noise runs in a pass) spent on one pass's PLD; passes with
+#: many noise levels are sampled on a coarser sub-grid (still a dominating PLD, a little looser)
+EVALUATION_BUDGET = 4_000_000
+Pass = tuple  # ((noise_multiplier, steps), ...), steps summing to at most dataset_size
+
+
+def split_into_passes(history, dataset_size: int) -> list[Pass]:
+    """Cut a run-length history into passes of ``dataset_size`` steps (the last may be partial).
+
+    Each pass is a tuple of ``(noise_multiplier, steps)`` runs.
+
+    Example::
+
+        >>> split_into_passes([(1.0, 0.1, 25)], 10)
+        [((1.0, 10),), ((1.0, 10),), ((1.0, 5),)]
+    """
+    n = check_count("dataset_size", dataset_size, minimum=1)
+    passes: list[Pass] = []
+    current: list[tuple[float, int]] = []
+    filled = 0
+    for sigma, _, steps in history:
+        while steps > 0:
+            take = min(steps, n - filled)
+            current.append((sigma, take))
+            filled += take
+            steps -= take
+            if filled == n:
+                passes.append(tuple(current))
+                current, filled = [], 0
+    if current:
+        passes.append(tuple(current))
+    return passes
+
+
+class PNSGDAccountant(Accountant):
+    """Projected noisy SGD with hidden intermediate iterates, one record per step.
+
+    The algorithm (Feldman et al. 2018; Asoodeh et al. 2020; Sordello, Bu, Dong 2021 -- see
+    :mod:`dpplugins.amplification.iteration`): each step takes one record ``x_t``,
+
+        w_t = Pi_K( w_{t-1} - eta * (g_t + noise_multiplier * L * Z_t) ),   Z_t ~ N(0, I)
+
+    where ``g_t`` is the record's gradient with norm at most ``L`` (``lipschitz``; with per-example
+    clipping, Opacus' ``max_grad_norm``) and ``Pi_K`` projects onto a convex set of diameter
+    ``D_K`` (``diameter``).  **Units**: ``noise_multiplier`` is, as in Opacus, the standard
+    deviation of the gradient noise divided by L, so the paper's ``sigma = noise_multiplier * L``
+    and the iterate receives ``N(0, (eta * noise_multiplier * L)^2 I)``.  Then
+    ``A = theta_{e^eps}(2 / noise_multiplier)`` and
+    ``B = theta_{e^eps}(M D_K / (eta * noise_multiplier * L))``.  For ``noise="laplace"`` (1-D,
+    ``K = [a, b]``, ``diameter = b - a``) ``noise_multiplier * L`` is the Laplace scale ``v``.
+
+    ``sample_rate`` must be ``1 / dataset_size`` (one record per step; Opacus passes it on every
+    step); a pass is ``dataset_size`` steps.  Variants (one pass, delta(eps) for every eps >= 0):
+
+    * ``"shuffled"``: a fresh uniform permutation per pass, only the end of a pass released or
+      not at all (seed Thm 2): ``A (1 - B^n) / (n (1 - B))``;
+    * ``"randomly_stopped"``: each pass outputs ``w_T``, ``T`` uniform on ``{1..n}`` (Asoodeh et al.
+      Thm 5 with the factor ``1 - B^n`` its proof gives -- numerically the same as shuffled);
+    * ``"online"``: fixed order, per-step noise (seed eq. 6.1), the maximum over positions, i.e.
+      the guarantee of the least protected (latest) record.
+
+    Passes compose through the PLD engine: each pass's profile becomes a dominating PLD
+    (``PrivacyLossDistribution.from_privacy_profile``, grid ``value_discretization_interval``,
+    profile evaluated at every grid point, or on a coarser sub-grid for passes with thousands of
+    noise levels -- :meth:`profile_step`) and the passes are composed by FFT -- never by the
+    seed's (eps, delta) -> RDP conversion (REFERENCE.md, the trap).  A single pass is answered
+    directly from its profile.  Passes may differ in noise (steps with different
+    ``noise_multiplier`` inside a pass use the per-step forms of the same theorems).
+
+    **Partial passes** (the recorded steps are not a multiple of ``dataset_size``): the trailing
+    ``r < n`` steps are charged conservatively as the larger of (a) the bound for the ``r`` steps
+    actually run (a uniform permutation stopped early for shuffled; the latest record for online)
+    and (b) the bound for the completed pass, the missing steps run at the last recorded noise.
+    For randomly stopped only (b) is defined.
+
+    Preconditions checked: ``lipschitz, diameter, learning_rate, contraction > 0``,
+    ``dataset_size >= 1``, ``neighbouring == "replace_one"`` (the theorems compare datasets that
+    differ in one record's value), and, when ``smoothness`` (beta) is given, ``learning_rate <=
+    2 / beta`` unless ``contraction >= learning_rate * beta - 1`` (the gradient step of a convex
+    beta-smooth loss is ``max(1, eta beta - 1)``-Lipschitz).  Convexity itself, and any
+    ``contraction < 1`` (strong convexity), cannot be checked and are the caller's claim.
+
+    Example::
+
+        >>> from dpplugins.accountants import create
+        >>> acc = create("pnsgd", lipschitz=1.0, diameter=2.0, learning_rate=0.5,
+        ...              dataset_size=1000)
+        >>> acc.step(noise_multiplier=2.0, sample_rate=1 / 1000, count=3000)   # three passes
+        >>> eps = acc.get_epsilon(delta=1e-5)
+    """
+
+    name: ClassVar[str] = "pnsgd"
+    theorem: ClassVar[str] = (
+        "privacy amplification by iteration for PNSGD: shuffled (Sordello, Bu, Dong 2021, Thm 2), "
+        "randomly stopped (Asoodeh et al. 2020, Thm 5, with the proof's (1 - B^n) factor), online "
+        "(Sordello et al. 2021, eq. 6.1); passes composed by FFT from the per-pass privacy profile "
+        "(connect-the-dots, Doroshenko et al. 2022)")
+    bound_type: ClassVar[str] = "certified upper bound"
+    _option_names = ("neighbouring", "lipschitz", "diameter", "learning_rate", "dataset_size",
+                     "variant", "contraction", "noise", "smoothness",
+                     "value_discretization_interval")
+
+    def __init__(self, *, lipschitz: float, diameter: float, learning_rate: float,
+                 dataset_size: int, variant: str = "shuffled", contraction: float = 1.0,
+                 noise: str = "gaussian", smoothness: float | None = None,
+                 neighbouring: str = "replace_one",
+                 value_discretization_interval: float = 1e-3) -> None:
+        if neighbouring != "replace_one":
+            raise ParameterError("neighbouring", neighbouring, "'replace_one'",
+                                 "the PNSGD theorems compare datasets of equal size that differ "
+                                 "in one record (A uses the gradient difference 2L)")
+        super().__init__(neighbouring=neighbouring)
+        self.lipschitz = check_positive("lipschitz", lipschitz)
+        self.diameter = check_positive("diameter", diameter)
+        self.learning_rate = check_positive("learning_rate", learning_rate)
+        self.dataset_size = check_count("dataset_size", dataset_size, minimum=1)
+        self.variant = check_choice("variant", variant, VARIANTS)
+        self.contraction = check_positive("contraction", contraction)
+        self.noise = check_choice("noise", noise, NOISES)
+        self.smoothness = None if smoothness is None else check_positive("smoothness", smoothness)
+        self.value_discretization_interval = check_positive("value_discretization_interval",
+                                                            value_discretization_interval)
+        if self.smoothness is not None:
+            limit = 2.0 / self.smoothness
+            needed = self.learning_rate * self.smoothness - 1.0
+            if self.learning_rate > limit and self.contraction < needed:
+                raise ParameterError(
+                    "learning_rate", learning_rate,
+                    f"<= 2/smoothness = {limit:.6g} for the gradient step to be non-expansive "
+                    f"(contraction M = {self.contraction:g})",
+                    f"with eta > 2/beta the step is only (eta beta - 1) = {needed:.6g}-Lipschitz;"
+                    " lower the learning rate or pass contraction >= that")
+        self._setting = PNSGDSetting(lipschitz=self.lipschitz, diameter=self.diameter,
+                                     learning_rate=self.learning_rate,
+                                     contraction=self.contraction, noise=self.noise)
+
+    # -- history ------------------------------------------------------------------------------
+    def _check_sample_rate(self, name: str, sample_rate: float) -> None:
+        expected = 1.0 / self.dataset_size
+        if not math.isclose(sample_rate, expected, rel_tol=1e-9, abs_tol=0.0):
+            raise ParameterError(name, sample_rate,
+                                 f"1/dataset_size = {expected:.12g} (PNSGD takes one record per "
+                                 "step)", "use batch size 1 or create the accountant with the "
+                                 "dataset size the loader uses")
+
+    def step(self, *, noise_multiplier: float, sample_rate: float, count: int = 1) -> None:
+        """Record ``count`` PNSGD steps; ``sample_rate`` must be ``1/dataset_size``.
+
+        ``noise_multiplier`` = (std of the Gaussian noise added to the gradient) / ``lipschitz``
+        (for Laplace noise: the Laplace scale / ``lipschitz``).
+        """
+        check_positive("noise_multiplier", noise_multiplier)
+        sample_rate = check_positive("sample_rate", sample_rate)
+        self._check_sample_rate("sample_rate", sample_rate)
+        super().step(noise_multiplier=noise_multiplier, sample_rate=sample_rate, count=count)
+
+    def _passes(self, history) -> list[Pass]:
+        history = validate_history(history)
+        for i, (_, q, _) in enumerate(history):
+            self._check_sample_rate(f"history[{i}].sample_rate", q)
+        return split_into_passes(history, self.dataset_size)
+
+    # -- one pass -----------------------------------------------------------------------------
+    def _profile_of(self, runs: Pass):
+        scales = np.array([sigma * self.lipschitz for sigma, _ in runs])
+        counts = np.array([steps for _, steps in runs])
+        return privacy_profile(self.variant, self._setting, scales, self.dataset_size,
+                               counts=counts)
+
+    def pass_profile(self, runs: Pass):
+        """delta(eps) of one pass (``runs`` as in :func:`split_into_passes`); a trailing partial
+        pass is charged conservatively (see the class docstring)."""
+        runs = tuple(runs)
+        done = sum(steps for _, steps in runs)
+        if done == self.dataset_size:
+            return self._profile_of(runs)
+        completed = runs[:-1] + ((runs[-1][0], runs[-1][1] + self.dataset_size - done),)
+        full = self._profile_of(completed)
+        if self.variant == "randomly_stopped":
+            return full
+        partial = self._profile_of(runs)
+        return lambda eps: np.maximum(full(eps), partial(eps))
+
+    # -- composition --------------------------------------------------------------------------
+    def profile_step(self, runs: Pass, profile) -> float:
+        """Sub-grid on which a pass's profile is evaluated: every grid point (``h``) unless the
+        pass has so many noise levels that ``EVALUATION_BUDGET`` would be exceeded; then a
+        multiple of ``h`` (connect-the-dots on a sub-grid still dominates the mechanism)."""
+        h = self.value_discretization_interval
+        eps_max = 0.25  # where the profile falls below 1e-16 (the engine's rule, at most 50)
+        while eps_max < 50 and float(profile(np.array([eps_max]))[0]) > 1e-16:
+            eps_max *= 2
+        points = 2 * min(eps_max, 50.0) / h
+        return h * max(1, math.ceil(points * len(runs) / EVALUATION_BUDGET))
+
+    def _pld(self, passes: list[Pass]) -> PrivacyLossDistribution:
+        h = self.value_discretization_interval
+        counts: dict[Pass, int] = {}
+        for p in passes:
+            counts[p] = counts.get(p, 0) + 1
+        total = None
+        for runs, k in counts.items():
+            profile = self.pass_profile(runs)
+            one = PrivacyLossDistribution.from_privacy_profile(
+                profile, value_discretization_interval=h,
+                profile_step=self.profile_step(runs, profile), symmetric=True,
+                description=f"one pass of {self.variant} PNSGD")
+            part = one.self_compose(k)
+            total = part if total is None else total.compose(part)
+        return total
+
+    def _epsilon_bounds(self, history, delta: float) -> Bounds:
+        passes = self._passes(history)
+        if len(passes) == 1:
+            return Bounds(0.0, epsilon_for_delta(self.pass_profile(passes[0]), delta))
+        return Bounds(0.0, self._pld(passes).epsilon_for_delta(delta, lower=False).upper)
+
+    def _delta_bounds(self, history, epsilon: float) -> Bounds:
+        passes = self._passes(history)
+        if len(passes) == 1:
+            value = float(self.pass_profile(passes[0])(np.array([epsilon]))[0])
+            return Bounds(0.0, min(value, 1.0))
+        return Bounds(0.0, self._pld(passes).delta_for_epsilon(epsilon).upper)

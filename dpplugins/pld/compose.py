@@ -131,6 +131,8 @@ class ComposedPLD:
     def epsilon_upper(self, delta: float) -> float:
         """Smallest certified epsilon: ``delta_upper(eps) <= delta``."""
         target = (delta - self._upper_offset()) / (1 + self._sum_rel)
+        if self.inf_mass >= delta:
+            return float("inf")  # delta(eps) >= delta(inf) >= delta for every eps: no finite eps
         if target <= 0:
             raise NumericalError(
                 f"delta={delta:g} is not above the certified error terms "
@@ -268,7 +270,8 @@ def compose_grid_pmfs(components: Sequence[tuple[GridPMF, int]], *, tail_mass: f
         # error of the computed transform of the *stored* masses; the construction error of the
         # masses themselves is charged separately (construction_error, an l1 bound)
         eta = _C_FFT * u_work * log2n * float(np.sum(np.abs(c.pmf)))
-        log_g += k * np.log(np.abs(spectrum).astype(float) + eta)
+        with np.errstate(divide="ignore"):
+            log_g += k * np.log(np.abs(spectrum).astype(float) + eta)
         spectra.append(spectrum)
         etas.append(eta)
     # Only frequencies where the bound G = prod m_i^k_i is above e^-745 can contribute anything
@@ -290,7 +293,7 @@ def compose_grid_pmfs(components: Sequence[tuple[GridPMF, int]], *, tail_mass: f
         magnitude = np.exp(log_mod.astype(float)) + eta
         err_ratio += k * eta / magnitude
         abs_log = np.hypot(log_mod.astype(float), arg.astype(float))
-        pow_terms += k * np.minimum(abs_log, -math.log(eta))
+        pow_terms += k * (np.minimum(abs_log, -math.log(eta)) if eta > 0 else abs_log)
     with np.errstate(under="ignore"):
         # reduce the phase in the working precision, then round to double: relative error u
         two_pi = 2 * np.pi if work is np.float64 else np.longdouble(2) * np.pi

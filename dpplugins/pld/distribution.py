@@ -162,21 +162,23 @@ class PrivacyLossDistribution:
         ``E_g(P||Q) = 1 - g + g E_{1/g}(Q||P)``).  Otherwise the profile is used only for the
         remove direction and the add direction is taken as the same bound (which is then an
         assumption the caller makes explicit by passing ``symmetric=False`` only when it holds).
-        ``epsilon_max`` (default: where the bound falls below 1e-16, at most 50) ends the grid; the
-        remaining ``delta(epsilon_max)`` goes to ``delta(inf)``.  ``profile_step`` evaluates the
-        profile on a coarser sub-grid (default ``50 h``) to save calls.
+        ``epsilon_max`` (default: where the bound falls below 1e-16, at most 400) ends the grid;
+        the remaining ``delta(epsilon_max)`` goes to ``delta(inf)``.  ``profile_step`` evaluates
+        the profile on a coarser sub-grid to save calls (default: the grid step, or coarser so
+        that at most 20,000 points are evaluated); coarser is still valid, only looser.
         """
         h = check_positive("value_discretization_interval", value_discretization_interval)
         if epsilon_max is None:
             epsilon_max = 0.25
-            while epsilon_max < 50 and float(np.asarray(delta_for_epsilon(
+            while epsilon_max < 400 and float(np.asarray(delta_for_epsilon(
                     np.array([epsilon_max])))[0]) > 1e-16:
                 epsilon_max *= 2
-            epsilon_max = min(epsilon_max, 50.0)
+            epsilon_max = min(epsilon_max, 400.0)
         epsilon_max = check_positive("epsilon_max", epsilon_max)
-        stride = max(1, round((profile_step or 50 * h) / h))
         hi = math.ceil(epsilon_max / h)
         lo = -hi
+        stride = (max(1, round(profile_step / h)) if profile_step is not None
+                  else max(1, math.ceil((hi - lo + 1) / 20_000)))
 
         def full_profile(eps):
             eps = np.asarray(eps, dtype=float)

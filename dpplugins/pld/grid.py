@@ -228,26 +228,44 @@ def _round_loss_down(loss: float, h: float) -> tuple[int, float]:
 def lower_convex_hull(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Indices of the lower convex hull of points sorted by increasing ``x``.
 
-    Vectorised: repeatedly delete every other vertex of each run of concave vertices (a vertex
-    whose right slope is smaller than its left slope lies above the chord of its neighbours, so
-    replacing two segments by that chord only lowers the polyline).  Deleting non-adjacent
-    vertices at once touches disjoint segments.  The fixed point has no concave vertex, i.e. it is
-    the lower convex hull.  Profiles from the constructions here are convex except at a few
-    vertices, so this takes a handful of passes.
+    Vectorised first: repeatedly delete every other vertex of each run of concave vertices (a
+    vertex whose right slope is smaller than its left slope lies above the chord of its
+    neighbours, so replacing two segments by that chord only lowers the polyline; deleting
+    non-adjacent vertices at once touches disjoint segments).  Profiles from the constructions
+    here are convex except at a few vertices, so a handful of passes usually suffice; when a
+    removal cascades (each pass exposing one new concave vertex), Andrew's monotone chain finishes
+    the job on the remaining points in one linear pass.
     """
     keep = np.arange(len(x))
-    while len(keep) > 2:
+    for _ in range(32):
+        if len(keep) <= 2:
+            return keep
         xs, ys = x[keep], y[keep]
         slopes = np.diff(ys) / np.diff(xs)
         concave = np.flatnonzero(slopes[1:] < slopes[:-1]) + 1  # positions in keep
         if len(concave) == 0:
-            break
+            return keep
         run_start = np.concatenate([[True], np.diff(concave) > 1])
         run_id = np.cumsum(run_start) - 1
         first_of_run = np.flatnonzero(run_start)
         position_in_run = np.arange(len(concave)) - first_of_run[run_id]
         keep = np.delete(keep, concave[position_in_run % 2 == 0])
-    return keep
+    return keep[_monotone_chain(x[keep], y[keep])]
+
+
+def _monotone_chain(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Lower hull by Andrew's monotone chain (points sorted by x); positions into ``x``."""
+    xs, ys = x.tolist(), y.tolist()
+    hull: list[int] = []
+    for i in range(len(xs)):
+        while len(hull) >= 2:
+            a, b = hull[-2], hull[-1]
+            # drop b unless the turn a -> b -> i is strictly convex (slope increases)
+            if (ys[b] - ys[a]) * (xs[i] - xs[a]) < (ys[i] - ys[a]) * (xs[b] - xs[a]):
+                break
+            hull.pop()
+        hull.append(i)
+    return np.asarray(hull, dtype=np.int64)
 
 
 def pessimistic_from_profile(delta_upper, h: float, lo: int, hi: int, stride: int = 1) -> GridPMF:

@@ -1,0 +1,22 @@
+"""Framework-free index schedules (DESIGN.md, "Samplers").
+
+A sampler declares its ``scheme`` (``"shuffled_epochs"``, ``"random_checkin"``,
+``"sliding_window"``), its ``num_examples``, ``steps_per_epoch`` (= ``len(sampler)``, the steps of
+one pass), ``expected_batch_size`` and ``max_batch_size``; iterating it yields one pass of
+``int64`` index arrays drawn from a seeded ``numpy.random.Generator`` (``rng=`` takes a seed or a
+Generator).  An empty array is a step without examples: a dummy update for the check-in samplers
+(see :mod:`dpplugins.samplers.checkin`).  The torch and tf.data wrappers in
+``dpplugins.integrations`` only adapt these schedules.
+
+Example::
+
+    >>> from dpplugins.samplers import RandomCheckIn
+    >>> sampler = RandomCheckIn(num_examples=1000, num_slots=100, checkin_probability=0.2, rng=7)
+    >>> len(sampler), sampler.scheme
+    (100, 'random_checkin')
+"""
+
+from dpplugins.samplers.checkin import RandomCheckIn, SlidingWindowCheckIn
+from dpplugins.samplers.shuffled import ShuffledEpochs, make_generator
+
+__all__ = ["RandomCheckIn", "SlidingWindowCheckIn", "ShuffledEpochs", "make_generator"]

@@ -1,0 +1,88 @@
+"""Shuffled epochs: a fresh uniform permutation every pass, cut into consecutive batches.
+
+This is what most DP-SGD code runs with ``poisson_sampling=False``.  It is *not* Poisson
+subsampling; pair it with an accountant that is valid for shuffling (DESIGN.md, "Samplers").
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+import numpy as np
+
+from dpplugins.errors import ParameterError, check_count
+
+__all__ = ["ShuffledEpochs", "make_generator"]
+
+
+def make_generator(rng) -> np.random.Generator:
+    """A ``numpy.random.Generator`` from ``None`` (fresh entropy), an int seed, a
+    ``SeedSequence`` or a ``Generator`` (used as is, so its stream is shared)."""
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if rng is None or isinstance(rng, np.random.SeedSequence) or (
+            isinstance(rng, (int, np.integer)) and not isinstance(rng, bool) and rng >= 0):
+        return np.random.default_rng(rng)
+    raise ParameterError("rng", rng, "None, a non-negative int seed, a numpy SeedSequence or a "
+                         "numpy.random.Generator")
+
+
+class ShuffledEpochs:
+    """Each pass draws a uniform permutation of ``range(num_examples)`` and yields consecutive
+    batches of ``batch_size`` indices (the last one shorter unless ``drop_last``).
+
+    Attributes: ``scheme = "shuffled_epochs"``, ``num_examples``, ``batch_size`` (the cap: no
+    batch is larger), ``steps_per_epoch`` (``ceil(n / b)``, or ``floor(n / b)`` with
+    ``drop_last``), ``expected_batch_size`` (mean batch size over a pass).  ``len(sampler)`` is
+    the number of steps per pass; iterating yields one pass of ``int64`` index arrays, with fresh
+    randomness from the sampler's generator each time.
+
+    Example::
+
+        >>> sampler = ShuffledEpochs(10, 4, rng=0)
+        >>> [len(b) for b in sampler]
+        [4, 4, 2]
+    """
+
+    scheme = "shuffled_epochs"
+
+    def __init__(self, num_examples: int, batch_size: int, drop_last: bool = False,
+                 rng=None) -> None:
+        self.num_examples = check_count("num_examples", num_examples, minimum=1)
+        self.batch_size = check_count("batch_size", batch_size, minimum=1)
+        if not isinstance(drop_last, (bool, np.bool_)):
+            raise ParameterError("drop_last", drop_last, "True or False")
+        self.drop_last = bool(drop_last)
+        if self.drop_last and self.batch_size > self.num_examples:
+            raise ParameterError("batch_size", batch_size,
+                                 f"<= num_examples={self.num_examples} with drop_last=True "
+                                 "(otherwise a pass has no batch)")
+        self._rng = make_generator(rng)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        n, b = self.num_examples, self.batch_size
+        return n // b if self.drop_last else math.ceil(n / b)
+
+    @property
+    def expected_batch_size(self) -> float:
+        used = self.steps_per_epoch * self.batch_size if self.drop_last else self.num_examples
+        return used / self.steps_per_epoch
+
+    @property
+    def max_batch_size(self) -> int:
+        return self.batch_size
+
+    def __len__(self) -> int:
+        return self.steps_per_epoch
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        order = self._rng.permutation(self.num_examples).astype(np.int64)
+        b = self.batch_size
+        for step in range(self.steps_per_epoch):
+            yield order[step * b:(step + 1) * b]
+
+    def __repr__(self) -> str:
+        return (f"ShuffledEpochs(num_examples={self.num_examples}, batch_size={self.batch_size}, "
+                f"drop_last={self.drop_last})")

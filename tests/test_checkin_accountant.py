@@ -1,0 +1,230 @@
+"""The check-in accountant: valid against exact composition of tiny protocols and of the Gaussian,
+consistent with the theorems, and following the accountant contract."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from conftest import epsilon_from_delta_curve, gaussian_delta_exact
+from dpplugins.accountants import available, create
+from dpplugins.accountants.checkin import CheckInAccountant
+from dpplugins.amplification import checkin as C
+from dpplugins.errors import ParameterError
+from test_checkin_theorems import (averaged_pairs, exact_delta, fixed_window_pairs, rr_matrix,
+                                   sliding_window_pairs)
+
+
+def _composed_pairs(pairs, k):
+    """k independent runs of each brute-force pair (a lower bound on the k-pass truth)."""
+    out = []
+    for P, Q in pairs:
+        Pk, Qk = P, Q
+        for _ in range(k - 1):
+            Pk, Qk = np.outer(Pk, P).ravel(), np.outer(Qk, Q).ravel()
+        out.append((Pk, Qk))
+    return out
+
+
+def test_registered_as_checkin():
+    assert "checkin" in available()
+    acc = create("checkin", num_examples=10, num_slots=5, eps0=1.0)
+    assert isinstance(acc, CheckInAccountant)
+    assert acc.name == "checkin" and acc.bound_type == "certified upper bound"
+    assert "Thm 3.2" in acc.theorem and acc.neighbouring == "replace_one"
+
+
+# -- validity against exact composition ------------------------------------------------------------
+@pytest.mark.parametrize("variant,n,m,passes", [("fixed", 3, 2, 3), ("fixed", 4, 3, 2),
+                                                ("sliding", 4, 2, 2), ("averaged", 3, 2, 2)])
+def test_multi_pass_epsilon_dominates_exact_composition_of_tiny_protocols(variant, n, m, passes):
+    eps0 = 0.8
+    R = rr_matrix(eps0)
+    if variant == "fixed":
+        pairs = fixed_window_pairs(n, m, 0.5, R)
+        acc = create("checkin", num_examples=n, num_slots=m, checkin_probability=0.5, eps0=eps0)
+    elif variant == "sliding":
+        pairs = sliding_window_pairs(n, m, R)
+        acc = create("checkin", variant="sliding", num_examples=n, window=m, eps0=eps0)
+    else:
+        pairs = averaged_pairs(n, m, R)
+        acc = create("checkin", variant="averaged", num_examples=n, num_slots=m, eps0=eps0)
+    acc.step(noise_multiplier=1.0, sample_rate=1.0, count=passes * acc.steps_per_pass)
+    composed = _composed_pairs(pairs, passes)
+    for delta in [0.2, 1e-2, 1e-4]:
+        assert exact_delta(composed, acc.get_epsilon(delta)) <= delta
+    for eps in [0.1, 0.5, 1.5]:
+        assert exact_delta(composed, eps) <= acc.get_delta(eps) + 1e-12
+
+
+@pytest.mark.parametrize("sigma,passes", [(0.8, 1), (2.0, 5), (5.0, 30)])
+def test_gaussian_single_slot_protocol_is_exactly_the_composed_gaussian(sigma, passes):
+    """n = m = 1, p0 = 1: the only client fills the only slot, so a pass *is* one Gaussian
+    mechanism with mu = 2/sigma (replace-one, clipping norm 1).  The accountant must be above the
+    exact epsilon of mu sqrt(passes) (Dong, Roth, Su 2022, Cor. 3.3) and close to it."""
+    acc = create("checkin", num_examples=1, num_slots=1)
+    acc.step(noise_multiplier=sigma, sample_rate=1.0, count=passes)
+    mu = 2.0 / sigma * math.sqrt(passes)
+    for delta in [1e-3, 1e-6]:
+        exact = epsilon_from_delta_curve(lambda e: gaussian_delta_exact(e, mu), delta)
+        eps = acc.get_epsilon(delta)
+        assert exact <= eps <= exact * 1.01 + 1e-3
+
+
+def test_pure_local_randomizer_single_pass_is_at_most_the_theorem_and_eps0():
+    acc = create("checkin", num_examples=10_000, num_slots=100, checkin_probability=0.01, eps0=1.0)
+    acc.step(noise_multiplier=1.0, sample_rate=1e-4, count=100)
+    for delta in [1e-3, 1e-6, 1e-9]:
+        theorem = C.fixed_window_epsilon(1.0, delta, 100, 0.01).epsilon
+        assert acc.get_epsilon(delta) <= min(theorem, 1.0) * 1.002
+    tiny = create("checkin", num_examples=2, num_slots=1, eps0=1.0)   # theorem > eps0 here
+    tiny.step(noise_multiplier=1.0, sample_rate=1.0, count=1)
+    assert tiny.get_epsilon(1e-6) <= 1.0 + 2e-3
+
+
+def test_many_passes_beat_the_optimal_composition_of_one_theorem_point():
+    """The PLD of the per-pass profile is at most the optimal (KOV) composition of any single
+    (eps, delta) point of Thm 3.2 (it uses all of them), up to discretisation."""
+    n, m, p0, passes, delta = 10_000, 100, 0.01, 100, 1e-6
+    acc = create("checkin", num_examples=n, num_slots=m, checkin_probability=p0, eps0=1.0)
+    acc.step(noise_multiplier=1.0, sample_rate=1e-4, count=passes * m)
+    eps = acc.get_epsilon(delta)
+    point = C.fixed_window_epsilon(1.0, delta / (10 * passes), m, p0)
+    kov = C.optimal_composition_epsilon(delta, point.epsilon, point.delta, passes)
+    assert eps <= kov
+    assert eps == pytest.approx(C.repeated_fixed_window_epsilon(1.0, delta, n, m).epsilon, rel=0.02)
+
+
+def test_large_noise_shows_amplification_below_the_plain_gaussian():
+    acc = create("checkin", num_examples=10_000, num_slots=100, checkin_probability=0.01)
+    acc.step(noise_multiplier=200.0, sample_rate=1e-4, count=100 * 100)
+    plain = epsilon_from_delta_curve(lambda e: gaussian_delta_exact(e, 2 / 200 * 10), 1e-6)
+    assert acc.get_epsilon(1e-6) < 0.5 * plain
+
+
+# -- passes, partial passes, noise bookkeeping -----------------------------------------------------
+def test_partial_pass_is_charged_as_a_full_pass():
+    full = create("checkin", num_examples=50, num_slots=10, checkin_probability=0.4, eps0=0.5)
+    full.step(noise_multiplier=1.0, sample_rate=0.1, count=20)
+    partial = create("checkin", num_examples=50, num_slots=10, checkin_probability=0.4, eps0=0.5)
+    partial.step(noise_multiplier=1.0, sample_rate=0.1, count=11)
+    assert partial.passes() == [(None, 2)]
+    assert partial.get_epsilon(1e-5) == full.get_epsilon(1e-5)
+
+
+def test_opacus_style_steps_accumulate_into_passes():
+    a = create("checkin", num_examples=100, num_slots=10)
+    b = create("checkin", num_examples=100, num_slots=10)
+    for _ in range(30):
+        a.step(noise_multiplier=3.0, sample_rate=0.1)
+    b.step(noise_multiplier=3.0, sample_rate=0.1, count=30)
+    assert a.history == b.history and a.passes() == [(3.0, 3)]
+    assert a.get_epsilon(1e-5) == b.get_epsilon(1e-5)
+
+
+def test_pass_with_mixed_noise_is_charged_with_the_smallest():
+    acc = create("checkin", num_examples=100, num_slots=100)
+    acc.step(noise_multiplier=2.0, sample_rate=0.01, count=50)
+    acc.step(noise_multiplier=1.0, sample_rate=0.01, count=150)
+    acc.step(noise_multiplier=4.0, sample_rate=0.01, count=100)
+    assert acc.passes() == [(1.0, 2), (4.0, 1)]
+
+
+def test_pass_bookkeeping_matches_a_step_by_step_count():
+    """Run-length bookkeeping against walking through the steps one by one."""
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        per = int(rng.integers(1, 8))
+        history = [(float(rng.choice([1.0, 2.0, 3.0])), 0.1, int(rng.integers(1, 25)))
+                   for _ in range(int(rng.integers(1, 6)))]
+        expected, position, smallest = {}, 0, math.inf
+        for sigma, _, steps in history:
+            for _ in range(steps):
+                smallest, position = min(smallest, sigma), position + 1
+                if position == per:
+                    expected[smallest] = expected.get(smallest, 0) + 1
+                    position, smallest = 0, math.inf
+        if position:
+            expected[smallest] = expected.get(smallest, 0) + 1
+        acc = create("checkin", num_examples=10, num_slots=per)
+        acc.history = history
+        assert acc.passes() == sorted(expected.items())
+
+
+def test_configured_noise_multiplier_refuses_other_steps():
+    acc = create("checkin", num_examples=100, num_slots=10, noise_multiplier=2.0)
+    acc.step(noise_multiplier=2.0, sample_rate=0.1, count=10)
+    with pytest.raises(ParameterError, match="noise_multiplier"):
+        acc.step(noise_multiplier=1.0, sample_rate=0.1)
+    acc.history = [(1.0, 0.1, 10)]
+    with pytest.raises(ParameterError, match="noise_multiplier"):
+        acc.get_epsilon(1e-5)
+
+
+def test_averaged_central_noise_is_divided_by_the_batch_cap():
+    acc = create("checkin", variant="averaged", num_examples=1000, num_slots=100, max_batch_size=16)
+    assert acc.local_noise_multiplier(8.0) == pytest.approx(2.0)
+    local = create("checkin", variant="averaged", num_examples=1000, num_slots=100,
+                   per_example_noise=True)
+    assert local.local_noise_multiplier(8.0) == 8.0
+    uncapped = create("checkin", variant="averaged", num_examples=100, num_slots=10)
+    assert uncapped.local_noise_multiplier(10.0) == pytest.approx(1.0)
+    fixed = create("checkin", num_examples=100, num_slots=10, max_batch_size=16)
+    assert fixed.local_noise_multiplier(8.0) == 8.0       # one example per slot
+
+
+def test_expected_dummy_updates():
+    acc = create("checkin", num_examples=1000, num_slots=100, checkin_probability=0.2, eps0=1.0)
+    assert acc.expected_dummy_updates() == pytest.approx(100 * (1 - 0.2 / 100) ** 1000, rel=1e-12)
+    sliding = create("checkin", variant="sliding", num_examples=30, window=5, eps0=1.0)
+    assert sliding.steps_per_pass == 26
+    assert sliding.expected_dummy_updates() == pytest.approx(26 * (1 - 1 / 5) ** 5, rel=1e-12)
+
+
+# -- contract --------------------------------------------------------------------------------------
+def test_empty_history_reading_does_not_mutate_and_state_round_trips():
+    acc = create("checkin", variant="sliding", num_examples=200, window=20, eps0=0.5, delta0=0.0)
+    assert acc.get_epsilon(1e-5) == 0.0
+    acc.step(noise_multiplier=1.0, sample_rate=0.005, count=500)
+    before = acc.state_dict()
+    eps = acc.get_epsilon(1e-5)
+    assert acc.state_dict() == before
+    state = json.loads(json.dumps(before))
+    restored = create("checkin", variant="sliding", num_examples=200, window=20, eps0=0.5)
+    restored.load_state_dict(state)
+    assert restored.history == acc.history and restored.get_epsilon(1e-5) == eps
+    other = create("checkin", variant="sliding", num_examples=200, window=10, eps0=0.5)
+    with pytest.raises(ParameterError, match="window"):
+        other.load_state_dict(state)
+    bounds = acc.get_epsilon_bounds(1e-5)
+    assert bounds.lower == 0.0 and bounds.upper == eps
+    assert acc.get_delta(eps) <= 1e-5 * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("options,name", [
+    (dict(num_slots=5), "num_examples"),
+    (dict(num_examples=0, num_slots=5), "num_examples"),
+    (dict(num_examples=10), "num_slots"),
+    (dict(num_examples=10, num_slots=5, window=3), "window"),
+    (dict(num_examples=10, variant="sliding"), "window"),
+    (dict(num_examples=10, variant="sliding", window=11), "window"),
+    (dict(num_examples=10, variant="sliding", window=0), "window"),
+    (dict(num_examples=10, variant="sliding", window=3, num_slots=3), "num_slots"),
+    (dict(num_examples=10, num_slots=5, checkin_probability=0.0), "checkin_probability"),
+    (dict(num_examples=10, num_slots=5, checkin_probability=1.2), "checkin_probability"),
+    (dict(num_examples=10, num_slots=5, variant="averaged", checkin_probability=0.5),
+     "checkin_probability"),
+    (dict(num_examples=10, num_slots=5, variant="poisson"), "variant"),
+    (dict(num_examples=10, num_slots=5, eps0=1.0, noise_multiplier=1.0), "noise_multiplier"),
+    (dict(num_examples=10, num_slots=5, eps0=-1.0), "eps0"),
+    (dict(num_examples=10, num_slots=5, delta0=1e-6), "delta0"),
+    (dict(num_examples=10, num_slots=5, eps0=1.0, delta0=1.0), "delta0"),
+    (dict(num_examples=10, num_slots=5, eps0=2.0, delta0=1e-3), "delta0"),   # inadmissible
+    (dict(num_examples=10, num_slots=5, noise_multiplier=0.0), "noise_multiplier"),
+    (dict(num_examples=10, num_slots=5, neighbouring="add_remove"), "neighbouring"),
+    (dict(num_examples=10, num_slots=5, max_batch_size=0), "max_batch_size"),
+])
+def test_bad_options_raise_parameter_error(options, name):
+    with pytest.raises(ParameterError, match=name):
+        create("checkin", **options)

@@ -113,6 +113,19 @@ def _ours_shuffle(name: str) -> Callable[[TrainingConfig], tuple]:
     return run
 
 
+def _ours_checkin(config: TrainingConfig):
+    """Random check-in with probability 1 (each example picks one uniformly random step of the
+    epoch; every checked-in example is used: the averaged variant), one pass per epoch."""
+    from dpplugins.accountants import create
+    steps_per_epoch = math.ceil(config.dataset_size / config.batch_size)
+    acc = create("checkin", num_examples=config.dataset_size, variant="averaged",
+                 num_slots=steps_per_epoch, checkin_probability=1.0)
+    acc.step(noise_multiplier=config.noise_multiplier, sample_rate=1 / steps_per_epoch,
+             count=max(1, round(config.epochs * steps_per_epoch)))
+    bounds = acc.get_epsilon_bounds(config.delta)
+    return bounds.upper, bounds.lower, acc.bound_type, acc.neighbouring
+
+
 #: name -> (samplers it is valid for, runner, reason when invalid)
 _POISSON_REASON = ("assumes Poisson sampling; with {sampler} batches this is not a valid bound "
                    "(Chua et al. 2024)")
@@ -121,6 +134,8 @@ OURS: dict[str, tuple[tuple[str, ...], Callable[[TrainingConfig], tuple], str]] 
     "fdp": (("poisson",), _ours_poisson("fdp"), _POISSON_REASON),
     "shuffle": (("shuffle",), _ours_shuffle("shuffle"),
                 "assumes shuffled fixed-size batches (each example once per epoch)"),
+    "checkin": (("checkin",), _ours_checkin,
+                "assumes random check-ins (each example picks its own step)"),
 }
 
 
@@ -205,7 +220,9 @@ def compare(config: TrainingConfig, *, accountants: list[str] | None = None,
 
 
 def _fmt(value: float | None) -> str:
-    return "-" if value is None or not math.isfinite(value) else f"{value:.4f}"
+    if value is None or math.isnan(value):
+        return "-"
+    return "inf" if math.isinf(value) else f"{value:.4f}"
 
 
 def format_table(rows: list[ComparisonRow]) -> str:

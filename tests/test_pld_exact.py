@@ -127,3 +127,17 @@ def test_infinite_loss_mass_composes():
     b = pld.self_compose(3).delta_for_epsilon(50.0)
     assert b.lower <= 1 - 0.9 ** 3 <= b.upper
     assert b.upper - (1 - 0.9 ** 3) < 1e-9
+
+
+def test_mechanism_without_privacy_gives_infinite_epsilon():
+    """delta(inf) >= delta means no finite epsilon exists; we report inf, never a number."""
+    pld = PLD.from_privacy_profile(lambda e: np.ones_like(e), epsilon_max=1.0,
+                                   value_discretization_interval=1e-3).self_compose(3)
+    assert pld.epsilon_for_delta(1e-5).upper == float("inf")
+    # almost all mass at +inf (P-outcome that Q never produces): composition keeps it
+    almost = PLD.from_pmfs([1e-10, 1 - 1e-10], [1.0, 0.0],
+                           value_discretization_interval=1e-3).self_compose(3)
+    bounds = almost.delta_for_epsilon(2.0)
+    exact = 1 - 1e-30  # 1 - (finite mass)^3
+    assert bounds.lower <= exact <= bounds.upper
+    assert almost.epsilon_for_delta(1e-5).upper == float("inf")

@@ -251,8 +251,17 @@ def compose_grid_pmfs(components: Sequence[tuple[GridPMF, int]], *, tail_mass: f
     inf_mass = -math.expm1(sum(k * math.log1p(-min(c.inf_mass, 1.0)) for c, k in components)) \
         if survive > 0 else 1.0
     construction_error = sum(k * c.fp_error for c, k in components)
+    if any(not np.any(c.pmf > 0) for c, _ in components):
+        # a component with all its mass at +inf: the composition has no finite part
+        return ComposedPLD(h, 0, np.zeros(1), 1.0 if survive == 0 else inf_mass, 0.0, 0.0,
+                           construction_error)
     bytes_per_bin = 8 * 6  # real input, complex half-spectrum accumulators and error bounds
     w_lo, w_hi, tail_above, tail_below = _window(components, tail_mass, memory_limit // bytes_per_bin)
+    if w_hi < w_lo:
+        # the whole finite part is below the tail allowance: keep none of it, charge all of it
+        finite = math.exp(sum(k * math.log(float(np.sum(np.maximum(c.pmf, 0.0))))
+                              for c, k in components))
+        return ComposedPLD(h, 0, np.zeros(1), inf_mass, finite, finite, construction_error)
     size = sp_fft.next_fast_len(w_hi - w_lo + 1, real=True)
     log2n = math.log2(max(size, 2))
     # Forward transforms, powers and products in extended precision where the platform has it:

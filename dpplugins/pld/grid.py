@@ -38,6 +38,7 @@ bin masses (see :mod:`dpplugins.mechanisms.distributions`) and the rounding of t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -283,6 +284,10 @@ def pessimistic_from_profile(delta_upper, h: float, lo: int, hi: int, stride: in
     """
     if hi <= lo:
         raise ParameterError("hi", hi, f"> lo={lo}")
+    # beyond |eps| = 600, e^eps overflows: end the grid there (what is left of the profile at the
+    # top goes to delta(inf), which is valid, only looser)
+    limit = math.floor(600.0 / h)
+    lo, hi = max(lo, -limit), min(hi, limit)
     index = np.arange(lo, hi + 1, stride)
     if index[-1] != hi:
         index = np.append(index, hi)

@@ -375,3 +375,27 @@ def test_approximate_dp_randomizers_use_only_balle_or_no_amplification():
     res = shuffle.epsilon(0.05, 10**7, 1e-6, delta0=1e-20)
     assert set(res.candidates) <= {"balle2020", "none"}
     assert res.epsilon <= 0.05
+
+
+@pytest.mark.parametrize("eps0,n", [(0.5, 5), (2.0, 6), (1.0, 7)])
+def test_clone_pair_rdp_matches_enumeration(eps0, n):
+    """Renyi divergence of the enumerated pair (both directions) <= ours, and ours is tight."""
+    c = shuffle.fmt21_clone_probability(eps0)
+    p0, p1 = clone_pair_by_enumeration(eps0, n, c)
+    orders = np.array([1.5, 2.0, 8.0])
+    keys = sorted(set(p0) | set(p1))
+    a = np.array([p0.get(k, 0.0) for k in keys])
+    b = np.array([p1.get(k, 0.0) for k in keys])
+    exact = [max(np.log(np.sum(a ** o * b ** (1 - o))) / (o - 1),
+                 np.log(np.sum(b ** o * a ** (1 - o))) / (o - 1)) for o in orders]
+    ours = shuffle.clone_pair_rdp(eps0, n, orders)
+    assert np.all(ours >= np.array(exact) - 1e-12)
+    assert np.all(ours <= np.array(exact) + 1e-9)
+
+
+def test_clone_pair_rdp_large_n_decreases_and_bad_orders_rejected():
+    small = shuffle.clone_pair_rdp(1.0, 10_000, [2.0])[0]
+    large = shuffle.clone_pair_rdp(1.0, 100_000, [2.0])[0]
+    assert 0 < large < small < 1.0  # the pure-DP RDP bound at order 2 is at most eps0
+    with pytest.raises(ParameterError, match="orders"):
+        shuffle.clone_pair_rdp(1.0, 100, [1.0])

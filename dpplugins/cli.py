@@ -70,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accountants", default="pld",
                    help="comma-separated accountants (references: dp_accounting.rdp, ...)")
     p.add_argument("--points", type=int, default=10, help="number of epochs to evaluate")
+    p.add_argument("--tradeoff", action="store_true",
+                   help="draw certified and CLT trade-off curves (fdp accountant) instead")
     p.add_argument("--output", required=True, help="PNG path")
     p.add_argument("--width", type=float, default=6.4, help="inches")
     p.add_argument("--height", type=float, default=4.0, help="inches")
@@ -114,6 +116,14 @@ def _run(args: argparse.Namespace) -> int:
         from dpplugins.plots import plot_epsilon_against_epochs
         config = report.TrainingConfig(args.dataset_size, args.batch_size, args.epochs,
                                        args.noise_multiplier, args.delta, args.sampler)
+        if args.tradeoff:
+            from dpplugins.accountants import create
+            acc = create("fdp")
+            acc.step(noise_multiplier=config.noise_multiplier, sample_rate=config.sample_rate,
+                     count=config.steps)
+            acc.plot_tradeoff(args.output)
+            print(f"wrote {args.output}")
+            return 0
         names = [n.strip() for n in args.accountants.split(",") if n.strip()]
         plot_epsilon_against_epochs(config, names, args.output, points=args.points,
                                     size=(args.width, args.height), dpi=args.dpi)

@@ -80,3 +80,22 @@ def test_plot_writes_png_of_the_stated_size(tmp_path):
     image = matplotlib.image.imread(path)
     assert image.shape[:2] == (150, 250)
     assert image.std() > 0  # not blank
+
+
+def test_plot_tradeoff_writes_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "tradeoff.png"
+    run("plot", *CONFIG, "--tradeoff", "--output", str(path))
+    assert path.stat().st_size > 1000
+
+
+def test_benchmark_runner_lists_every_script():
+    import importlib.util
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("run_all", root / "benchmarks" / "run_all.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    names = {p.name for p in module.scripts()}
+    assert {"pld_vs_anchors.py", "shuffle_bound_speed.py"} <= names
+    assert "run_all.py" not in names

@@ -27,7 +27,8 @@ from typing import Any
 
 from dpplugins.accountants import available, create, get_class
 
-__all__ = ["register", "configure", "OURS", "DPPluginsAccountant", "check_sampler"]
+__all__ = ["register", "configure", "attach", "check_sampler", "make_data_loader",
+           "torch_batch_sampler", "OURS", "DPPluginsAccountant"]
 
 #: registry names of our accountants that Opacus users can pass to PrivacyEngine
 OURS: tuple[str, ...] = ()
@@ -59,33 +60,57 @@ class DPPluginsAccountant:
     _dpplugins_name = ""
 
     def __init__(self, **options: Any) -> None:
-        self.inner = create(self._dpplugins_name, **options)
+        # Opacus creates accountants with no arguments; accountants that need protocol
+        # parameters (shuffle: batch_size, checkin: the protocol) wait for configure()/attach()
+        from dpplugins.errors import ParameterError
+        self._pending: list = []
+        try:
+            self.inner = create(self._dpplugins_name, **options)
+            self._missing = None
+        except ParameterError as error:
+            self.inner = None
+            self._missing = error
+
+    def _require(self):
+        if self.inner is None:
+            raise ValueError(
+                f"the {self._dpplugins_name!r} accountant needs protocol parameters "
+                f"({self._missing}); call dpplugins.integrations.opacus.attach(privacy_engine, "
+                f"data_loader) after make_private, or configure(privacy_engine.accountant, ...)")
+        return self.inner
 
     # Opacus' history is our history (Opacus' get_noise_multiplier assigns to it)
     @property
     def history(self):
-        return self.inner.history
+        return self._pending if getattr(self, "inner", None) is None else self.inner.history
 
     @history.setter
     def history(self, value) -> None:
-        if hasattr(self, "inner"):
+        from dpplugins.accountants import validate_history
+        if getattr(self, "inner", None) is None:
+            self._pending = validate_history(value)
+        else:
             self.inner.history = value
 
     def step(self, *, noise_multiplier: float, sample_rate: float) -> None:
-        self.inner.step(noise_multiplier=noise_multiplier, sample_rate=sample_rate)
+        if self.inner is None:
+            from dpplugins.accountants import validate_history
+            self._pending = validate_history(self._pending + [(noise_multiplier, sample_rate, 1)])
+        else:
+            self.inner.step(noise_multiplier=noise_multiplier, sample_rate=sample_rate)
 
     def get_epsilon(self, delta: float, **kwargs: Any) -> float:
         if kwargs:
             raise TypeError(f"{self.mechanism()} accountant takes no options in get_epsilon, "
                             f"got {sorted(kwargs)}")
-        return self.inner.get_epsilon(delta)
+        return self._require().get_epsilon(delta)
 
     def get_epsilon_bounds(self, delta: float):
         """Certified (lower, upper) epsilon bounds (our extension of Opacus' interface)."""
-        return self.inner.get_epsilon_bounds(delta)
+        return self._require().get_epsilon_bounds(delta)
 
     def __len__(self) -> int:
-        return len(self.inner)
+        return sum(h[2] for h in self.history)
 
     @classmethod
     def mechanism(cls) -> str:
@@ -94,7 +119,7 @@ class DPPluginsAccountant:
     def state_dict(self, destination=None):
         """Opacus' keys (``history``, ``mechanism``) plus our options and version."""
         state = {} if destination is None else destination
-        ours = self.inner.state_dict()
+        ours = self._require().state_dict()
         state["history"] = [tuple(entry) for entry in ours["history"]]
         state["mechanism"] = self.mechanism()
         state["dpplugins"] = {"options": ours["options"], "version": ours["version"]}
@@ -108,9 +133,9 @@ class DPPluginsAccountant:
             raise ValueError(f"state_dict of {state_dict['mechanism']} cannot be loaded into "
                              f"the {self.mechanism()} accountant")
         extra = state_dict.get("dpplugins", {})
-        if extra.get("options") and extra["options"] != self.inner.options():
+        if extra.get("options") and (self.inner is None or extra["options"] != self.inner.options()):
             self.inner = create(self._dpplugins_name, **extra["options"])
-        self.inner.history = [tuple(entry) for entry in state_dict["history"]]
+        self.history = [tuple(entry) for entry in state_dict["history"]]
 
 
 def configure(accountant, **options: Any) -> None:
@@ -118,7 +143,7 @@ def configure(accountant, **options: Any) -> None:
     e.g. ``configure(privacy_engine.accountant, eps_tolerance=1e-4)``."""
     if not isinstance(accountant, DPPluginsAccountant):
         raise TypeError(f"{type(accountant).__name__} is not a dpplugins accountant")
-    history = list(accountant.inner.history)
+    history = list(accountant.history)
     accountant.inner = create(accountant.mechanism(), **options)
     accountant.inner.history = history
 
@@ -193,7 +218,76 @@ def check_sampler(accountant_name: str, data_loader) -> None:
     if scheme == "poisson" and accountant_name in _VALID_FOR["random_checkin"]:
         raise ValueError(f"the {accountant_name!r} accountant assumes random check-ins, but the "
                          "data loader samples Poisson batches; use accountant='pld'")
-    right = ", ".join(sorted(valid)) or "none available yet"
+    right = ", ".join(sorted(valid - {"swap", "pnsgd"})) or "none available yet"
+    if scheme == "shuffled_epochs":
+        right += " (swap or pnsgd when every step uses a single example)"
     warnings.warn(f"accountant {accountant_name!r} is not valid for a {scheme} data loader; "
                   f"its epsilon is not a guarantee for this training. Valid: {right}",
                   UserWarning, stacklevel=2)
+
+
+# -- samplers ---------------------------------------------------------------------------------
+def torch_batch_sampler(sampler):
+    """A ``torch.utils.data.Sampler`` of index lists over one of our samplers
+    (:mod:`dpplugins.samplers`): ``len`` = steps per epoch, ``scheme`` is passed through, and an
+    empty step (a check-in dummy update) is an empty list."""
+    import torch
+
+    class _BatchSampler(torch.utils.data.Sampler):
+        def __init__(self, inner):
+            self.inner = inner
+            self.scheme = inner.scheme
+
+        def __len__(self) -> int:
+            return len(self.inner)
+
+        def __iter__(self):
+            for batch in self.inner:
+                yield [int(i) for i in batch]
+
+    return _BatchSampler(sampler)
+
+
+def make_data_loader(dataset, sampler, *, collate_fn=None, **loader_options):
+    """A ``DataLoader`` that draws its batches from one of our samplers, for
+    ``make_private(..., poisson_sampling=False)``.  Empty batches (dummy updates) become
+    zero-length tensors shaped like the dataset's items, so Opacus adds noise only."""
+    import torch
+    from opacus.data_loader import wrap_collate_with_empty
+    from torch.utils.data.dataloader import default_collate
+
+    if len(dataset) != sampler.num_examples:
+        from dpplugins.errors import ParameterError
+        raise ParameterError("sampler.num_examples", sampler.num_examples,
+                             f"equal to len(dataset) = {len(dataset)}")
+    first = dataset[0]
+    items = first if isinstance(first, (tuple, list)) else (first,)
+    shapes = [(0, *torch.as_tensor(x).shape) for x in items]  # zero-length batch per item
+    dtypes = [torch.as_tensor(x).dtype for x in items]
+    wrapped = wrap_collate_with_empty(collate_fn=collate_fn or default_collate,
+                                      sample_empty_shapes=shapes, dtypes=dtypes)
+    return torch.utils.data.DataLoader(dataset, batch_sampler=torch_batch_sampler(sampler),
+                                       collate_fn=wrapped, **loader_options)
+
+
+def attach(privacy_engine, data_loader) -> None:
+    """One-line hook-up after ``make_private``: give our accountant the protocol parameters of
+    the loader's sampler (no second source of truth) and check that the accountant is valid for
+    the sampler (:func:`check_sampler`)."""
+    accountant = privacy_engine.accountant
+    name = accountant.mechanism()
+    sampler = getattr(getattr(data_loader, "batch_sampler", None), "inner", None)
+    if isinstance(accountant, DPPluginsAccountant) and sampler is not None:
+        if name == "shuffle" and sampler.scheme == "shuffled_epochs":
+            configure(accountant, batch_size=sampler.batch_size,
+                      dataset_size=sampler.num_examples)
+        elif name == "checkin" and sampler.scheme == "random_checkin":
+            configure(accountant, num_examples=sampler.num_examples, variant=sampler.variant,
+                      num_slots=sampler.num_slots,
+                      checkin_probability=sampler.checkin_probability,
+                      max_batch_size=(sampler.max_batch_size if sampler.variant == "averaged"
+                                      else None))
+        elif name == "checkin" and sampler.scheme == "sliding_window":
+            configure(accountant, num_examples=sampler.num_examples, variant="sliding",
+                      window=sampler.window)
+    check_sampler(name, data_loader)

@@ -105,6 +105,25 @@ class DPPluginsAccountant:
                             f"got {sorted(kwargs)}")
         return self._require().get_epsilon(delta)
 
+    def get_optimizer_hook_fn(self, sample_rate: float):
+        """Opacus' step hook (records ``sample_rate * accumulated_iterations``), plus: a
+        ``shuffle`` accountant that was created without a batch size takes it from the optimizer
+        on the first step, so ``PrivacyEngine(accountant="shuffle")`` needs nothing else.
+
+        Opacus only knows ``expected_batch_size = int(N / steps_per_epoch)``, which is at most
+        the real batch size; a smaller batch size keeps the shuffle bounds valid (the upper bound
+        is the same for every batch size above 1, and the lower bound assumes a smaller chance
+        that the example is used).  When that number is 1 we use 2, i.e. no amplification (call
+        :func:`attach` with the real sampler to get the batch-size-1 amplification).
+        """
+        def hook_fn(optim) -> None:
+            if self.inner is None and self._dpplugins_name == "shuffle":
+                configure(self, batch_size=max(2, int(optim.expected_batch_size)))
+            self.step(noise_multiplier=optim.noise_multiplier,
+                      sample_rate=sample_rate * optim.accumulated_iterations)
+
+        return hook_fn
+
     def get_epsilon_bounds(self, delta: float):
         """Certified (lower, upper) epsilon bounds (our extension of Opacus' interface)."""
         return self._require().get_epsilon_bounds(delta)

@@ -191,3 +191,21 @@ def test_checkin_accountant_with_a_poisson_loader_raises():
                                                    max_grad_norm=1.0)
     with pytest.raises(ValueError, match="pld"):
         check_sampler("checkin", loader)
+
+
+def test_shuffle_flag_alone_with_a_plain_shuffling_loader():
+    """PrivacyEngine(accountant="shuffle") + poisson_sampling=False and nothing else: the batch
+    size comes from the optimizer; the result equals the no-amplification Gaussian bound."""
+    from conftest import epsilon_from_delta_curve, gaussian_delta_exact
+
+    register()
+    engine = PrivacyEngine(accountant="shuffle")
+    model, optimizer, loader = tiny_setup(n=256, batch=32)
+    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
+                                                   data_loader=loader, noise_multiplier=2.0,
+                                                   max_grad_norm=1.0, poisson_sampling=False)
+    train(model, optimizer, loader, epochs=3)
+    eps = engine.get_epsilon(DELTA)
+    # 3 epochs, each example in one step per epoch: a Gaussian with mu = sqrt(3) / 2
+    exact = epsilon_from_delta_curve(lambda e: gaussian_delta_exact(e, 3 ** 0.5 / 2), DELTA)
+    assert exact <= eps <= exact * 1.001

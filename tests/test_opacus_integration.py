@@ -209,3 +209,32 @@ def test_shuffle_flag_alone_with_a_plain_shuffling_loader():
     # 3 epochs, each example in one step per epoch: a Gaussian with mu = sqrt(3) / 2
     exact = epsilon_from_delta_curve(lambda e: gaussian_delta_exact(e, 3 ** 0.5 / 2), DELTA)
     assert exact <= eps <= exact * 1.001
+
+
+def test_our_sampler_with_batch_memory_manager():
+    """Physical batches of 8 from logical batches of 32: one optimizer step (and one accounted
+    step) per logical batch."""
+    from opacus.utils.batch_memory_manager import BatchMemoryManager
+
+    from dpplugins.integrations.opacus import attach, make_data_loader
+    from dpplugins.samplers import ShuffledEpochs
+
+    register()
+    model, optimizer, loader = tiny_setup(n=128)
+    loader = make_data_loader(loader.dataset, ShuffledEpochs(128, 32, rng=0))
+    engine = PrivacyEngine(accountant="shuffle")
+    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
+                                                   data_loader=loader, noise_multiplier=1.0,
+                                                   max_grad_norm=1.0, poisson_sampling=False)
+    attach(engine, loader)
+    criterion = torch.nn.CrossEntropyLoss()
+    with BatchMemoryManager(data_loader=loader, max_physical_batch_size=8,
+                            optimizer=optimizer) as physical:
+        sizes = []
+        for x, y in physical:
+            sizes.append(len(x))
+            optimizer.zero_grad()
+            criterion(model(x), y).backward()
+            optimizer.step()
+    assert max(sizes) <= 8 and sum(sizes) == 128
+    assert len(engine.accountant) == 4  # 128 / 32 logical steps, not 16 physical ones

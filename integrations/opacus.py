@@ -181,8 +181,12 @@ def _get_noise_multiplier(*, target_epsilon, target_delta, sample_rate, epochs=N
     if steps is None:
         steps = int(epochs / sample_rate)
     from dpplugins.calibration import find_noise_multiplier
+    # Opacus passes no protocol parameters; for shuffled epochs calibrate on the bound that holds
+    # for every batch size above 1 (no amplification), which is valid for the real batch size
+    options = {"batch_size": 2} if accountant == "shuffle" else {}
     return find_noise_multiplier(target_epsilon=target_epsilon, delta=target_delta,
-                                 sample_rate=sample_rate, steps=steps, accountant=accountant)
+                                 sample_rate=sample_rate, steps=steps, accountant=accountant,
+                                 **options)
 
 
 def register() -> tuple[str, ...]:

@@ -238,3 +238,15 @@ def test_our_sampler_with_batch_memory_manager():
             optimizer.step()
     assert max(sizes) <= 8 and sum(sizes) == 128
     assert len(engine.accountant) == 4  # 128 / 32 logical steps, not 16 physical ones
+
+
+@pytest.mark.parametrize("name,poisson", [("fdp", True), ("shuffle", False)])
+def test_make_private_with_epsilon_for_other_accountants(name, poisson):
+    register()
+    engine = PrivacyEngine(accountant=name)
+    model, optimizer, loader = tiny_setup()
+    model, optimizer, loader = engine.make_private_with_epsilon(
+        module=model, optimizer=optimizer, data_loader=loader, target_epsilon=4.0,
+        target_delta=DELTA, epochs=2, max_grad_norm=1.0, poisson_sampling=poisson)
+    train(model, optimizer, loader, epochs=2)
+    assert engine.get_epsilon(DELTA) <= 4.0

@@ -91,41 +91,22 @@ def _check(eps0, n, delta0):
 def minimal_delta1(eps0: float, delta0: float) -> float:
     """Smallest ``delta1`` allowed by the delta0 condition of Thm A.5 / Thm 5.1 (``inf`` if none).
 
-    The condition ``delta0 <= (1 - e^-eps0) delta1 / (4 e^eps0 (2 + log(2/delta1) / L))`` with
-    ``L = log(1 / (1 - e^(-5 eps0)))`` has a right-hand side increasing in delta1, so bisection in
-    ``log delta1`` finds it; we return the upper end of the final bracket (the condition holds).
+    The condition is the one of Balle et al. 2020 Thm 3.2 (the same hypothesis on the local
+    randomizer), so this is :func:`dpplugins.amplification.checkin.delta1_for_delta0`, which
+    returns a value on the safe side of the root; ``eps0 <= 0`` admits no ``delta1``.
 
     Example::
 
         >>> 1e-17 < minimal_delta1(0.05, 1e-20) < 1e-15
         True
     """
+    from dpplugins.amplification.checkin import delta1_for_delta0
+
     if delta0 == 0:
         return 0.0
     if eps0 <= 0:
         return math.inf
-    big_l = -math.log1p(-math.exp(-5 * eps0)) if 5 * eps0 < 700 else math.exp(-5 * eps0)
-    factor = -math.expm1(-eps0) / (4 * math.exp(min(eps0, 700.0)))
-
-    def allowed(log_d1):
-        d1 = math.exp(log_d1)
-        return factor * d1 / (2 + (math.log(2) - log_d1) / big_l)
-
-    lo, hi = -745.0, 0.0
-    if allowed(hi) < delta0:
-        return math.inf
-    if allowed(lo) >= delta0:
-        return math.exp(lo)
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if allowed(mid) >= delta0:
-            hi = mid
-        else:
-            lo = mid
-        if hi - lo < 1e-12:
-            break
-    return math.exp(hi)
-
+    return delta1_for_delta0(eps0, delta0)
 
 def pure_profile(eps0: float, n: int) -> Callable[[np.ndarray], np.ndarray]:
     """``delta(eps)`` of Thm A.5 for eps0-DP randomizers: ``exp(-n ((eps - A)/B)^2 / 2)`` for
@@ -217,15 +198,13 @@ def epsilon(eps0: float, n: int, delta: float, *, delta0: float = 0.0) -> SwapBo
 def gaussian_local_delta(eps0: np.ndarray, noise_multiplier: float,
                          sensitivity: float = 2.0) -> np.ndarray:
     """delta0 of a Gaussian local randomizer at each eps0 (exact profile of ``N(sensitivity, s^2)``
-    vs ``N(0, s^2)`` with ``s = noise_multiplier``; Balle & Wang 2018, Thm 8), rounded up by a
-    relative 1e-12.  ``sensitivity = 2`` is the L2 diameter of clipped gradients (norm <= 1): a
-    *local* randomizer must be indistinguishable between any two inputs."""
-    from dpplugins.mechanisms.gaussian import gaussian_delta
+    vs ``N(0, s^2)`` with ``s = noise_multiplier``; Balle & Wang 2018, Thm 8), rounded up; the
+    same as :func:`dpplugins.amplification.checkin.gaussian_local_delta0`.  ``sensitivity = 2``
+    is the L2 diameter of clipped gradients (norm <= 1): a *local* randomizer must be
+    indistinguishable between any two inputs."""
+    from dpplugins.amplification.checkin import gaussian_local_delta0
 
-    sigma = check_positive("noise_multiplier", noise_multiplier)
-    sens = check_positive("sensitivity", sensitivity)
-    return np.minimum(gaussian_delta(np.asarray(eps0, float), sens / sigma) * (1 + 1e-12), 1.0)
-
+    return gaussian_local_delta0(eps0, noise_multiplier, sensitivity)
 
 def gaussian_profile(noise_multiplier: float, n: int, *, sensitivity: float = 2.0,
                      eps0_grid: np.ndarray | None = None) -> Callable[[np.ndarray], np.ndarray]:

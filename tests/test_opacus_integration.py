@@ -250,3 +250,29 @@ def test_make_private_with_epsilon_for_other_accountants(name, poisson):
         target_delta=DELTA, epochs=2, max_grad_norm=1.0, poisson_sampling=poisson)
     train(model, optimizer, loader, epochs=2)
     assert engine.get_epsilon(DELTA) <= 4.0
+
+
+def test_gradient_accumulation_with_shuffled_sampler_is_refused_clearly():
+    """Accumulating 2 physical batches per step doubles the logical batch; the shuffle accountant
+    configured for the physical batch refuses the resulting history instead of mis-accounting."""
+    from dpplugins.errors import ParameterError
+    from dpplugins.integrations.opacus import attach, make_data_loader
+    from dpplugins.samplers import ShuffledEpochs
+
+    register()
+    model, optimizer, loader = tiny_setup(n=256)
+    loader = make_data_loader(loader.dataset, ShuffledEpochs(256, 32, rng=0))
+    engine = PrivacyEngine(accountant="shuffle")
+    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
+                                                   data_loader=loader, noise_multiplier=1.0,
+                                                   max_grad_norm=1.0, poisson_sampling=False)
+    attach(engine, loader)
+    criterion = torch.nn.CrossEntropyLoss()
+    for i, (x, y) in enumerate(loader):
+        criterion(model(x), y).backward()
+        if i % 2 == 1:
+            optimizer.step()
+            optimizer.zero_grad()
+    assert engine.accountant.history == [(1.0, 0.25, 4)]  # Opacus: rate * accumulated iterations
+    with pytest.raises(ParameterError, match="sample_rate"):
+        engine.get_epsilon(DELTA)

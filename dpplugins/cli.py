@@ -36,6 +36,8 @@ def _add_training_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``dpplugins`` command (subcommands compare, epsilon, noise,
+    plot)."""
     parser = _Parser(prog="dpplugins", description="Privacy accountants for DP training.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -133,6 +135,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit status (2 on bad input)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

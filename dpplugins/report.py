@@ -244,10 +244,12 @@ def format_table(rows: list[ComparisonRow]) -> str:
 
 
 def to_json(rows: list[ComparisonRow]) -> str:
+    """The rows as a JSON list of objects (one per accountant)."""
     return json.dumps([asdict(r) for r in rows], indent=2)
 
 
 def to_csv(rows: list[ComparisonRow]) -> str:
+    """The rows as CSV with a header line."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(asdict(rows[0]).keys()) if rows else [])
     writer.writeheader()

@@ -60,6 +60,7 @@ class DiscretePair:
             return np.log(self.p) - np.log(self.q)
 
     def loss_range(self, tail: float) -> tuple[float, float]:
+        """Smallest and largest finite loss (the grid must start below ``log(1 - delta(inf))``)."""
         both = (self.p > 0) & (self.q > 0)
         if not np.any(both):
             return -1.0, 1.0
@@ -72,6 +73,7 @@ class DiscretePair:
         return low, float(losses.max())
 
     def loss_bins(self, h: float, lo: int, hi: int) -> LossBins:
+        """Exact bin masses of the losses on the grid ``lo .. hi`` (step ``h``)."""
         p, q = self.p, self.q
         both = (p > 0) & (q > 0)
         log_p, log_q = np.log(p[both]), np.log(q[both])
@@ -120,12 +122,14 @@ class MonotoneLossPair:
     x_range: Callable[[float], tuple[float, float]] = field(repr=False)
 
     def loss_range(self, tail: float) -> tuple[float, float]:
+        """Losses at the ends of ``x_range(tail)`` (outside it both tails are below ``tail``)."""
         a, b = self.x_range(tail)
         with np.errstate(over="ignore", divide="ignore"):
             la, lb = self.loss(np.array([a, b], dtype=float))
         return float(la), float(lb)
 
     def loss_bins(self, h: float, lo: int, hi: int) -> LossBins:
+        """Bin masses as interval masses of P and Q between the inverse losses of the grid."""
         eps = (lo + np.arange(hi - lo + 1)) * h
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
             u = self.loss_inverse(eps)

@@ -73,6 +73,7 @@ class GridPMF:
         return self.lo + len(self.pmf) - 1
 
     def losses(self) -> np.ndarray:
+        """The loss value of every stored mass."""
         return (self.lo + np.arange(len(self.pmf))) * self.h
 
     def delta(self, epsilon: float) -> float:

@@ -1,0 +1,208 @@
+"""Keras callback and tf.data samplers (issue 9), run against real TensorFlow 2.15 + TF-Privacy.
+
+Independent references: dp_accounting's PLD accountant (Poisson-subsampled Gaussian), the closed
+form of the Gaussian mechanism's privacy profile (Balle & Wang 2018, Thm 8) for shuffled epochs
+with batch size > 1 (no amplification: mu = sqrt(E) / sigma), and the sampler's own index arrays
+re-drawn from the same seed.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import optimize, stats
+
+tf = pytest.importorskip("tensorflow")
+tfp_opt = pytest.importorskip("tensorflow_privacy")
+dp_accounting = pytest.importorskip("dp_accounting")
+
+from dpplugins.accountants import create  # noqa: E402
+from dpplugins.errors import ParameterError  # noqa: E402
+from dpplugins.integrations.tf_keras import (PrivacyCallback, as_tf_dataset,  # noqa: E402
+                                             noise_multiplier_of)
+from dpplugins.samplers import RandomCheckIn, ShuffledEpochs, SlidingWindowCheckIn  # noqa: E402
+
+N, BATCH, SIGMA, DELTA = 256, 32, 1.1, 1e-5
+
+
+def _data(seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(N, 4)).astype("float32"), rng.integers(0, 2, N).astype("int64")
+
+
+def _dp_model(num_microbatches=BATCH):
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])
+    optimizer = tfp_opt.DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=SIGMA,
+                                            num_microbatches=num_microbatches,
+                                            learning_rate=0.1)
+    loss = tf.keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True, reduction=tf.keras.losses.Reduction.NONE)
+    model.compile(optimizer=optimizer, loss=loss)
+    return model
+
+
+def _gaussian_epsilon(mu, delta):
+    """Closed-form epsilon of a mu-GDP Gaussian mechanism (Balle & Wang 2018, Thm 8)."""
+    def excess(eps):
+        return (stats.norm.cdf(-eps / mu + mu / 2)
+                - math.exp(eps) * stats.norm.cdf(-eps / mu - mu / 2) - delta)
+    return optimize.brentq(excess, 0.0, 100.0, xtol=1e-12)
+
+
+def test_callback_poisson_matches_offline_pld_and_dp_accounting():
+    x, y = _data()
+    callback = PrivacyCallback(delta=DELTA, batch_size=BATCH, num_examples=N, sampler="poisson")
+    history = _dp_model().fit(x, y, batch_size=BATCH, epochs=2, verbose=0, callbacks=[callback])
+    logged = history.history["epsilon"]
+    assert len(logged) == 2 and len(history.history["loss"]) == 2
+    assert callback.noise_multiplier == pytest.approx(SIGMA)   # read from the optimizer
+    assert callback.used_microbatching is False                # one example per microbatch
+    steps = math.ceil(N / BATCH)
+    for epoch, eps in enumerate(logged, start=1):
+        offline = create("pld")
+        offline.step(noise_multiplier=SIGMA, sample_rate=BATCH / N, count=steps * epoch)
+        assert eps == offline.get_epsilon(DELTA)
+        # independent: dp_accounting's PLD accountant for the same event
+        event = dp_accounting.SelfComposedDpEvent(
+            dp_accounting.PoissonSampledDpEvent(BATCH / N, dp_accounting.GaussianDpEvent(SIGMA)),
+            steps * epoch)
+        theirs = dp_accounting.pld.PLDAccountant(
+            value_discretization_interval=1e-4).compose(event).get_epsilon(DELTA)
+        assert theirs * (1 - 1e-3) <= eps <= theirs * 1.01
+    assert logged[0] < logged[1]
+
+
+def test_callback_shuffled_epochs_with_our_sampler_matches_gaussian_closed_form(tmp_path):
+    x, y = _data(1)
+    sampler = ShuffledEpochs(N, BATCH, rng=3)
+    writer = tf.summary.create_file_writer(str(tmp_path))
+    callback = PrivacyCallback(delta=DELTA, noise_multiplier=SIGMA, batch_size=BATCH,
+                               num_examples=N, sampler="shuffled_epochs", log_key="eps",
+                               writer=writer)
+    history = _dp_model().fit(as_tf_dataset(sampler, x, y), epochs=2, verbose=0,
+                              callbacks=[callback])
+    logged = history.history["eps"]
+    assert len(logged) == 2 and callback.accountant.name == "shuffle"
+    for epoch, eps in enumerate(logged, start=1):
+        offline = create("shuffle", batch_size=BATCH, dataset_size=N)
+        offline.step(noise_multiplier=SIGMA, sample_rate=BATCH / N, count=8 * epoch)
+        assert eps == offline.get_epsilon(DELTA)
+        # batch size > 1: no amplification, E epochs of a sensitivity-1 Gaussian
+        exact = _gaussian_epsilon(math.sqrt(epoch) / SIGMA, DELTA)
+        assert exact * (1 - 1e-9) <= eps <= exact * 1.01
+    assert list(tmp_path.iterdir())   # TensorBoard event file written
+
+
+def test_callback_microbatching_halves_noise_like_tf_privacy():
+    x, y = _data()
+    callback = PrivacyCallback(delta=DELTA, batch_size=BATCH, num_examples=N)
+    _dp_model(num_microbatches=4).fit(x, y, batch_size=BATCH, epochs=1, verbose=0,
+                                      callbacks=[callback])
+    assert callback.used_microbatching is True
+    assert callback.accountant.history == [(SIGMA / 2, BATCH / N, 8)]
+
+
+def test_as_tf_dataset_yields_the_samplers_batches_in_order():
+    ids = np.arange(N, dtype=np.int64)
+    features = np.stack([ids, -ids], axis=1).astype("float32")
+    for make in (lambda: ShuffledEpochs(N, 40, rng=11),
+                 lambda: RandomCheckIn(N, 64, checkin_probability=0.7, variant="averaged",
+                                       max_batch_size=6, rng=5),
+                 lambda: RandomCheckIn(N, 300, checkin_probability=0.5, rng=2)):
+        reference = make()
+        expected = [list(reference), list(reference)]      # two passes from the same seed
+        dataset = as_tf_dataset(make(), features, ids)
+        for pass_expected in expected:
+            got = [(xb.numpy(), yb.numpy()) for xb, yb in dataset]
+            assert len(got) == len(pass_expected)
+            for (xb, yb), idx in zip(got, pass_expected):
+                np.testing.assert_array_equal(yb, idx)
+                np.testing.assert_array_equal(xb[:, 0], idx.astype("float32"))
+            used = np.concatenate([yb for _, yb in got])
+            assert used.size == np.unique(used).size       # each example at most once per pass
+        # each Keras epoch re-iterates the sampler: a fresh draw, not a replay
+        assert any(a.shape != b.shape or not np.array_equal(a, b)
+                   for a, b in zip(*expected))
+
+
+def test_as_tf_dataset_empty_slots_and_skip_empty():
+    x, y = _data(2)
+    sampler = RandomCheckIn(N, 40, checkin_probability=0.05, variant="averaged", rng=4)
+    sizes = [int(xb.shape[0]) for xb, _ in as_tf_dataset(sampler, x, y)]
+    assert len(sizes) == 40 and 0 in sizes
+    skipping = RandomCheckIn(N, 40, checkin_probability=0.05, variant="averaged", rng=4)
+    reference = [b for b in RandomCheckIn(N, 40, checkin_probability=0.05, variant="averaged",
+                                          rng=4) if b.size]
+    kept = [yb.numpy() for _, yb in as_tf_dataset(skipping, x, y, skip_empty=True)]
+    assert len(kept) == len(reference) < 40
+    for got, idx in zip(kept, reference):
+        np.testing.assert_array_equal(got, y[idx])
+    # a DP optimizer trains on the skipped pipeline; the accountant still counts every slot
+    model = _dp_model(num_microbatches=None)
+    model.fit(as_tf_dataset(skipping, x, y, skip_empty=True), epochs=1, verbose=0)
+    assert all(np.isfinite(w.numpy()).all() for w in model.weights)
+    with pytest.raises(ParameterError, match="skip_empty"):
+        as_tf_dataset(RandomCheckIn(N, 40, rng=0), x, y, skip_empty=True)
+    with pytest.raises(ParameterError, match="skip_empty"):
+        as_tf_dataset(SlidingWindowCheckIn(N, 8, rng=0), x, y, skip_empty=True)
+
+
+def test_callback_warns_when_keras_runs_more_batches_than_accounted():
+    x, y = _data()
+    callback = PrivacyCallback(delta=DELTA, batch_size=BATCH, num_examples=N, steps_per_epoch=4)
+    with pytest.warns(RuntimeWarning, match="under-counted"):
+        _dp_model().fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[callback])
+    assert callback.accountant.history == [(SIGMA, BATCH / N, 4)]
+
+
+def test_callback_refuses_gradient_accumulation():
+    model = _dp_model()
+    model.optimizer.gradient_accumulation_steps = 2
+    x, y = _data()
+    with pytest.raises(ParameterError, match="gradient_accumulation_steps"):
+        model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0,
+                  callbacks=[PrivacyCallback(delta=DELTA, batch_size=BATCH, num_examples=N)])
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"delta": 0.0}, "delta"),
+    ({"delta": 1.5}, "delta"),
+    ({"delta": float("nan")}, "delta"),
+    ({"noise_multiplier": -1.0}, "noise_multiplier"),
+    ({"batch_size": 0}, "batch_size"),
+    ({"batch_size": 300}, "batch_size"),
+    ({"num_examples": 0}, "num_examples"),
+    ({"sampler": "uniform"}, "sampler"),
+    ({"sampler": "poisson", "accountant": "shuffle"}, "accountant"),
+    ({"sampler": "shuffled_epochs", "accountant": "pld"}, "accountant"),
+    ({"steps_per_epoch": 0}, "steps_per_epoch"),
+    ({"used_microbatching": "yes"}, "used_microbatching"),
+    ({"log_key": ""}, "log_key"),
+    ({"writer": "logs/"}, "writer"),
+])
+def test_callback_rejects_bad_input(kwargs, name):
+    args = dict(delta=DELTA, noise_multiplier=SIGMA, batch_size=BATCH, num_examples=N)
+    args.update(kwargs)
+    with pytest.raises(ParameterError) as info:
+        PrivacyCallback(**args)
+    assert info.value.name == name
+
+
+def test_bad_sampler_data_and_optimizer_rejected():
+    x, y = _data()
+    with pytest.raises(ParameterError) as info:
+        as_tf_dataset(range(10), x, y)
+    assert info.value.name == "sampler"
+    with pytest.raises(ParameterError) as info:
+        as_tf_dataset(ShuffledEpochs(N + 1, 8), x, y)
+    assert info.value.name == "features"
+    with pytest.raises(ParameterError) as info:
+        as_tf_dataset(ShuffledEpochs(N, 8), x, y[:-1])
+    assert info.value.name == "labels"
+    with pytest.raises(ParameterError) as info:
+        as_tf_dataset(ShuffledEpochs(N, 8), x, y, skip_empty=1)
+    assert info.value.name == "skip_empty"
+    with pytest.raises(ParameterError) as info:
+        noise_multiplier_of(tf.keras.optimizers.SGD())
+    assert info.value.name == "optimizer"

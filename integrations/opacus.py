@@ -28,7 +28,7 @@ from typing import Any
 from dpplugins.accountants import available, create, get_class
 
 __all__ = ["register", "configure", "attach", "check_sampler", "make_data_loader",
-           "torch_batch_sampler", "OURS", "DPPluginsAccountant"]
+           "torch_batch_sampler", "make_private_pnsgd", "OURS", "DPPluginsAccountant"]
 
 #: registry names of our accountants that Opacus users can pass to PrivacyEngine
 OURS: tuple[str, ...] = ()
@@ -67,7 +67,7 @@ class DPPluginsAccountant:
         try:
             self.inner = create(self._dpplugins_name, **options)
             self._missing = None
-        except ParameterError as error:
+        except (ParameterError, TypeError) as error:  # TypeError: required options missing
             self.inner = None
             self._missing = error
 
@@ -314,3 +314,49 @@ def attach(privacy_engine, data_loader) -> None:
             configure(accountant, num_examples=sampler.num_examples, variant="sliding",
                       window=sampler.window)
     check_sampler(name, data_loader)
+
+
+# -- PNSGD under Opacus ---------------------------------------------------------------------------
+def make_private_pnsgd(privacy_engine, *, module, optimizer, data_loader, noise_multiplier: float,
+                       max_grad_norm: float, diameter: float, variant: str = "shuffled",
+                       smoothness: float | None = None):
+    """Projected noisy SGD with Opacus' per-sample gradients and the ``pnsgd`` accountant.
+
+    The engine must have been created with ``PrivacyEngine(accountant="pnsgd")`` and the loader
+    must give one example per step in a shuffled order (``batch_size=1, shuffle=True``).  Opacus
+    clips the example's gradient to ``max_grad_norm`` (= L), adds ``N(0, (noise_multiplier L)^2)``
+    and the wrapped SGD steps with its ``lr`` (= eta); after every step the parameters are
+    projected onto the centred ball of diameter ``diameter`` (= D_K), which is the algorithm of
+    :mod:`dpplugins.amplification.iteration`.  The accountant is configured from these same
+    numbers (one source of truth).  Returns ``(module, optimizer, data_loader)`` like
+    ``make_private``.
+    """
+    from dpplugins.errors import ParameterError
+    from dpplugins.integrations.pnsgd import project_onto_ball
+
+    if privacy_engine.accountant.mechanism() != "pnsgd":
+        raise ParameterError("privacy_engine.accountant", privacy_engine.accountant.mechanism(),
+                             "'pnsgd' (create the engine with PrivacyEngine(accountant='pnsgd'))")
+    if data_loader.batch_size != 1:
+        raise ParameterError("data_loader.batch_size", data_loader.batch_size,
+                             "1 (PNSGD processes one example per step)")
+    learning_rates = {group["lr"] for group in optimizer.param_groups}
+    if len(learning_rates) != 1 or not isinstance(optimizer, __import__("torch").optim.SGD):
+        raise ParameterError("optimizer", type(optimizer).__name__,
+                             "torch.optim.SGD with one learning rate (the theory's eta)")
+    module, optimizer, data_loader = privacy_engine.make_private(
+        module=module, optimizer=optimizer, data_loader=data_loader,
+        noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm, poisson_sampling=False)
+    configure(privacy_engine.accountant, lipschitz=max_grad_norm, diameter=diameter,
+              learning_rate=learning_rates.pop(), dataset_size=len(data_loader.dataset),
+              variant=variant, smoothness=smoothness)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    original_step = optimizer.step
+
+    def step_then_project(*args, **kwargs):
+        result = original_step(*args, **kwargs)
+        project_onto_ball(params, diameter)
+        return result
+
+    optimizer.step = step_then_project
+    return module, optimizer, data_loader

@@ -61,7 +61,7 @@ from typing import Callable, Iterable, Optional
 from dpplugins.accountants.pnsgd import PNSGDAccountant
 from dpplugins.errors import ParameterError, check_count, check_positive
 
-__all__ = ["ProjectedNoisySGD", "make_pnsgd_accountant", "shuffled_order"]
+__all__ = ["project_onto_ball", "ProjectedNoisySGD", "make_pnsgd_accountant", "shuffled_order"]
 
 
 class ProjectedNoisySGD(torch.optim.Optimizer):
@@ -156,18 +156,27 @@ class ProjectedNoisySGD(torch.optim.Optimizer):
                                 device=p.device)
             p.add_(g * scale + std * noise, alpha=-self.lr)
 
-        # project all parameters jointly onto the centred ball of radius D/2
-        norm = float(torch.sqrt(sum(torch.sum(p.double() ** 2) for p in params)))
-        if norm > self.radius:
-            margin = 4 * max(torch.finfo(p.dtype).eps for p in params)
-            shrink = self.radius * (1.0 - margin) / norm
-            for p in params:
-                p.mul_(shrink)
+        project_onto_ball(params, 2 * self.radius)
 
         if self._accountant is not None:
             self._accountant.step(noise_multiplier=self.noise_multiplier,
                                   sample_rate=1.0 / self._accountant.dataset_size)
         return loss
+
+
+@torch.no_grad()
+def project_onto_ball(params, diameter: float) -> None:
+    """Project all ``params`` jointly (one vector) onto the centred L2 ball of diameter
+    ``diameter``, in place.  The radius is shrunk by 4 units of round-off of the parameters' dtype
+    so that the rounded result is inside the ball (still a non-expansive map into K)."""
+    params = list(params)
+    norm = float(torch.sqrt(sum(torch.sum(p.double() ** 2) for p in params)))
+    radius = diameter / 2
+    if norm > radius:
+        margin = 4 * max(torch.finfo(p.dtype).eps for p in params)
+        shrink = radius * (1.0 - margin) / norm
+        for p in params:
+            p.mul_(shrink)
 
 
 def _check_matches(optimizer: ProjectedNoisySGD, accountant) -> None:

@@ -276,3 +276,36 @@ def test_gradient_accumulation_with_shuffled_sampler_is_refused_clearly():
     assert engine.accountant.history == [(1.0, 0.25, 4)]  # Opacus: rate * accumulated iterations
     with pytest.raises(ParameterError, match="sample_rate"):
         engine.get_epsilon(DELTA)
+
+
+def test_pnsgd_under_opacus_per_sample_gradients():
+    """Opacus clips and noises one example per step, we project; the accountant is configured
+    from the same constants and agrees with an offline PNSGD accountant."""
+    from dpplugins.accountants import create
+    from dpplugins.integrations.opacus import make_private_pnsgd
+
+    register()
+    torch.manual_seed(0)
+    n = 40
+    x = torch.randn(n, 5)
+    y = (x[:, 0] > 0).long()
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=1,
+                                         shuffle=True)
+    model = torch.nn.Linear(5, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    engine = PrivacyEngine(accountant="pnsgd")
+    model, optimizer, loader = make_private_pnsgd(engine, module=model, optimizer=optimizer,
+                                                  data_loader=loader, noise_multiplier=3.0,
+                                                  max_grad_norm=1.0, diameter=1.0)
+    criterion = torch.nn.CrossEntropyLoss()
+    for _ in range(2):
+        for xb, yb in loader:
+            optimizer.zero_grad()
+            criterion(model(xb), yb).backward()
+            optimizer.step()
+            norm = torch.sqrt(sum(torch.sum(p.detach() ** 2) for p in model.parameters()))
+            assert float(norm) <= 0.5  # inside the ball after every step
+    assert len(engine.accountant) == 2 * n
+    offline = create("pnsgd", lipschitz=1.0, diameter=1.0, learning_rate=0.5, dataset_size=n)
+    offline.step(noise_multiplier=3.0, sample_rate=1 / n, count=2 * n)
+    assert engine.get_epsilon(DELTA) == offline.get_epsilon(DELTA)

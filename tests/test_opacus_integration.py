@@ -28,6 +28,22 @@ def tiny_setup(n=256, batch=32, seed=0):
     return model, optimizer, loader
 
 
+def shuffled_shuffle_setup(n, batch=32):
+    """Our ShuffledEpochs sampler + PrivacyEngine(accountant="shuffle") + attach()."""
+    from dpplugins.integrations.opacus import attach, make_data_loader
+    from dpplugins.samplers import ShuffledEpochs
+
+    register()
+    model, optimizer, loader = tiny_setup(n=n)
+    loader = make_data_loader(loader.dataset, ShuffledEpochs(n, batch, rng=0))
+    engine = PrivacyEngine(accountant="shuffle")
+    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
+                                                   data_loader=loader, noise_multiplier=1.0,
+                                                   max_grad_norm=1.0, poisson_sampling=False)
+    attach(engine, loader)
+    return engine, model, optimizer, loader
+
+
 def train(model, optimizer, loader, epochs=1):
     criterion = torch.nn.CrossEntropyLoss()
     for _ in range(epochs):
@@ -216,17 +232,7 @@ def test_our_sampler_with_batch_memory_manager():
     step) per logical batch."""
     from opacus.utils.batch_memory_manager import BatchMemoryManager
 
-    from dpplugins.integrations.opacus import attach, make_data_loader
-    from dpplugins.samplers import ShuffledEpochs
-
-    register()
-    model, optimizer, loader = tiny_setup(n=128)
-    loader = make_data_loader(loader.dataset, ShuffledEpochs(128, 32, rng=0))
-    engine = PrivacyEngine(accountant="shuffle")
-    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
-                                                   data_loader=loader, noise_multiplier=1.0,
-                                                   max_grad_norm=1.0, poisson_sampling=False)
-    attach(engine, loader)
+    engine, model, optimizer, loader = shuffled_shuffle_setup(128)
     criterion = torch.nn.CrossEntropyLoss()
     with BatchMemoryManager(data_loader=loader, max_physical_batch_size=8,
                             optimizer=optimizer) as physical:
@@ -256,17 +262,8 @@ def test_gradient_accumulation_with_shuffled_sampler_is_refused_clearly():
     """Accumulating 2 physical batches per step doubles the logical batch; the shuffle accountant
     configured for the physical batch refuses the resulting history instead of mis-accounting."""
     from dpplugins.errors import ParameterError
-    from dpplugins.integrations.opacus import attach, make_data_loader
-    from dpplugins.samplers import ShuffledEpochs
 
-    register()
-    model, optimizer, loader = tiny_setup(n=256)
-    loader = make_data_loader(loader.dataset, ShuffledEpochs(256, 32, rng=0))
-    engine = PrivacyEngine(accountant="shuffle")
-    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
-                                                   data_loader=loader, noise_multiplier=1.0,
-                                                   max_grad_norm=1.0, poisson_sampling=False)
-    attach(engine, loader)
+    engine, model, optimizer, loader = shuffled_shuffle_setup(256)
     criterion = torch.nn.CrossEntropyLoss()
     for i, (x, y) in enumerate(loader):
         criterion(model(x), y).backward()

@@ -468,12 +468,17 @@ def optimal_composition_delta(epsilon: float, eps_step: float, delta_step: float
         0.462117
     """
     epsilon = check_nonnegative("epsilon", epsilon)
+    e, d, k = _check_step_guarantee(eps_step, delta_step, k)
+    return _kov_delta(epsilon, e, d, k)
+
+
+def _check_step_guarantee(eps_step, delta_step, k) -> tuple[float, float, int]:
+    """Validate the per-step (eps, delta) guarantee and the number of steps."""
     e = check_nonnegative("eps_step", eps_step)
     d = check_nonnegative("delta_step", delta_step)
     if d >= 1:
         raise ParameterError("delta_step", d, "in [0, 1)")
-    k = check_count("k", k, minimum=1)
-    return _kov_delta(epsilon, e, d, k)
+    return e, d, check_count("k", k, minimum=1)
 
 
 def _kov_delta(epsilon: float, e: float, d: float, k: int) -> float:
@@ -502,11 +507,7 @@ def optimal_composition_epsilon(delta: float, eps_step: float, delta_step: float
         0.0
     """
     delta = check_open_unit("delta", delta)
-    e = check_nonnegative("eps_step", eps_step)
-    d = check_nonnegative("delta_step", delta_step)
-    if d >= 1:
-        raise ParameterError("delta_step", d, "in [0, 1)")
-    k = check_count("k", k, minimum=1)
+    e, d, k = _check_step_guarantee(eps_step, delta_step, k)
     if _kov_delta(0.0, e, d, k) <= delta:
         return 0.0
     hi = k * e

@@ -258,21 +258,245 @@ def test_make_private_with_epsilon_for_other_accountants(name, poisson):
     assert engine.get_epsilon(DELTA) <= 4.0
 
 
-def test_gradient_accumulation_with_shuffled_sampler_is_refused_clearly():
-    """Accumulating 2 physical batches per step doubles the logical batch; the shuffle accountant
-    configured for the physical batch refuses the resulting history instead of mis-accounting."""
+# -- gradient accumulation -------------------------------------------------------------------
+def private_with_sampler(sampler, accountant, noise_multiplier=1.0, do_attach=True):
+    """make_private(poisson_sampling=False) over one of our samplers, then attach()."""
+    from dpplugins.integrations.opacus import attach, make_data_loader
+
+    register()
+    model, optimizer, loader = tiny_setup(n=sampler.num_examples)
+    loader = make_data_loader(loader.dataset, sampler)
+    engine = PrivacyEngine(accountant=accountant)
+    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
+                                                   data_loader=loader,
+                                                   noise_multiplier=noise_multiplier,
+                                                   max_grad_norm=1.0, poisson_sampling=False)
+    if do_attach:
+        attach(engine, loader)
+    return engine, model, optimizer, loader
+
+
+def train_accumulating(model, optimizer, loader, k, epochs=2, style="pass_end"):
+    """Backward on every physical batch, ``optimizer.step()`` after every k-th one; returns the
+    examples in each optimizer step.  ``style``: "pass_end" also steps after the last batch of a
+    pass (the counter restarts every pass); "carry" restarts the counter every pass but does not
+    step at its end (the leftover batches join the next pass's first step); "global" counts
+    batches across passes."""
+    criterion = torch.nn.CrossEntropyLoss()
+    sizes, pending, count = [], 0, 0
+    for _ in range(epochs):
+        if style != "global":
+            count = 0
+        for i, (x, y) in enumerate(loader):
+            out = model(x)
+            (criterion(out, y) if len(y) else out.sum()).backward()  # empty: noise-only step
+            pending, count = pending + len(x), count + 1
+            if count % k == 0 or (style == "pass_end" and i + 1 == len(loader)):
+                optimizer.step()
+                optimizer.zero_grad()
+                sizes.append(pending)
+                pending = 0
+    return sizes
+
+
+@pytest.mark.parametrize("n", [256, 200])  # 8 batches per epoch (k divides), 7 (remainder 1)
+def test_gradient_accumulation_with_shuffled_sampler_accounts_logical_batches(n):
+    """k = 2 physical batches of 32 per optimizer step: the logical protocol is shuffled epochs
+    with batches of 64 (the last one shorter), ceil(n / 64) steps per epoch."""
+    from dpplugins.accountants import create
+    from dpplugins.samplers import ShuffledEpochs
+
+    engine, model, optimizer, loader = private_with_sampler(ShuffledEpochs(n, 32, rng=0),
+                                                            "shuffle")
+    sizes = train_accumulating(model, optimizer, loader, k=2, epochs=2)
+    logical_steps = -(-n // 64)
+    # the ground truth of the run: each epoch's optimizer steps take 64 examples, the last the rest
+    per_epoch = [min(64, n - 64 * j) for j in range(logical_steps)]
+    assert sizes == per_epoch * 2
+    assert engine.accountant.history == [(1.0, 1 / logical_steps, 2 * logical_steps)]
+    # the same accountant configured by hand with the logical protocol
+    reference = create("shuffle", batch_size=64, dataset_size=n)
+    reference.step(noise_multiplier=1.0, sample_rate=1 / logical_steps, count=2 * logical_steps)
+    assert engine.accountant.get_epsilon_bounds(DELTA) == reference.get_epsilon_bounds(DELTA)
+    # and the physical protocol (batches of 32, 2 * ceil(n / 32) steps) has another lower bound,
+    # so the test sees whether the accountant was re-described
+    physical = create("shuffle", batch_size=32, dataset_size=n)
+    physical.step(noise_multiplier=1.0, sample_rate=1 / len(loader), count=2 * len(loader))
+    assert physical.get_epsilon_bounds(DELTA).lower != reference.get_epsilon_bounds(DELTA).lower
+    # independent: each example is in one noisy step per epoch, 2 epochs -> mu = sqrt(2) / sigma
+    from conftest import epsilon_from_delta_curve, gaussian_delta_exact
+    exact = epsilon_from_delta_curve(lambda e: gaussian_delta_exact(e, 2 ** 0.5), DELTA)
+    assert exact <= engine.get_epsilon(DELTA) <= exact * 1.001
+
+
+def test_gradient_accumulation_with_the_shuffle_flag_alone():
+    """No sampler attached: the logical batch is k times Opacus' expected batch size."""
+    from dpplugins.accountants import create
+
+    register()
+    engine = PrivacyEngine(accountant="shuffle")
+    model, optimizer, loader = tiny_setup(n=256, batch=32)
+    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
+                                                   data_loader=loader, noise_multiplier=1.0,
+                                                   max_grad_norm=1.0, poisson_sampling=False)
+    train_accumulating(model, optimizer, loader, k=2, epochs=2)
+    assert engine.accountant.history == [(1.0, 1 / 4, 8)]
+    reference = create("shuffle", batch_size=64)
+    reference.step(noise_multiplier=1.0, sample_rate=1 / 4, count=8)
+    assert engine.accountant.get_epsilon_bounds(DELTA) == reference.get_epsilon_bounds(DELTA)
+    from conftest import epsilon_from_delta_curve, gaussian_delta_exact
+    exact = epsilon_from_delta_curve(lambda e: gaussian_delta_exact(e, 2 ** 0.5), DELTA)
+    assert exact <= engine.get_epsilon(DELTA) <= exact * 1.001  # 2 epochs, mu = sqrt(2)
+
+
+@pytest.mark.parametrize("variant,cap,logical_cap", [("fixed", None, 2), ("averaged", 4, 8)])
+def test_gradient_accumulation_with_checkin_sampler_is_averaged_checkin(variant, cap,
+                                                                        logical_cap):
+    """k = 2 consecutive slots of 8, every example checks in: each example is in exactly one of 4
+    logical slots, a logical step sums at most 2 (fixed) / 2 * cap (averaged) examples -- the
+    averaged protocol (Balle et al. 2020, Thm 4.1) with 4 slots."""
+    from dpplugins.accountants import create
+    from dpplugins.samplers import RandomCheckIn
+
+    sampler = RandomCheckIn(64, 8, checkin_probability=1.0, variant=variant,
+                            max_batch_size=cap, rng=3)
+    engine, model, optimizer, loader = private_with_sampler(sampler, "checkin",
+                                                            noise_multiplier=4.0)
+    sizes = train_accumulating(model, optimizer, loader, k=2, epochs=2)
+    assert len(sizes) == 8 and max(sizes) <= logical_cap
+    assert engine.accountant.history == [(4.0, 1 / 4, 8)]
+    reference = create("checkin", num_examples=64, variant="averaged", num_slots=4,
+                       checkin_probability=1.0, max_batch_size=logical_cap)
+    reference.step(noise_multiplier=4.0, sample_rate=1 / 4, count=8)
+    assert engine.get_epsilon(DELTA) == reference.get_epsilon(DELTA)
+    physical = create("checkin", num_examples=64, variant=variant, num_slots=8,
+                      checkin_probability=1.0,
+                      max_batch_size=cap if variant == "averaged" else None)
+    physical.step(noise_multiplier=4.0, sample_rate=1 / 8, count=16)
+    assert physical.get_epsilon(DELTA) != engine.get_epsilon(DELTA)  # the test can tell them
+
+
+def test_gradient_accumulation_resume_equals_uninterrupted(tmp_path):
+    from dpplugins.samplers import ShuffledEpochs
+
+    path = tmp_path / "ckpt.pt"
+    from dpplugins.integrations.opacus import attach
+
+    def run(epochs, do_attach=True):
+        engine, model, optimizer, loader = private_with_sampler(
+            ShuffledEpochs(200, 32, rng=0), "shuffle", do_attach=do_attach)
+        train_accumulating(model, optimizer, loader, k=2, epochs=epochs)
+        return engine, model, optimizer, loader
+
+    def state(engine):
+        return engine.accountant.history, engine.accountant.get_epsilon_bounds(DELTA)
+
+    uninterrupted = state(run(epochs=2)[0])
+    engine, model, optimizer, _ = run(epochs=1)
+    saved = state(engine)
+    engine.save_checkpoint(path=path, module=model, optimizer=optimizer)
+    # resume: load first, attach after (the accountant keeps k=2, so attach describes the
+    # logical batches even before the first step), then the second epoch
+    engine, model, optimizer, loader = run(epochs=0, do_attach=False)
+    engine.load_checkpoint(path=path, module=model, optimizer=optimizer)
+    attach(engine, loader)
+    assert state(engine) == saved
+    train_accumulating(model, optimizer, loader, k=2, epochs=1)
+    assert state(engine) == uninterrupted
+
+
+def _sampler(kind):
+    from dpplugins.samplers import RandomCheckIn, ShuffledEpochs, SlidingWindowCheckIn
+    return {"shuffled_200": ShuffledEpochs(200, 32, rng=0),
+            "shuffled_drop_last": ShuffledEpochs(200, 32, drop_last=True, rng=0),
+            "checkin_p0": RandomCheckIn(64, 8, checkin_probability=0.5, rng=0),
+            "checkin_m8": RandomCheckIn(64, 8, rng=0),
+            "sliding": SlidingWindowCheckIn(20, 4, rng=0)}[kind]
+
+
+@pytest.mark.parametrize("kind,accountant,k,style,match,valid_steps", [
+    # the 7th batch of an epoch waits for the next epoch: that step mixes two epochs
+    ("shuffled_200", "shuffle", 2, "carry", "1 at logical step 4 of 4", 3),
+    ("shuffled_200", "shuffle", 2, "global", "1 at logical step 4 of 4", 3),
+    # 6 batches per epoch with drop_last: the last accumulation of 2 is not a batch of 128
+    ("shuffled_drop_last", "shuffle", 4, "pass_end", "drop_last", 0),
+    ("checkin_p0", "checkin", 2, "pass_end", "checkin_probability = 1", 0),
+    ("checkin_m8", "checkin", 3, "pass_end", "divisor of num_slots=8", 0),
+    ("sliding", "checkin", 2, "pass_end", "Thm 4.3", 0),
+])
+def test_gradient_accumulation_outside_the_supported_protocols_is_refused(
+        kind, accountant, k, style, match, valid_steps):
     from dpplugins.errors import ParameterError
 
-    engine, model, optimizer, loader = shuffled_shuffle_setup(256)
-    criterion = torch.nn.CrossEntropyLoss()
-    for i, (x, y) in enumerate(loader):
-        criterion(model(x), y).backward()
-        if i % 2 == 1:
-            optimizer.step()
-            optimizer.zero_grad()
-    assert engine.accountant.history == [(1.0, 0.25, 4)]  # Opacus: rate * accumulated iterations
-    with pytest.raises(ParameterError, match="sample_rate"):
-        engine.get_epsilon(DELTA)
+    engine, model, optimizer, loader = private_with_sampler(_sampler(kind), accountant)
+    with pytest.raises(ParameterError, match=match):
+        train_accumulating(model, optimizer, loader, k=k, epochs=2, style=style)
+    # nothing wrong was recorded: only the steps before the offending one
+    assert engine.accountant.history == ([(1.0, 1 / 4, valid_steps)] if valid_steps else [])
+
+
+def test_gradient_accumulation_changed_midway_is_refused():
+    from dpplugins.errors import ParameterError
+
+    engine, model, optimizer, loader = private_with_sampler(_sampler("shuffled_200"), "shuffle")
+    train_accumulating(model, optimizer, loader, k=2, epochs=1)
+    with pytest.raises(ParameterError, match="2 at logical step 1 of 4"):
+        train_accumulating(model, optimizer, loader, k=1, epochs=1)
+    assert engine.accountant.history == [(1.0, 1 / 4, 4)]
+
+
+def test_gradient_accumulation_is_refused_for_one_example_per_step_accountants():
+    from dpplugins.errors import ParameterError
+
+    register()
+    engine = PrivacyEngine(accountant="swap")
+    model, optimizer, loader = tiny_setup(n=16, batch=1)
+    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
+                                                   data_loader=loader, noise_multiplier=1.0,
+                                                   max_grad_norm=1.0, poisson_sampling=False)
+    with pytest.raises(ParameterError, match="one example per noisy step"):
+        train_accumulating(model, optimizer, loader, k=2, epochs=1)
+    assert len(engine.accountant) == 0
+
+
+def test_gradient_accumulation_without_the_sampler_is_refused_when_configured_by_hand():
+    """A shuffle accountant configured by hand cannot tell physical from logical batches."""
+    from dpplugins.errors import ParameterError
+    from dpplugins.integrations.opacus import configure
+
+    register()
+    engine = PrivacyEngine(accountant="shuffle")
+    model, optimizer, loader = tiny_setup(n=256, batch=32)
+    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
+                                                   data_loader=loader, noise_multiplier=1.0,
+                                                   max_grad_norm=1.0, poisson_sampling=False)
+    configure(engine.accountant, batch_size=32, dataset_size=256)
+    with pytest.raises(ParameterError, match="attach"):
+        train_accumulating(model, optimizer, loader, k=2, epochs=1)
+
+
+def test_accumulation_plan_and_logical_sampler():
+    """The pure mapping, against hand-written protocols."""
+    from dpplugins.errors import ParameterError
+    from dpplugins.integrations.opacus import accumulation_plan, logical_sampler
+    from dpplugins.samplers import RandomCheckIn, ShuffledEpochs
+
+    assert accumulation_plan(8, 2) == (2, 2, 2, 2)
+    assert accumulation_plan(7, 2) == (2, 2, 2, 1)
+    assert accumulation_plan(3, 5) == (3,)
+    shuffled = ShuffledEpochs(200, 32, rng=0)
+    assert logical_sampler(shuffled, 1) is shuffled
+    logical = logical_sampler(shuffled, 3)  # 7 batches -> 3 steps of 96, 96, 8 examples
+    assert (logical.num_examples, logical.batch_size, len(logical)) == (200, 96, 3)
+    assert [len(b) for b in logical] == [96, 96, 8]
+    drop = logical_sampler(ShuffledEpochs(200, 32, drop_last=True, rng=0), 3)  # 6 batches
+    assert (drop.batch_size, drop.drop_last, [len(b) for b in drop]) == (96, True, [96, 96])
+    checkin = logical_sampler(RandomCheckIn(64, 8, variant="averaged", rng=0), 4)
+    assert (checkin.num_slots, checkin.variant, checkin.max_batch_size) == (2, "averaged", 64)
+    with pytest.raises(ParameterError, match="accumulation"):
+        logical_sampler(shuffled, 0)
+    with pytest.raises(ParameterError, match="physical_steps"):
+        accumulation_plan(0, 2)
 
 
 def test_pnsgd_under_opacus_per_sample_gradients():

@@ -22,6 +22,7 @@ _BUILT_IN: dict[str, tuple[str, str]] = {
     "pnsgd": ("dpplugins.accountants.pnsgd", "PNSGDAccountant"),
     "shuffle": ("dpplugins.accountants.shuffle", "ShuffleAccountant"),
     "swap": ("dpplugins.accountants.swap", "SwapAccountant"),
+    "balls_and_bins": ("dpplugins.accountants.balls_and_bins", "RandomAllocationAccountant"),
 }
 
 

@@ -188,10 +188,12 @@ class _CumulantSum:
         return total
 
 
-def _best_lambda(objective, sign: float) -> tuple[float, float]:
+def _best_lambda(objective, sign: float, lam_min: float = 1e-3) -> tuple[float, float]:
     """Approximately minimise ``objective(sign * lam)`` over ``lam > 0``; returns (lam, value).
-    Any lam gives a valid Chernoff bound, so an approximate minimiser is enough."""
-    grid = np.linspace(math.log(1e-3), math.log(2e3), 8)
+    Any lam gives a valid Chernoff bound, so an approximate minimiser is enough.  The search runs
+    over ``[lam_min, 2e3]`` on a log grid (eight points from 1e-3 up, more below)."""
+    points = max(8, math.ceil(0.55 * (math.log(2e3) - math.log(lam_min))))
+    grid = np.linspace(math.log(lam_min), math.log(2e3), points)
     values = [objective(sign * math.exp(g)) for g in grid]
     best = int(np.argmin(values))
     a = grid[max(best - 1, 0)]
@@ -216,8 +218,13 @@ def _window(components: Sequence[tuple[GridPMF, int]], tail_mass: float, max_bin
         return support_lo, support_hi, 0.0, 0.0  # small enough: no truncation at all
     cumulants = _CumulantSum(components)
     log_tail = math.log(tail_mass)
-    lam_up, edge_up = _best_lambda(lambda lam: (cumulants(lam) - log_tail) / abs(lam), 1.0)
-    lam_dn, edge_dn = _best_lambda(lambda lam: (cumulants(lam) - log_tail) / abs(lam), -1.0)
+    # values far from 1 in size (sums of many grid variables, not only losses) need smaller lam
+    extent = max(1.0, h * max(abs(c.lo) + len(c.pmf) for c, _ in components))
+    lam_min = min(1e-3, 1e-2 / extent)
+    lam_up, edge_up = _best_lambda(lambda lam: (cumulants(lam) - log_tail) / abs(lam), 1.0,
+                                   lam_min)
+    lam_dn, edge_dn = _best_lambda(lambda lam: (cumulants(lam) - log_tail) / abs(lam), -1.0,
+                                   lam_min)
     w_hi = min(support_hi, math.ceil(edge_up / h))
     w_lo = max(support_lo, math.floor(-edge_dn / h))
     if w_hi - w_lo + 1 > max_bins:

@@ -109,6 +109,27 @@ class PrivacyLossDistribution:
                    tail_mass=tail_mass, memory_limit=memory_limit)
 
     @classmethod
+    def from_bracketing_pairs(cls, dominating: MechanismPairs, dominated: MechanismPairs, *,
+                              value_discretization_interval: float = 1e-4,
+                              tail_mass: float = 1e-15, memory_limit: int = 1 << 30,
+                              description: str = "") -> "PrivacyLossDistribution":
+        """PLD of a mechanism known through two approximations: a pair that *dominates* it (used
+        for upper bounds, with connect-the-dots) and a pair it *dominates* (a post-processing of
+        it, used for lower bounds, with the tangent construction).
+
+        Dominance must hold for every hockey-stick divergence and be preserved under composition,
+        which is the case when one pair is a post-processing of the other (Blackwell; Zhu, Dong,
+        Wang 2022, Def. 7 and Thm 10).  Both arguments need the same directions.
+        """
+        h = check_positive("value_discretization_interval", value_discretization_interval)
+        upper = _discretise(dominating, h)
+        lower = _discretise(dominated, h)
+        comps = {d: _Component(upper[d].upper, lower[d].lower) for d in DIRECTIONS}
+        return cls({d: ((comps[d], 1),) for d in DIRECTIONS}, h,
+                   description=description or dominating.description,
+                   tail_mass=tail_mass, memory_limit=memory_limit)
+
+    @classmethod
     def from_gaussian(cls, standard_deviation: float, sensitivity: float = 1.0, **options):
         """Gaussian mechanism (:func:`dpplugins.mechanisms.gaussian`)."""
         return cls.from_mechanism(mechanisms.gaussian(standard_deviation, sensitivity), **options)

@@ -1,0 +1,212 @@
+"""The random-allocation accountant (registry name ``"balls_and_bins"``): DP-SGD where every
+example is used in exactly one uniformly random step of each epoch.
+
+What is accounted: an epoch has ``t`` steps; each example independently picks one of them
+uniformly at random (balls-and-bins / random allocation: Chua et al., AISTATS 2025; Feldman &
+Shenfeld 2025); each step adds ``N(0, sigma^2 C^2)`` to the sum of its batch's clipped gradients
+(clipping norm C); batches vary in size.  The matching sampler is
+``RandomCheckIn(n, num_slots=t, checkin_probability=1.0, variant="averaged")``.  Opacus reports
+a step as ``(noise_multiplier, sample_rate)``; here ``sample_rate = 1 / t`` (what Opacus computes
+as ``1 / len(data_loader)`` for that sampler).  Neighbouring relation: add/remove one example.
+
+How (certified, both bounds): :mod:`dpplugins.amplification.allocation` -- the dominating pair of
+one epoch (Chua et al. 2025), reduced to a sum of ``t`` log-normals, bracketed by a dominating pair
+(convex-order spread) and a dominated pair (post-processing), and composed over epochs by the PLD
+engine.  History rules:
+
+* steps are cut into epochs of ``t`` consecutive steps, in order;
+* an epoch whose steps use different noise multipliers is accounted at its smallest one (adding
+  noise to some steps is a post-processing);
+* a partial last epoch (training stopped mid-epoch) is a post-processing of a full epoch, so the
+  upper bound counts it as full; the lower bound leaves it out (dropping a mechanism from a
+  composition cannot increase privacy loss);
+* ``t`` may change between epochs, not inside one.
+
+A Monte Carlo estimate (:func:`dpplugins.amplification.allocation.monte_carlo_delta`) is available
+as an independent *estimate*; it is never this accountant's answer.
+
+Example::
+
+    >>> from dpplugins.accountants import create
+    >>> acc = create("balls_and_bins")
+    >>> acc.step(noise_multiplier=1.0, sample_rate=1 / 100, count=100)     # one epoch
+    >>> lower, upper = acc.get_epsilon_bounds(1e-5)    # about 0.621 (Poisson sampling: 0.718)
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from dpplugins.accountants.base import Accountant
+from dpplugins.amplification.allocation import (AllocationPLD, default_loss_step,
+                                                default_summand_step, random_allocation_pld)
+from dpplugins.errors import NumericalError, ParameterError, check_count, check_positive
+from dpplugins.pld import Bounds
+
+__all__ = ["RandomAllocationAccountant", "steps_per_epoch_from_rate", "epochs_of_history"]
+
+#: refinement levels: (factor on the grid steps, factor on the geometric cells)
+_LEVELS = ((1.0, 1.0), (0.5, 1.5), (0.25, 2.0))
+
+
+def steps_per_epoch_from_rate(sample_rate: float, *, name: str = "sample_rate") -> int:
+    """The number of steps per epoch ``t`` with ``sample_rate == 1 / t`` (ParameterError if
+    ``1 / sample_rate`` is not an integer up to rounding)."""
+    t = round(1.0 / sample_rate)
+    if t < 1 or abs(t * sample_rate - 1.0) > 1e-9:
+        raise ParameterError(
+            name, sample_rate,
+            "1/t for a whole number t of steps per epoch (random allocation puts every example "
+            "in exactly one of t steps)",
+            "use the sampler's 1 / steps_per_epoch, e.g. RandomCheckIn(n, num_slots=t, "
+            "checkin_probability=1.0)")
+    return t
+
+
+def epochs_of_history(history) -> tuple[dict, dict]:
+    """Cut a run-length history into epochs.
+
+    Returns ``(upper, lower)``: dicts ``(sigma, t) -> number of epochs``; ``upper`` counts a
+    partial last epoch as a full one, ``lower`` leaves it out (module docstring)."""
+    upper: dict[tuple[float, int], int] = {}
+    lower: dict[tuple[float, int], int] = {}
+    current = None  # [t, steps done, smallest sigma]
+
+    def close(epoch, complete: bool) -> None:
+        key = (epoch[2], epoch[0])
+        upper[key] = upper.get(key, 0) + 1
+        if complete:
+            lower[key] = lower.get(key, 0) + 1
+
+    for i, (sigma, q, steps) in enumerate(history):
+        t = steps_per_epoch_from_rate(q, name=f"history[{i}].sample_rate")
+        remaining = int(steps)
+        while remaining > 0:
+            if current is not None and current[0] != t:
+                raise ParameterError(
+                    f"history[{i}].sample_rate", q,
+                    f"1/{current[0]} until the current epoch ends ({current[1]} of {current[0]} "
+                    "steps done)", "change the number of steps per epoch only between epochs")
+            if current is None:
+                if remaining >= t:  # whole epochs at once
+                    whole = remaining // t
+                    key = (sigma, t)
+                    upper[key] = upper.get(key, 0) + whole
+                    lower[key] = lower.get(key, 0) + whole
+                    remaining -= whole * t
+                    continue
+                current = [t, 0, sigma]
+            take = min(remaining, current[0] - current[1])
+            current[1] += take
+            current[2] = min(current[2], sigma)
+            remaining -= take
+            if current[1] == current[0]:
+                close(current, True)
+                current = None
+    if current is not None:
+        close(current, False)
+    return upper, lower
+
+
+class RandomAllocationAccountant(Accountant):
+    """Certified accountant for random allocation (balls-and-bins) DP-SGD.
+
+    Options: ``eps_tolerance`` (relative gap ``(upper - lower) / upper`` to reach by refining the
+    grids; :class:`~dpplugins.errors.NumericalError` if it cannot), ``method`` (``"auto"``,
+    ``"fft"``, ``"geometric"``; see :func:`~dpplugins.amplification.allocation.allocation_pairs`),
+    ``memory_limit`` in bytes.
+    """
+
+    name: ClassVar[str] = "balls_and_bins"
+    theorem: ClassVar[str] = (
+        "random allocation (balls-and-bins) with the dominating pair of Chua et al. (AISTATS 2025), "
+        "bracketed by convex-order dominating / post-processed dominated pairs "
+        "(dpplugins.amplification.allocation) and composed over epochs by PLD/FFT")
+    _option_names = ("neighbouring", "eps_tolerance", "method", "memory_limit")
+
+    def __init__(self, *, neighbouring: str = "add_remove", eps_tolerance: float = 1e-2,
+                 method: str = "auto", memory_limit: int = 1 << 30) -> None:
+        super().__init__(neighbouring=neighbouring)
+        if self.neighbouring != "add_remove":
+            raise ParameterError(
+                "neighbouring", neighbouring, "'add_remove' (the dominating pair is for adding "
+                "or removing one example)",
+                "for replace-one, compose the add and remove directions by group privacy or use "
+                "the checkin accountant")
+        self.eps_tolerance = check_positive("eps_tolerance", eps_tolerance)
+        if method not in ("auto", "fft", "geometric"):
+            raise ParameterError("method", method, "'auto', 'fft' or 'geometric'")
+        self.method = method
+        self.memory_limit = check_count("memory_limit", memory_limit, minimum=1 << 20)
+        self._epoch_cache: dict[tuple, AllocationPLD] = {}
+
+    # -- PLDs ----------------------------------------------------------------------------------
+    def _epoch(self, sigma: float, t: int, h_loss: float, level: int) -> AllocationPLD:
+        key = (sigma, t, h_loss, level)
+        if key not in self._epoch_cache:
+            grid_factor, cell_factor = _LEVELS[level]
+            summand_step = None
+            if grid_factor != 1.0:
+                summand_step = default_summand_step(sigma, t, grid_factor)
+            self._epoch_cache[key] = random_allocation_pld(
+                sigma, t, 1, value_discretization_interval=h_loss, method=self.method,
+                summand_step=summand_step, geometric_cells=round(2000 * cell_factor),
+                memory_limit=self.memory_limit)
+        return self._epoch_cache[key]
+
+    def _composed(self, epochs: dict, h_loss: float, level: int) -> AllocationPLD | None:
+        total = None
+        for (sigma, t), count in sorted(epochs.items()):
+            part = self._epoch(sigma, t, h_loss, level).self_compose(count)
+            total = part if total is None else total.compose(part)
+        return total
+
+    def _evaluate(self, history, query):
+        """``query(AllocationPLD) -> Bounds`` on the upper and the lower composition, refined
+        until the relative gap is within ``eps_tolerance``."""
+        upper_epochs, lower_epochs = epochs_of_history(history)
+        if not upper_epochs:
+            return Bounds(0.0, 0.0)
+        h0 = min(default_loss_step(sigma, t) for sigma, t in upper_epochs)
+        best = None
+        for level, (grid_factor, _) in enumerate(_LEVELS):
+            h_loss = h0 * grid_factor
+            try:
+                full = query(self._composed(upper_epochs, h_loss, level))
+                lower = float(full.lower)
+                if lower_epochs != upper_epochs:  # a partial epoch: lower bound without it
+                    lower = (float(query(self._composed(lower_epochs, h_loss, level)).lower)
+                             if lower_epochs else 0.0)
+            except NumericalError as error:
+                if best is not None:
+                    break
+                raise error
+            upper = float(full.upper)
+            bounds = Bounds(min(lower, upper), upper)
+            if best is None or bounds.upper < best.upper:
+                best = bounds
+            # the numerical gap is that of the full composition (a partial epoch adds a real one)
+            gap = (upper - full.lower) / upper if upper > 0 else 0.0
+            if gap <= self.eps_tolerance:
+                return bounds
+        raise NumericalError(
+            f"the certified gap stayed above eps_tolerance={self.eps_tolerance:g} "
+            f"(best bounds [{best.lower:.6g}, {best.upper:.6g}])",
+            "raise eps_tolerance (the upper bound is valid whatever the gap), or raise "
+            "memory_limit")
+
+    def _epsilon_bounds(self, history, delta: float) -> Bounds:
+        return self._evaluate(history, lambda pld: pld.epsilon_for_delta(delta))
+
+    def _delta_bounds(self, history, epsilon: float) -> Bounds:
+        return self._evaluate(history, lambda pld: pld.delta_for_epsilon(epsilon))
+
+    def epochs(self) -> float:
+        """Epochs recorded so far (a partial epoch as a fraction)."""
+        total = 0.0
+        for sigma, q, steps in self._history:
+            total += steps * q
+        return total
+
+    def __repr__(self) -> str:
+        return f"RandomAllocationAccountant(epochs={self.epochs():.3g}, steps={len(self)})"

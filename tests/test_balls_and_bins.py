@@ -1,0 +1,240 @@
+"""Random allocation (balls-and-bins): certified bounds against independent references.
+
+References used (none of them goes through our FFT / grid code):
+* t = 1: the Gaussian mechanism's closed form (conftest.gaussian_delta_exact);
+* t = 2: one-dimensional adaptive quadrature of the exact profile, with the inner expectation in
+  closed form (a log-normal "call/put" expectation);
+* Monte Carlo with importance sampling (an estimate with a standard error);
+* published values quoted in issue #6 (sigma = 1, 100 steps, delta = 1e-5: eps about 0.61-0.64,
+  Poisson sampling 0.71-0.72) and our independent Poisson PLD accountant.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import integrate, special
+from scipy.optimize import brentq
+
+from conftest import gaussian_delta_exact
+from dpplugins.accountants import available, create
+from dpplugins.accountants.balls_and_bins import (RandomAllocationAccountant, epochs_of_history,
+                                                  steps_per_epoch_from_rate)
+from dpplugins.amplification.allocation import (MonteCarloEstimate, allocation_pairs,
+                                                monte_carlo_delta, random_allocation_pld)
+from dpplugins.errors import NumericalError, ParameterError
+from dpplugins.mechanisms.types import MechanismPairs
+from dpplugins.pld import PrivacyLossDistribution
+
+
+def _exact_gaussian_epsilon(mu: float, delta: float) -> float:
+    return brentq(lambda e: gaussian_delta_exact(e, mu) - delta, 0.0, 50.0, xtol=1e-12)
+
+
+def _delta_two_steps(sigma: float, epsilon: float) -> tuple[float, float]:
+    """(remove, add) profile of one epoch with t = 2 by quadrature over the first coordinate.
+
+    remove: E_Q[(a S - g)_+], add: E_Q[(1 - g a S)_+] with S = e^G1 + e^G2, G ~ N(0, s^2); the
+    expectation over G2 is the log-normal call / put formula."""
+    s = 1 / sigma
+    a = math.exp(-s * s / 2) / 2
+    g = math.exp(epsilon)
+
+    def call(k):  # E[(Y - k)_+]
+        if k <= 0:
+            return math.exp(s * s / 2) - k
+        lk = math.log(k)
+        return math.exp(s * s / 2) * special.ndtr((s * s - lk) / s) - k * special.ndtr(-lk / s)
+
+    def put(k):  # E[(k - Y)_+]
+        if k <= 0:
+            return 0.0
+        lk = math.log(k)
+        return k * special.ndtr(lk / s) - math.exp(s * s / 2) * special.ndtr((lk - s * s) / s)
+
+    density = lambda x: math.exp(-0.5 * (x / s) ** 2) / (s * math.sqrt(2 * math.pi))  # noqa: E731
+    remove = integrate.quad(lambda x: density(x) * a * call(g / a - math.exp(x)), -12 * s, 12 * s,
+                            limit=500, epsabs=1e-15, epsrel=1e-11)[0]
+    add = integrate.quad(lambda x: density(x) * g * a * put(1 / (g * a) - math.exp(x)),
+                         -12 * s, 12 * s, limit=500, epsabs=1e-15, epsrel=1e-11)[0]
+    return remove, add
+
+
+# -- t = 1 is the Gaussian mechanism ------------------------------------------------------------
+@pytest.mark.parametrize("sigma,method", [(0.9, "geometric"), (2.0, "geometric"), (2.0, "fft")])
+def test_one_step_per_epoch_brackets_the_gaussian(sigma, method):
+    """The general constructions (not the t = 1 shortcut) with t = 1: S = Y, pair N(1, s^2) vs
+    N(0, s^2) in disguise; three epochs compose to mu = sqrt(3) / sigma."""
+    upper, lower = allocation_pairs(sigma, 1, method=method)
+    h = 2e-3
+    pld = PrivacyLossDistribution.from_bracketing_pairs(
+        MechanismPairs({"remove": upper.direction_pair("remove", "").pairs["remove"],
+                        "add": upper.direction_pair("add", "").pairs["remove"]}, False, "u"),
+        MechanismPairs({"remove": lower.direction_pair("remove", "").pairs["remove"],
+                        "add": lower.direction_pair("add", "").pairs["remove"]}, False, "l"),
+        value_discretization_interval=h).self_compose(3)
+    mu = math.sqrt(3) / sigma
+    for eps in (0.5, 1.5, 3.0):
+        exact = gaussian_delta_exact(eps, mu)
+        b = pld.delta_for_epsilon(eps)
+        assert b.lower <= exact <= b.upper
+        assert b.upper - b.lower <= 2e-3 * exact + 1e-12
+
+
+def test_accountant_with_one_step_per_epoch_is_the_gaussian():
+    acc = create("balls_and_bins")
+    acc.step(noise_multiplier=1.3, sample_rate=1.0, count=4)
+    exact = _exact_gaussian_epsilon(2 / 1.3, 1e-5)
+    lower, upper = acc.get_epsilon_bounds(1e-5)
+    assert lower <= exact <= upper
+    assert upper - lower <= 1e-2 * upper
+
+
+# -- t = 2 against quadrature ---------------------------------------------------------------------
+@pytest.mark.parametrize("sigma,method", [(0.8, "geometric"), (1.0, "geometric"), (2.0, "fft"),
+                                          (2.0, "geometric")])
+def test_two_steps_per_epoch_bracket_quadrature(sigma, method):
+    pld = random_allocation_pld(sigma, 2, 1, method=method)
+    for eps in (0.5, 1.0, 2.0):
+        remove, add = _delta_two_steps(sigma, eps)
+        exact = max(remove, add)
+        b = pld.delta_for_epsilon(eps)
+        # quadrature error is far below 1e-9 relative here
+        assert b.lower <= exact * (1 + 1e-9) and exact * (1 - 1e-9) <= b.upper
+        assert (b.upper - b.lower) <= 1e-2 * exact
+
+
+# -- Monte Carlo ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("sigma,t,epochs,eps,tilt", [
+    (1.0, 10, 1, 1.0, 1.0),
+    (2.0, 50, 2, 0.3, 1.5),
+    (1.0, 100, 1, 0.621, 3.0),   # delta about 1e-5: needs the importance sampling
+])
+def test_bounds_bracket_monte_carlo(sigma, t, epochs, eps, tilt):
+    mc_remove = monte_carlo_delta(sigma, t, eps, epochs=epochs, direction="remove",
+                                  samples=60_000, tilt=tilt, seed=11)
+    mc_add = monte_carlo_delta(sigma, t, eps, epochs=epochs, direction="add", samples=30_000,
+                               seed=12)
+    assert isinstance(mc_remove, MonteCarloEstimate) and mc_remove.samples == 60_000
+    b = random_allocation_pld(sigma, t, epochs).delta_for_epsilon(eps)
+    # the true value is max(remove, add); allow 4.5 standard errors of the estimate
+    top = max(mc_remove.estimate + 4.5 * mc_remove.standard_error,
+              mc_add.estimate + 4.5 * mc_add.standard_error)
+    bottom = max(mc_remove.estimate - 4.5 * mc_remove.standard_error,
+                 mc_add.estimate - 4.5 * mc_add.standard_error)
+    assert b.lower <= top
+    assert b.upper >= bottom
+    assert mc_remove.standard_error < 0.08 * mc_remove.estimate  # the estimate is informative
+
+
+def test_monte_carlo_is_only_an_estimate_with_its_confidence():
+    est = monte_carlo_delta(1.0, 5, 0.5, samples=2000, seed=0)
+    assert est.upper_confidence > est.estimate >= 0
+    assert est.direction == "remove"
+    with pytest.raises(ParameterError, match="direction"):
+        monte_carlo_delta(1.0, 5, 0.5, direction="both")
+
+
+# -- published numbers and Poisson --------------------------------------------------------------
+def test_published_sigma_one_hundred_steps_and_poisson_comparison():
+    acc = create("balls_and_bins")
+    acc.step(noise_multiplier=1.0, sample_rate=0.01, count=100)
+    lower, upper = acc.get_epsilon_bounds(1e-5)
+    # issue 6: public tools give 0.61 - 0.64 for balls-and-bins
+    assert lower <= 0.64 and upper >= 0.61
+    assert upper - lower <= 1e-3
+    poisson = create("pld")
+    poisson.step(noise_multiplier=1.0, sample_rate=0.01, count=100)
+    p_lower, p_upper = poisson.get_epsilon_bounds(1e-5)
+    assert 0.71 <= p_lower <= p_upper <= 0.72   # the issue's Poisson numbers
+    assert upper < p_lower
+
+
+def test_fft_and_geometric_methods_agree():
+    """Two different certified constructions of the same epoch: their intervals overlap."""
+    fft = random_allocation_pld(1.5, 40, 3, method="fft").epsilon_for_delta(1e-6)
+    geo = random_allocation_pld(1.5, 40, 3, method="geometric").epsilon_for_delta(1e-6)
+    assert fft.lower <= geo.upper and geo.lower <= fft.upper
+    assert max(fft.upper, geo.upper) - min(fft.lower, geo.lower) <= 0.01 * fft.upper
+
+
+# -- monotonicity (certified form: the intervals are ordered) ------------------------------------
+def test_epsilon_decreases_with_noise_and_grows_with_epochs():
+    def bounds(sigma, t, epochs):
+        acc = RandomAllocationAccountant()
+        acc.step(noise_multiplier=sigma, sample_rate=1 / t, count=t * epochs)
+        return acc.get_epsilon_bounds(1e-6)
+
+    base = bounds(1.0, 200, 2)
+    assert bounds(1.3, 200, 2).upper < base.lower
+    assert bounds(1.0, 200, 3).lower > base.upper
+    assert bounds(1.0, 800, 2).upper < base.lower   # more steps per epoch: each step rarer
+
+
+# -- history handling ----------------------------------------------------------------------------
+def test_history_is_cut_into_epochs():
+    upper, lower = epochs_of_history([(1.0, 0.1, 25)])
+    assert upper == {(1.0, 10): 3} and lower == {(1.0, 10): 2}
+    # an epoch with two noise levels counts at the smaller one
+    upper, lower = epochs_of_history([(2.0, 0.1, 5), (1.0, 0.1, 5), (2.0, 0.1, 10)])
+    assert upper == lower == {(1.0, 10): 1, (2.0, 10): 1}
+    assert steps_per_epoch_from_rate(1 / 7) == 7
+
+
+def test_partial_epoch_and_mixed_noise_are_accounted_conservatively():
+    acc = create("balls_and_bins")
+    acc.history = [(1.0, 0.025, 85)]          # two full epochs of 40 steps and 5 more
+    two = create("balls_and_bins")
+    two.history = [(1.0, 0.025, 80)]
+    three = create("balls_and_bins")
+    three.history = [(1.0, 0.025, 120)]
+    b = acc.get_epsilon_bounds(1e-5)
+    assert b.upper == pytest.approx(three.get_epsilon_bounds(1e-5).upper, rel=1e-9)
+    assert b.lower == pytest.approx(two.get_epsilon_bounds(1e-5).lower, rel=1e-9)
+    mixed = create("balls_and_bins")
+    mixed.history = [(1.5, 0.025, 10), (1.0, 0.025, 30)]
+    plain = create("balls_and_bins")
+    plain.history = [(1.0, 0.025, 40)]
+    assert mixed.get_epsilon(1e-5) == pytest.approx(plain.get_epsilon(1e-5), rel=1e-9)
+
+
+def test_state_dict_round_trip_and_registry():
+    assert "balls_and_bins" in available()
+    acc = create("balls_and_bins", eps_tolerance=0.02)
+    acc.step(noise_multiplier=1.1, sample_rate=1 / 50, count=120)
+    state = acc.state_dict()
+    again = create("balls_and_bins", eps_tolerance=0.02)
+    again.load_state_dict(state)
+    assert again.eps_tolerance == 0.02
+    assert again.get_epsilon_bounds(1e-5) == acc.get_epsilon_bounds(1e-5)
+    assert acc.bound_type == "certified upper bound" and "Chua" in acc.theorem
+    assert 0 < acc.get_delta(1.0) < 1
+
+
+# -- bad input -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("call,name", [
+    (lambda: random_allocation_pld(-1.0, 10), "noise_multiplier"),
+    (lambda: random_allocation_pld(float("nan"), 10), "noise_multiplier"),
+    (lambda: random_allocation_pld(1.0, 0), "steps_per_epoch"),
+    (lambda: random_allocation_pld(1.0, 10, 0), "epochs"),
+    (lambda: allocation_pairs(1.0, 10, method="magic"), "method"),
+    (lambda: random_allocation_pld(1.0, 10).epsilon_for_delta(1.5), "delta"),
+    (lambda: create("balls_and_bins", neighbouring="replace_one"), "neighbouring"),
+    (lambda: steps_per_epoch_from_rate(0.3), "sample_rate"),
+    (lambda: epochs_of_history([(1.0, 0.1, 5), (1.0, 0.2, 5)]), "history[1].sample_rate"),
+])
+def test_bad_input_is_refused_clearly(call, name):
+    with pytest.raises(ParameterError, match=name.replace("[", r"\[").replace("]", r"\]")):
+        call()
+
+
+def test_accountant_refuses_a_rate_that_is_not_one_over_steps():
+    acc = create("balls_and_bins")
+    acc.step(noise_multiplier=1.0, sample_rate=0.3, count=10)
+    with pytest.raises(ParameterError, match="whole number t of steps per epoch"):
+        acc.get_epsilon(1e-5)
+
+
+def test_too_small_noise_for_the_memory_limit_says_what_to_change():
+    with pytest.raises(NumericalError, match="method='geometric'"):
+        allocation_pairs(0.6, 100, method="fft")

@@ -126,6 +126,18 @@ def _ours_checkin(config: TrainingConfig):
     return bounds.upper, bounds.lower, acc.bound_type, acc.neighbouring
 
 
+def _ours_balls_and_bins(config: TrainingConfig):
+    """Random allocation (balls-and-bins): each example in exactly one uniformly random step of
+    each epoch of ceil(n / b) steps; the check-in sampler with probability 1."""
+    from dpplugins.accountants import create
+    steps_per_epoch = math.ceil(config.dataset_size / config.batch_size)
+    acc = create("balls_and_bins")
+    acc.step(noise_multiplier=config.noise_multiplier, sample_rate=1 / steps_per_epoch,
+             count=max(1, round(config.epochs * steps_per_epoch)))
+    bounds = acc.get_epsilon_bounds(config.delta)
+    return bounds.upper, bounds.lower, acc.bound_type, acc.neighbouring
+
+
 #: name -> (samplers it is valid for, runner, reason when invalid)
 _POISSON_REASON = ("assumes Poisson sampling; with {sampler} batches this is not a valid bound "
                    "(Chua et al. 2024)")
@@ -136,6 +148,9 @@ OURS: dict[str, tuple[tuple[str, ...], Callable[[TrainingConfig], tuple], str]] 
                 "assumes shuffled fixed-size batches (each example once per epoch)"),
     "checkin": (("checkin",), _ours_checkin,
                 "assumes random check-ins (each example picks its own step)"),
+    "balls_and_bins": (("checkin",), _ours_balls_and_bins,
+                       "assumes random allocation (each example in exactly one random step of "
+                       "every epoch: the check-in sampler with probability 1)"),
 }
 
 

@@ -238,3 +238,18 @@ def test_accountant_refuses_a_rate_that_is_not_one_over_steps():
 def test_too_small_noise_for_the_memory_limit_says_what_to_change():
     with pytest.raises(NumericalError, match="method='geometric'"):
         allocation_pairs(0.6, 100, method="fft")
+
+
+def test_compare_table_marks_balls_and_bins_valid_for_the_checkin_sampler_only():
+    from dpplugins.report import TrainingConfig, compare
+    config = dict(dataset_size=2000, batch_size=50, epochs=2, noise_multiplier=1.0, delta=1e-5)
+    rows = {r.accountant: r for r in compare(TrainingConfig(sampler="checkin", **config),
+                                             accountants=["balls_and_bins", "pld"],
+                                             references=False)}
+    assert rows["balls_and_bins"].valid and not rows["pld"].valid
+    direct = create("balls_and_bins")
+    direct.step(noise_multiplier=1.0, sample_rate=1 / 40, count=80)
+    assert rows["balls_and_bins"].epsilon == pytest.approx(direct.get_epsilon(1e-5), rel=1e-12)
+    poisson = compare(TrainingConfig(sampler="poisson", **config), accountants=["balls_and_bins"],
+                      references=False)[0]
+    assert not poisson.valid and "random allocation" in poisson.reason

@@ -199,8 +199,17 @@ def _pair_slack(p_error: float, q_error: float) -> dict:
     computation): the remove divergence is ``E_Q[(prod a s_i - g)_+]``, whose kernel is at most
     ``prod a s_i``, so an error ``e`` in one Q-measure moves it by at most ``sum a s |e|`` (the
     P-side error); the add divergence ``E_Q[(1 - g prod a s_i)_+]`` has kernel at most 1, so it
-    moves by at most the Q-side error.  Neither carries a factor ``e^eps``."""
+    moves by at most the Q-side error.  Neither carries a factor ``e^eps``: the stored P-masses
+    are rounded *down* from ``a s`` times the Q-masses (:func:`_p_masses`), which can only lower
+    the add divergence ``sum (q - g p)_+`` of a pair that dominates -- on the safe side -- and
+    moves the remove divergence by at most their l1 change (in ``p_error``)."""
     return {"remove": (p_error, 0.0), "add": (q_error, 0.0)}
+
+
+def _p_masses(a: float, support: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``a s q`` rounded down: each product is within 3 ulps, so ``(1 - 8u)`` keeps it below the
+    exact value."""
+    return a * support * q * (1.0 - 8 * _U)
 
 
 def _p_side_error(a: float, t: int, l1: float, weighted: float) -> float:
@@ -261,7 +270,7 @@ def _upper_pair(sigma: float, t: int, h: float, cells: int, tail_mass: float,
     support = (law.lo + np.arange(len(law.pmf))) * h
     body_error = _window_error(law)
     q_body, q_left, q_extra = _normalised(law.pmf)
-    p_body, p_left, p_extra = _normalised(a * support * q_body)
+    p_body, p_left, p_extra = _normalised(_p_masses(a, support, q_body))
     top = float(support[-1]) if len(support) else 0.0
     construction = t * summand.fp_error  # part of law.fp_error, the rest is the FFT's own
     fft_error = max(body_error - construction, 0.0)
@@ -327,49 +336,85 @@ def _geometric_grid(s: float, t: int, cells: int, log_y_max: float) -> tuple[np.
     return np.concatenate([[0.0], np.exp(logs)]), cells
 
 
-def _spread_onto(grid: np.ndarray, x: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """Masses ``m`` at ``x`` spread to the two neighbouring grid points with their mean kept."""
-    j = np.clip(np.searchsorted(grid, x, side="right") - 1, 0, len(grid) - 2)
+def _cells_of(grid: np.ndarray, x: np.ndarray) -> np.ndarray:
+    return np.clip(np.searchsorted(grid, x, side="right") - 1, 0, len(grid) - 2)
+
+
+def _spread_onto(grid: np.ndarray, x: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Masses ``m`` at ``x`` spread to the two neighbouring grid points with their mean kept;
+    also returns how many terms each grid point summed."""
+    if len(x) and float(np.max(x)) > grid[-1]:
+        raise NumericalError("a partial sum left the geometric grid",
+                             "report this as a bug (the grid top is sized for every level)")
+    j = _cells_of(grid, x)
     frac = np.clip((x - grid[j]) / (grid[j + 1] - grid[j]), 0.0, 1.0)
     out = np.bincount(j, weights=m * (1.0 - frac), minlength=len(grid))
     out += np.bincount(j + 1, weights=m * frac, minlength=len(grid))
-    return out
+    counts = np.bincount(j, minlength=len(grid)) + np.bincount(j + 1, minlength=len(grid))
+    return out, counts
 
 
-def _contract_onto(grid: np.ndarray, x: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Masses ``m`` at ``x`` merged per grid cell into one atom at the cell's barycentre."""
-    j = np.clip(np.searchsorted(grid, x, side="right") - 1, 0, len(grid) - 2)
+def _contract_onto(grid: np.ndarray, x: np.ndarray, m: np.ndarray
+                   ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+    """Masses ``m`` at ``x`` merged per grid cell into one atom at the cell's barycentre.
+    Returns ((cell index, mass, moment) of the occupied cells, terms summed per cell)."""
+    j = _cells_of(grid, x)
     mass = np.bincount(j, weights=m, minlength=len(grid) - 1)
     moment = np.bincount(j, weights=m * x, minlength=len(grid) - 1)
-    keep = mass > 0
-    return moment[keep] / mass[keep], mass[keep]
+    counts = np.bincount(j, minlength=len(grid) - 1)
+    keep = np.flatnonzero(mass > 0)
+    return (keep, mass[keep], moment[keep]), counts
 
 
-def _pairwise(x1, m1, x2, m2, reduce, block: int = 1 << 20):
-    """Law of the sum of two independent discrete variables, reduced block by block."""
+def _pairwise_spread(grid, x1, m1, x2, m2, block: int = 1 << 20):
+    """Sum of two independent grid laws, spread onto the grid; (masses, max terms per point)."""
     rows = max(1, block // max(len(x2), 1))
-    total = None
+    total = np.zeros(len(grid))
+    counts = np.zeros(len(grid), dtype=np.int64)
     for start in range(0, len(x1), rows):
         xs = (x1[start:start + rows, None] + x2[None, :]).ravel()
         ms = (m1[start:start + rows, None] * m2[None, :]).ravel()
-        part = reduce(xs, ms)
-        total = part if total is None else _merge(total, part)
-    return total
+        part, c = _spread_onto(grid, xs, ms)
+        total += part
+        counts += c
+    return total, int(counts.max(initial=0))
 
 
-def _merge(a, b):
-    if isinstance(a, np.ndarray):
-        return a + b
-    # contraction results: (positions, masses); merge cell by cell via moments
-    x = np.concatenate([a[0], b[0]])
-    m = np.concatenate([a[1], b[1]])
-    return x, m
+def _pairwise_contract(grid, x1, m1, x2, m2, block: int = 1 << 20):
+    """Sum of two independent laws, merged per cell into barycentres;
+    (positions, masses, max terms per cell)."""
+    rows = max(1, block // max(len(x2), 1))
+    mass = np.zeros(len(grid) - 1)
+    moment = np.zeros(len(grid) - 1)
+    counts = np.zeros(len(grid) - 1, dtype=np.int64)
+    for start in range(0, len(x1), rows):
+        xs = (x1[start:start + rows, None] + x2[None, :]).ravel()
+        ms = (m1[start:start + rows, None] * m2[None, :]).ravel()
+        (cells, bm, bmom), c = _contract_onto(grid, xs, ms)
+        mass[cells] += bm
+        moment[cells] += bmom
+        counts += c
+    keep = mass > 0
+    return moment[keep] / mass[keep], mass[keep], int(counts.max(initial=0))
 
 
-def _self_sum(x, m, t: int, combine):
+@dataclass
+class _Law:
+    """A discrete law with certified error bounds against the exact law of the same recipe:
+    ``rel`` componentwise relative error of masses, ``pos`` relative error of positions,
+    ``l1`` absolute l1 error from the spreading fractions."""
+
+    x: np.ndarray
+    m: np.ndarray
+    rel: float = 0.0
+    pos: float = 0.0
+    l1: float = 0.0
+
+
+def _self_sum(law: _Law, t: int, combine) -> _Law:
     """Law of the sum of ``t`` i.i.d. copies by binary powering, ``combine`` reducing each sum."""
     result = None
-    base = (x, m)
+    base = law
     while t:
         if t & 1:
             result = base if result is None else combine(result, base)
@@ -388,10 +433,16 @@ def _geometric_pairs(sigma: float, t: int, cells: int, log_y_max: float
     (convex order up; sums of independent convex-order dominating variables dominate).  Lower:
     every partial sum is merged per grid cell into its barycentre (convex order down; the pair
     of a convex-order smaller law is a post-processing of the true pair, module docstring).
-    Summands above ``y_max`` are dropped (lower) or moved to the extra outcomes (upper)."""
+    Summands above ``y_max`` are dropped (lower) or moved to the extra outcomes (upper).
+
+    Rounding is tracked per sum (:class:`_Law`): a sum of ``n`` non-negative terms has relative
+    error at most ``(n - 1) u`` (Higham 2002, Sec. 4.2), products add ``u``; a spreading fraction
+    ``(x - g_j) / (g_(j+1) - g_j)`` is off by at most ``5 u / (1 - e^-r)`` absolutely (ratio
+    ``e^r`` of the grid), which moves at most that share of the mass between neighbours."""
     s = 1.0 / sigma
     a = math.exp(-s * s / 2) / t
     grid, top_cell = _geometric_grid(s, t, cells, log_y_max)
+    ratio_gap = -math.expm1(-math.log(grid[2] / grid[1]))  # 1 - e^-r
     with np.errstate(divide="ignore"):
         log_edges = np.log(grid[: top_cell + 1])
     lo_e, hi_e = log_edges[:-1], log_edges[1:]
@@ -407,42 +458,49 @@ def _geometric_pairs(sigma: float, t: int, cells: int, log_y_max: float
     spread[:top_cell] += mass - up
     spread[1: top_cell + 1] += up
     keep = mass > 0
-    bary_x, bary_m = partial[keep] / mass[keep], mass[keep]
+    # barycentres: masses and partial means relatively accurate to _REL_MASS
+    bary = _Law(partial[keep] / mass[keep], mass[keep], rel=_REL_MASS, pos=2 * _REL_MASS + _U)
+    frac_error = 5 * _U / ratio_gap
 
-    def combine_up(u, v):
-        xu, mu_ = u
-        xv, mv = v
-        iu, iv = np.flatnonzero(mu_ > 0), np.flatnonzero(mv > 0)
-        out = _pairwise(xu[iu], mu_[iu], xv[iv], mv[iv], lambda x, m: _spread_onto(grid, x, m))
-        return grid, out
+    def combine_up(u: _Law, v: _Law) -> _Law:
+        iu, iv = np.flatnonzero(u.m > 0), np.flatnonzero(v.m > 0)
+        out, n = _pairwise_spread(grid, u.x[iu], u.m[iu], v.x[iv], v.m[iv])
+        grow = (1 + u.rel) * (1 + v.rel)
+        return _Law(grid, out, rel=u.rel + v.rel + u.rel * v.rel + (n + 4) * _U,
+                    l1=(u.l1 + v.l1 + frac_error) * grow)
 
-    def combine_down(u, v):
-        x, m = _pairwise(u[0], u[1], v[0], v[1], lambda x, m: _contract_onto(grid, x, m))
-        return _contract_onto(grid, x, m)
+    def combine_down(u: _Law, v: _Law) -> _Law:
+        x, m, n = _pairwise_contract(grid, u.x, u.m, v.x, v.m)
+        rel = u.rel + v.rel + u.rel * v.rel + (n + 2) * _U
+        moment_rel = rel + max(u.pos, v.pos) + 3 * _U
+        return _Law(x, m, rel=rel, pos=rel + moment_rel + 2 * _U)
 
-    levels = 2 * t.bit_length()
-    rounding = 16 * _U * levels  # relative, products, positions and bincount sums per level
-    _, nu_up = _self_sum(grid, spread, t, combine_up)
-    x_dn, nu_dn = _self_sum(bary_x, bary_m, t, combine_down)
+    up_law = _self_sum(_Law(grid, spread), t, combine_up)
+    dn_law = _self_sum(bary, t, combine_down)
     # upper pair: body on the grid, extra outcomes with only P- or only Q-mass
-    q_body, q_left, q_extra = _normalised(nu_up)
-    p_body, p_left, p_extra = _normalised(a * grid * q_body)
-    body_error = t * summand_error * math.exp(t * math.log1p(summand_error)) + rounding
+    q_body, q_left, q_extra = _normalised(up_law.m)
+    p_body, p_left, p_extra = _normalised(_p_masses(a, grid, q_body))
+    growth = math.exp(t * math.log1p(summand_error))
+    q_error = 2 * (t * summand_error * growth + up_law.rel + up_law.l1 + q_extra)
+    # the a-weighted error of a move between neighbours is at most e^r times its mass
+    p_error = 2 * (_p_side_error(a, t, summand_error, summand_weighted) + up_law.rel
+                   + up_law.l1 / (1 - ratio_gap) + q_extra + p_extra) + 8 * _U
     upper = AllocationPair(
         "upper", np.concatenate([p_body, [p_left, 0.0]]), np.concatenate([q_body, [0.0, q_left]]),
-        _pair_slack(2 * (_p_side_error(a, t, summand_error, summand_weighted) + rounding
-                         + q_extra + p_extra), 2 * (body_error + q_extra)), grid)
+        _pair_slack(p_error, q_error), grid)
     # lower pair: barycentres, and one merged outcome for everything truncated
-    q_low, q_rest, q_extra = _normalised(nu_dn)
-    p_low, p_rest, p_extra = _normalised(a * x_dn * q_low)
-    # p = a x q with masses and positions off by at most `rounding` relative: the kernel
-    # argument gives 2.1 rounding in both directions, plus the normalisation; the merged outcome
-    # adds e^eps times the error of its other mass
-    error = 3 * rounding + 2 * (p_extra + q_extra)
+    q_low, q_rest, q_extra = _normalised(dn_law.m)
+    p_low, p_rest, p_extra = _normalised(a * dn_law.x * q_low)
+    # p = a x q with masses off by `rel` and positions by `pos` (relative): the kernel argument
+    # bounds both directions by (rel + pos)(1 + pos); the merged outcome adds e^eps times the
+    # error of its other mass
+    e_m, e_x = dn_law.rel, dn_law.pos
+    body = (e_m + e_x) * (1 + e_x)
     lower = AllocationPair(
         "lower", np.concatenate([p_low, [p_rest]]), np.concatenate([q_low, [q_rest]]),
-        {"remove": (error, 2 * rounding + q_extra), "add": (error, 2 * rounding + p_extra)},
-        x_dn)
+        {"remove": (2 * (body + p_extra + q_extra), e_m + q_extra),
+         "add": (2 * (body + p_extra + q_extra), body + p_extra)},
+        dn_law.x)
     return upper, lower
 
 

@@ -36,13 +36,18 @@ only P-mass, one with only Q-mass): a post-processing maps them back, so dominan
 summing, and merging everything truncated into one outcome is a function of the output, so the
 laws of that sum under P and under Q form a pair that the true one dominates.
 
-**Numerics.**  Sums of ``t`` i.i.d. grid variables are computed by FFT powers with certified
-windows and floating-point bounds (:func:`dpplugins.pld.compose.compose_grid_pmfs`).  The arrays
-we hand on differ from the exact pairs above by certified l1 distances ``p_error``, ``q_error``;
-since ``E_g(P||Q) = sup_A P(A) - g Q(A)`` and product measures of probability measures satisfy
-``||prod P_i - prod P'_i||_1 <= sum ||P_i - P'_i||_1``, a composition of pairs with errors
-``(e_P, e_Q)`` shifts every hockey-stick divergence by at most ``sum (e_P + e^eps e_Q)``, which
-:class:`AllocationPLD` adds to upper and subtracts from lower bounds.
+**Numerics.**  Two ways to sum the ``t`` summands, both certified: FFT powers on a uniform grid
+with certified windows and floating-point bounds (:func:`dpplugins.pld.compose.compose_grid_pmfs`;
+many steps per epoch), or direct pairwise summation on a geometric grid with the spread (upper) or
+barycentre contraction (lower) applied after every sum (few steps per epoch or heavy-tailed
+summands, i.e. small noise).  The arrays we hand on differ from the exact pairs above by certified
+l1 distances.  For the dominating pair, P-masses are exactly ``a s`` times Q-masses (rounded
+down), and the remove divergence of a composition is ``E_Q[(prod a s_i - e^eps)_+]`` (kernel at
+most ``prod a s_i``), the add divergence ``E_Q[(1 - e^eps prod a s_i)_+]`` (kernel at most 1): an
+error in one epoch's masses moves them by at most its a-weighted (remove) or plain (add) l1 size,
+with no factor ``e^eps``.  Where that structure is missing (the merged outcome of the lower pair)
+we use ``|E_g(P||Q) - E_g(P'||Q')| <= ||P - P'|| + g ||Q - Q'||``.  :class:`AllocationPLD` adds
+these slacks to upper and subtracts them from lower bounds, per direction.
 
 Example::
 

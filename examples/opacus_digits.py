@@ -7,6 +7,12 @@ the same steps -- labelled "valid" or "not valid for this sampler".
 
     python examples/opacus_digits.py --accountant pld --sampler poisson --epochs 5
     python examples/opacus_digits.py --accountant shuffle --sampler shuffle --epochs 5
+    python examples/opacus_digits.py --accountant balls_and_bins --sampler checkin --epochs 5
+
+Which accountant fits which sampler: poisson -> pld (or fdp, rdp, prv); shuffle -> shuffle;
+checkin (every example in exactly one random step per epoch, ``RandomCheckIn(n, steps,
+checkin_probability=1.0, variant="averaged")``) -> balls_and_bins (or the looser checkin).  A
+mismatch prints a warning naming the valid accountants.
 """
 
 from __future__ import annotations
@@ -25,6 +31,10 @@ from dpplugins.integrations.opacus import attach, make_data_loader, register
 from dpplugins.samplers import RandomCheckIn, ShuffledEpochs
 
 DELTA = 1e-5
+#: the accountant valid for each --sampler, tightest first (the default when --accountant is
+#: not given)
+SUGGESTED = {"poisson": "pld", "shuffle": "shuffle", "checkin": "balls_and_bins"}
+ACCOUNTANTS = ("rdp", "prv", "pld", "fdp", "shuffle", "checkin", "balls_and_bins")
 
 
 def digits_tensors(seed: int):
@@ -43,22 +53,29 @@ def build_loader(train, sampler: str, batch_size: int, seed: int):
         return torch.utils.data.DataLoader(train, batch_size=batch_size), True
     if sampler == "shuffle":
         return make_data_loader(train, ShuffledEpochs(n, batch_size, rng=seed)), False
+    # random allocation: every example in exactly one uniformly random step of each epoch, all
+    # of a step's examples used (no max_batch_size), empty steps run as noise-only steps
     steps = -(-n // batch_size)
     return make_data_loader(train, RandomCheckIn(n, steps, checkin_probability=1.0,
                                                  variant="averaged", rng=seed)), False
 
 
 def main() -> None:
-    names = ["rdp", "prv", *register()]
+    ours = register()
+    names = [name for name in ACCOUNTANTS if name in ("rdp", "prv") or name in ours]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--accountant", choices=names, default="pld")
-    parser.add_argument("--sampler", choices=("poisson", "shuffle", "checkin"), default="poisson")
+    parser.add_argument("--accountant", choices=names, default=None,
+                        help="default: the tightest valid one for --sampler "
+                             f"({', '.join(f'{k} -> {v}' for k, v in SUGGESTED.items())})")
+    parser.add_argument("--sampler", choices=tuple(SUGGESTED), default="poisson")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--noise-multiplier", type=float, default=1.0)
     parser.add_argument("--lr", type=float, default=0.5)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if args.accountant is None:
+        args.accountant = SUGGESTED[args.sampler]
     torch.manual_seed(args.seed)
     warnings.filterwarnings("ignore", message=".*Secure RNG turned off.*")
     warnings.filterwarnings("ignore", message=".*Full backward hook.*")
@@ -73,7 +90,9 @@ def main() -> None:
         max_grad_norm=1.0, poisson_sampling=poisson)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        attach(engine, loader)
+        # checks accountant against sampler; with the optimizer it also watches Opacus' own
+        # accountants for accumulated Poisson batches
+        attach(engine, loader, optimizer=optimizer)
     valid = not caught
     for w in caught:
         print(f"warning: {w.message}")

@@ -19,13 +19,25 @@ Where Opacus asks for a noise multiplier for one of our accountants (``make_priv
 Opacus calls accountants with no constructor arguments, so adapters are created with our
 defaults; accountants that need protocol parameters get them with :func:`configure`.
 
+Random allocation (``balls_and_bins``).  The accountant needs no options, but its guarantee holds
+only for the protocol it describes: every example in exactly one uniformly random step of each
+epoch, all examples of a step summed, one noise draw per step, empty steps released as noise-only
+steps (never skipped: under add/remove the number of released steps would depend on the data).
+Our sampler for it is ``RandomCheckIn(n, num_slots=t, checkin_probability=1.0,
+variant="averaged")`` without ``max_batch_size`` (a cap would let an added example push another
+one out of its step); :func:`make_data_loader` turns its empty slots into zero-length batches, on
+which Opacus' optimizer adds the noise alone.  Call :func:`attach` after ``make_private``: it
+checks the sampler (:func:`check_sampler`) and the step hook then checks Opacus' sample rate
+against ``1 / num_slots``; training with this accountant without :func:`attach` warns once.
+
 Gradient accumulation.  Opacus adds the noise once per ``optimizer.step()`` to the clipped
 gradients of every physical batch since the last ``zero_grad`` (``optim.accumulated_iterations``
 of them), so one *logical* step is the union of ``k`` consecutive physical batches.  For the
-accountants whose guarantee is per pass of a sampler (``shuffle``, ``checkin``) the step hook
-learns ``k`` from the optimizer on the first step (no second source of truth), re-describes the
-sampler's protocol in logical batches (:func:`logical_sampler`), configures the accountant with
-it and records one logical step per optimizer step (sample rate ``1 / logical steps per pass``).
+accountants whose guarantee is per pass of a sampler (``shuffle``, ``checkin``,
+``balls_and_bins``) the step hook learns ``k`` from the optimizer on the first step (no second
+source of truth), re-describes the sampler's protocol in logical batches
+(:func:`logical_sampler`), configures the accountant with it and records one logical step per
+optimizer step (sample rate ``1 / logical steps per pass``).
 Every later step must follow :func:`accumulation_plan` -- ``k`` batches per step and, when ``k``
 does not divide the batches per pass, the remaining ``r`` at the end of each pass -- otherwise
 the hook raises :class:`~dpplugins.errors.ParameterError` (a step that mixes two passes, or a
@@ -34,11 +46,24 @@ changed ``k``, is not a protocol these accountants describe).  What is supported
 * ``ShuffledEpochs(n, b)`` -> ``ShuffledEpochs(n, k b)``, ``ceil(T / k)`` logical steps per
   epoch (with ``drop_last=True`` only when ``k`` divides ``T``);
 * ``RandomCheckIn`` with ``checkin_probability=1`` and ``k`` dividing ``num_slots`` ->
-  the averaged protocol (Balle et al. 2020, Alg. 2 / Thm 4.1) with ``num_slots / k`` slots;
+  the averaged protocol (Balle et al. 2020, Alg. 2 / Thm 4.1) with ``num_slots / k`` slots; for
+  ``balls_and_bins`` (uncapped averaged sampler) the merged steps are exactly random allocation
+  into ``num_slots / k`` steps;
 * not supported (refused): check-ins with ``checkin_probability < 1``, the sliding window, and
   any accumulation with ``swap`` / ``pnsgd`` (one example per noisy step).
 
-Poisson accountants keep Opacus' convention (``sample_rate * accumulated_iterations``).
+Poisson sampling with accumulation (``pld``, ``fdp``).  Opacus' own hook records ``k`` Poisson
+batches merged into one step as one step at rate ``k q``, which under-reports: an example can be
+in several of the ``k`` batches, so the merged step is not a Poisson subsample at rate ``k q``
+with sensitivity 1.  Our adapters record ``k`` steps ``(sigma / sqrt(k), q)`` instead: the merged
+step (sum of the clipped gradients of ``k`` independent Poisson batches plus one
+``N(0, sigma^2 C^2 I)``) has the law of the sum of ``k`` independent Poisson-subsampled Gaussian
+steps with noise ``N(0, sigma^2 C^2 / k I)`` each, so it is a post-processing of their
+composition (post-processing and composition: Dwork & Roth 2014, Prop. 2.1 and Thm 3.16).  With
+Opacus' ``rdp``/``prv``/``gdp`` we cannot change what is recorded; :func:`attach` given the
+optimizer warns once when such an accountant sees accumulated Poisson batches.  (Opacus'
+``make_private(poisson_sampling=True)`` itself refuses accumulation; it happens with a Poisson
+``DPDataLoader`` passed with ``poisson_sampling=False``.)
 """
 
 from __future__ import annotations
@@ -49,9 +74,10 @@ from typing import Any
 from dpplugins.accountants import available, create, get_class
 from dpplugins.errors import ParameterError, check_count
 
-__all__ = ["register", "configure", "attach", "check_sampler", "make_data_loader",
-           "torch_batch_sampler", "make_private_pnsgd", "logical_sampler", "accumulation_plan",
-           "OURS", "DPPluginsAccountant"]
+__all__ = ["register", "configure", "attach", "check_sampler", "valid_accountants",
+           "is_random_allocation", "make_data_loader", "torch_batch_sampler",
+           "make_private_pnsgd", "logical_sampler", "accumulation_plan",
+           "poisson_accumulation_noise", "steps_for_epochs", "OURS", "DPPluginsAccountant"]
 
 #: registry names of our accountants that Opacus users can pass to PrivacyEngine
 OURS: tuple[str, ...] = ()
@@ -61,6 +87,10 @@ _MIN_OPACUS = (1, 5)
 _PASS_ACCOUNTANTS = frozenset({"shuffle", "checkin", "balls_and_bins"})
 #: our accountants whose theorem needs one example per noisy step (no accumulation)
 _ONE_EXAMPLE_PER_STEP = frozenset({"swap", "pnsgd"})
+#: our Poisson-sampling accountants: k accumulated batches are recorded as k steps (sigma/sqrt(k))
+_POISSON_ACCOUNTANTS = frozenset({"pld", "fdp"})
+#: our accountants whose guarantee depends on a sampler that only attach() can check
+_NEEDS_ATTACH = frozenset({"balls_and_bins"})
 #: relative tolerance for "Opacus' sample_rate is 1 / (batches per pass)"
 _RATE_TOLERANCE = 1e-9
 
@@ -94,6 +124,8 @@ class DPPluginsAccountant:
         self._pending: list = []
         self._sampler = None        # our sampler, set by attach()
         self._accumulation = None   # physical batches per optimizer step, learned on step 1
+        self._attached = False      # attach() has checked the data loader
+        self._warned_unattached = False
         try:
             self.inner = create(self._dpplugins_name, **options)
             self._missing = None
@@ -122,12 +154,15 @@ class DPPluginsAccountant:
         else:
             self.inner.history = value
 
-    def step(self, *, noise_multiplier: float, sample_rate: float) -> None:
+    def step(self, *, noise_multiplier: float, sample_rate: float, count: int = 1) -> None:
+        """Record ``count`` steps (Opacus' interface has no ``count``; it defaults to 1)."""
         if self.inner is None:
             from dpplugins.accountants import validate_history
-            self._pending = validate_history(self._pending + [(noise_multiplier, sample_rate, 1)])
+            self._pending = validate_history(self._pending
+                                             + [(noise_multiplier, sample_rate, count)])
         else:
-            self.inner.step(noise_multiplier=noise_multiplier, sample_rate=sample_rate)
+            self.inner.step(noise_multiplier=noise_multiplier, sample_rate=sample_rate,
+                            count=count)
 
     def get_epsilon(self, delta: float, **kwargs: Any) -> float:
         if kwargs:
@@ -136,10 +171,12 @@ class DPPluginsAccountant:
         return self._require().get_epsilon(delta)
 
     def get_optimizer_hook_fn(self, sample_rate: float):
-        """Opacus' step hook.  Poisson accountants record ``sample_rate *
-        accumulated_iterations`` (Opacus' convention); ``swap`` and ``pnsgd`` refuse
-        accumulation; ``shuffle`` and ``checkin`` record one *logical* step per optimizer step
-        (see the module docstring and :meth:`_logical_rate`).
+        """Opacus' step hook.  Poisson accountants (``pld``, ``fdp``) record an optimizer step
+        over ``k = accumulated_iterations`` batches as ``k`` steps ``(sigma / sqrt(k),
+        sample_rate)`` (module docstring; not Opacus' ``(sigma, k sample_rate)``); ``swap`` and
+        ``pnsgd`` refuse accumulation; ``shuffle``, ``checkin`` and ``balls_and_bins`` record one
+        *logical* step per optimizer step (see the module docstring and :meth:`_logical_rate`).
+        ``balls_and_bins`` warns once when it trains without :func:`attach`.
 
         A ``shuffle`` accountant that knows no sampler takes its batch size from the optimizer on
         the first step, so ``PrivacyEngine(accountant="shuffle")`` needs nothing else: Opacus
@@ -159,9 +196,24 @@ class DPPluginsAccountant:
                     f"1 for the {name!r} accountant (its theorem needs one example per noisy "
                     "step; an accumulated step adds one noise draw to several examples)",
                     hint="call optimizer.step() after every batch, or use accountant='shuffle'")
-            rate = (self._logical_rate(optim, sample_rate, accumulated)
-                    if name in _PASS_ACCOUNTANTS else sample_rate * accumulated)
-            self.step(noise_multiplier=optim.noise_multiplier, sample_rate=rate)
+            if name in _NEEDS_ATTACH and not self._attached and not self._warned_unattached:
+                self._warned_unattached = True
+                warnings.warn(
+                    f"the {name!r} accountant is training without "
+                    "dpplugins.integrations.opacus.attach(privacy_engine, data_loader): its "
+                    "epsilon holds only if every example is in exactly one uniformly random step "
+                    "of each epoch (RandomCheckIn(n, num_slots, checkin_probability=1.0, "
+                    "variant='averaged')) and empty steps are run; attach() checks the sampler",
+                    UserWarning, stacklevel=2)
+            sigma = optim.noise_multiplier
+            if name in _PASS_ACCOUNTANTS:
+                self.step(noise_multiplier=sigma,
+                          sample_rate=self._logical_rate(optim, sample_rate, accumulated))
+            elif name in _POISSON_ACCOUNTANTS and accumulated > 1:
+                self.step(noise_multiplier=poisson_accumulation_noise(sigma, accumulated),
+                          sample_rate=sample_rate, count=accumulated)
+            else:
+                self.step(noise_multiplier=sigma, sample_rate=sample_rate * accumulated)
 
         return hook_fn
 
@@ -301,6 +353,29 @@ def configure(accountant, **options: Any) -> None:
     accountant.inner.history = history
 
 
+def steps_for_epochs(epochs: float, sample_rate: float) -> int:
+    """Steps in ``epochs`` epochs at ``sample_rate = 1 / steps per epoch``, never too few.
+
+    Opacus computes ``int(epochs / sample_rate)``, which floating point can put one below the
+    steps actually run (``int(1 / (1 / 93)) == 92``), so a noise multiplier calibrated for it
+    misses the target.  Here a quotient within ``1e-9`` (relative) of an integer is that
+    integer, and any other is rounded up (a partial last epoch is run to its end or stopped;
+    counting it in full is the conservative choice).
+
+    Example::
+
+        >>> steps_for_epochs(1, 1 / 93)
+        93
+    """
+    import math
+
+    quotient = epochs / sample_rate
+    nearest = round(quotient)
+    if abs(quotient - nearest) <= 1e-9 * max(1.0, quotient):
+        return max(1, int(nearest))
+    return max(1, math.ceil(quotient))
+
+
 def _get_noise_multiplier(*, target_epsilon, target_delta, sample_rate, epochs=None, steps=None,
                           accountant="rdp", epsilon_tolerance=0.01, **kwargs):
     """Opacus' ``get_noise_multiplier`` signature; our accountants use our calibration."""
@@ -313,7 +388,7 @@ def _get_noise_multiplier(*, target_epsilon, target_delta, sample_rate, epochs=N
         raise ValueError("get_noise_multiplier takes as input EITHER a number of steps or a "
                          "number of epochs")
     if steps is None:
-        steps = int(epochs / sample_rate)
+        steps = steps_for_epochs(epochs, sample_rate)
     from dpplugins.calibration import find_noise_multiplier
     # Opacus passes no protocol parameters; for shuffled epochs calibrate on the bound that holds
     # for every batch size above 1 (no amplification), which is valid for the real batch size
@@ -349,36 +424,91 @@ def register() -> tuple[str, ...]:
     return OURS
 
 
-#: which accountants are valid for which sampling scheme
+#: which accountants are valid for which sampling scheme (``balls_and_bins`` only for
+#: :func:`is_random_allocation` samplers, see :func:`valid_accountants`)
 _VALID_FOR = {"poisson": {"pld", "fdp", "rdp", "gdp", "prv"},
               "shuffled_epochs": {"shuffle", "swap", "pnsgd"},
               "random_checkin": {"checkin", "balls_and_bins"},
               "sliding_window": {"checkin"}}
+#: listed first in warnings: the tightest valid accountant of a scheme
+_PREFERRED = ("balls_and_bins", "pld", "shuffle", "checkin")
+
+
+def is_random_allocation(sampler) -> bool:
+    """True when ``sampler`` is the protocol of the ``balls_and_bins`` accountant: a
+    ``RandomCheckIn`` with ``checkin_probability == 1`` (every example in exactly one uniformly
+    random slot), ``variant="averaged"`` (every example of a slot is used) and no binding
+    ``max_batch_size`` (no example is ever dropped from its slot)."""
+    return (getattr(sampler, "scheme", None) == "random_checkin"
+            and sampler.checkin_probability == 1.0 and sampler.variant == "averaged"
+            and sampler.max_batch_size >= sampler.num_examples)
+
+
+def _loader_sampler_and_scheme(data_loader):
+    """(our sampler or None, scheme) of a data loader: our samplers declare their ``scheme``,
+    Opacus' ``DPDataLoader`` is Poisson, any other loader is taken to be shuffled batches."""
+    from opacus.data_loader import DPDataLoader
+
+    batch_sampler = getattr(data_loader, "batch_sampler", None)
+    scheme = getattr(batch_sampler, "scheme", None)
+    if scheme is None:
+        scheme = "poisson" if isinstance(data_loader, DPDataLoader) else "shuffled_epochs"
+        return None, scheme
+    return getattr(batch_sampler, "inner", batch_sampler), scheme
+
+
+def valid_accountants(data_loader) -> tuple[str, ...]:
+    """Registry names of the accountants whose guarantee covers ``data_loader``'s sampling,
+    tightest first (``balls_and_bins`` only for :func:`is_random_allocation` samplers)."""
+    sampler, scheme = _loader_sampler_and_scheme(data_loader)
+    valid = set(_VALID_FOR.get(scheme, set()))
+    if scheme == "random_checkin" and not is_random_allocation(sampler):
+        valid.discard("balls_and_bins")
+    order = {name: i for i, name in enumerate(_PREFERRED)}
+    return tuple(sorted(valid, key=lambda name: (order.get(name, len(order)), name)))
+
+
+def _allocation_mismatch(sampler) -> str:
+    """Why a random check-in ``sampler`` is not random allocation (``balls_and_bins``)."""
+    reasons = []
+    if sampler.checkin_probability != 1.0:
+        reasons.append(f"checkin_probability={sampler.checkin_probability:g} (it accounts for "
+                       "every example taking part: 1.0)")
+    if sampler.variant != "averaged":
+        reasons.append(f"variant={sampler.variant!r} keeps one example per slot, so adding an "
+                       "example can replace another (use variant='averaged')")
+    elif sampler.max_batch_size < sampler.num_examples:
+        reasons.append(f"max_batch_size={sampler.max_batch_size} drops examples from full "
+                       "slots, so adding an example can push another out (use no cap)")
+    return "; ".join(reasons)
 
 
 def check_sampler(accountant_name: str, data_loader) -> None:
-    """Warn once when a Poisson accountant is used with a loader that does not sample Poisson.
+    """Warn once when an accountant is used with a loader whose sampling it does not describe,
+    naming the valid ones (:func:`valid_accountants`); e.g. a Poisson accountant with
+    ``poisson_sampling=False`` or with one of our samplers.
 
     Opacus' ``DPDataLoader`` (``poisson_sampling=True``) is Poisson; our samplers declare their
     ``scheme``; any other loader is taken to be shuffled fixed-size batches.  A check-in
-    accountant with a Poisson loader raises, because its guarantee would not apply.
+    accountant (``checkin``, ``balls_and_bins``) with a Poisson loader raises, because its
+    guarantee would not apply.  ``balls_and_bins`` with a check-in sampler that is not random
+    allocation (:func:`is_random_allocation`) warns with the reason.
     """
-    from opacus.data_loader import DPDataLoader
-
-    sampler = getattr(data_loader, "batch_sampler", None)
-    scheme = getattr(sampler, "scheme", None)
-    if scheme is None:
-        scheme = "poisson" if isinstance(data_loader, DPDataLoader) else "shuffled_epochs"
-    valid = _VALID_FOR.get(scheme, set())
+    sampler, scheme = _loader_sampler_and_scheme(data_loader)
+    valid = valid_accountants(data_loader)
     if accountant_name in valid:
         return
     if scheme == "poisson" and accountant_name in _VALID_FOR["random_checkin"]:
         raise ValueError(f"the {accountant_name!r} accountant assumes random check-ins, but the "
                          "data loader samples Poisson batches; use accountant='pld'")
-    right = ", ".join(sorted(valid - {"swap", "pnsgd"})) or "none available yet"
+    right = ", ".join(name for name in valid if name not in ("swap", "pnsgd")) \
+        or "none available yet"
     if scheme == "shuffled_epochs":
         right += " (swap or pnsgd when every step uses a single example)"
-    warnings.warn(f"accountant {accountant_name!r} is not valid for a {scheme} data loader; "
+    why = ""
+    if accountant_name == "balls_and_bins" and scheme == "random_checkin":
+        why = f" ({sampler!r}: {_allocation_mismatch(sampler)})"
+    warnings.warn(f"accountant {accountant_name!r} is not valid for a {scheme} data loader{why}; "
                   f"its epsilon is not a guarantee for this training. Valid: {right}",
                   UserWarning, stacklevel=2)
 
@@ -442,26 +572,96 @@ def _protocol_options(name: str, sampler) -> dict | None:
     if name == "checkin" and scheme == "sliding_window":
         return dict(num_examples=sampler.num_examples, variant="sliding", num_slots=None,
                     window=sampler.window, checkin_probability=1.0, max_batch_size=None)
+    if name == "balls_and_bins" and is_random_allocation(sampler):
+        return {}  # the protocol is all in the history: sample rate 1 / num_slots
     return None
 
 
-def attach(privacy_engine, data_loader) -> None:
+def attach(privacy_engine, data_loader, optimizer=None) -> None:
     """One-line hook-up after ``make_private``: give our accountant the protocol parameters of
     the loader's sampler (no second source of truth) and check that the accountant is valid for
     the sampler (:func:`check_sampler`).  Options of the accountant that do not describe the
     protocol (e.g. ``lower_bound``) are kept.  With gradient accumulation the accountant is
-    re-described in logical batches on the first optimizer step (module docstring)."""
+    re-described in logical batches on the first optimizer step (module docstring); every step
+    checks Opacus' sample rate against ``1 / len(sampler)``.
+
+    ``optimizer`` (the ``DPOptimizer`` from ``make_private``, optional): with one of Opacus' own
+    accountants and a Poisson loader, a step hook is chained (through Opacus' public
+    ``attach_step_hook``) that warns once when an optimizer step accumulates several Poisson
+    batches, which Opacus records as one step at rate ``k q`` (module docstring).
+
+    Example::
+
+        model, optimizer, loader = privacy_engine.make_private(
+            module=model, optimizer=optimizer, noise_multiplier=1.0, max_grad_norm=1.0,
+            data_loader=make_data_loader(dataset, RandomCheckIn(len(dataset), 100,
+                                                                variant="averaged")),
+            poisson_sampling=False)
+        attach(privacy_engine, loader)   # PrivacyEngine(accountant="balls_and_bins")
+    """
     accountant = privacy_engine.accountant
     name = accountant.mechanism()
-    sampler = getattr(getattr(data_loader, "batch_sampler", None), "inner", None)
-    if isinstance(accountant, DPPluginsAccountant) and sampler is not None \
-            and _protocol_options(name, sampler) is not None:
+    sampler, scheme = _loader_sampler_and_scheme(data_loader)
+    ours = isinstance(accountant, DPPluginsAccountant)
+    if ours and sampler is not None and _protocol_options(name, sampler) is not None:
         accountant._sampler = sampler
         accountant._apply_protocol()
     check_sampler(name, data_loader)
+    if ours:
+        accountant._attached = True
+    elif optimizer is not None and scheme == "poisson":
+        _warn_on_poisson_accumulation(optimizer, name)
+
+
+def _warn_on_poisson_accumulation(optimizer, accountant_name: str) -> None:
+    """Chain a step hook on ``optimizer`` that warns once when Opacus' accountant
+    ``accountant_name`` records an optimizer step over several accumulated Poisson batches."""
+    previous = getattr(optimizer, "step_hook", None)
+    if getattr(previous, "_dpplugins_poisson_watch", False):
+        return  # already watching
+
+    def hook(optim) -> None:
+        accumulated = int(optim.accumulated_iterations)
+        if accumulated > 1 and not hook.warned:
+            hook.warned = True
+            warnings.warn(
+                f"Opacus' {accountant_name!r} accountant records this optimizer step over "
+                f"{accumulated} accumulated Poisson batches as one step at sample rate "
+                f"{accumulated} * q, which may under-report the privacy loss (an example can be "
+                f"in several of the batches); use accountant='pld' (dpplugins), which records "
+                f"{accumulated} steps with noise multiplier sigma / sqrt({accumulated})",
+                UserWarning, stacklevel=2)
+        if previous is not None:
+            previous(optim)
+
+    hook.warned = False
+    hook._dpplugins_poisson_watch = True
+    optimizer.attach_step_hook(hook)
 
 
 # -- gradient accumulation -------------------------------------------------------------------
+def poisson_accumulation_noise(noise_multiplier: float, accumulation: int) -> float:
+    """Noise multiplier ``sigma / sqrt(k)`` of each of the ``k`` Poisson steps whose composition
+    dominates one optimizer step over ``k`` accumulated Poisson batches with noise multiplier
+    ``sigma``: the step's output, ``sum of the k batches' clipped gradients + N(0, sigma^2 C^2
+    I)``, has the law of the sum of ``k`` independent steps ``batch_i sum + N(0, sigma^2 C^2 / k
+    I)``, a post-processing of their composition (Dwork & Roth 2014, Prop. 2.1).  The result
+    is rounded down by one ulp (floating point never lowers the accounted noise); ``k = 1``
+    returns ``sigma`` unchanged.
+
+    Example::
+
+        >>> round(poisson_accumulation_noise(1.0, 4), 12)
+        0.5
+    """
+    import math
+
+    from dpplugins.errors import check_positive
+    sigma = check_positive("noise_multiplier", noise_multiplier)
+    k = check_count("accumulation", accumulation, minimum=1)
+    return sigma if k == 1 else math.nextafter(sigma / math.sqrt(k), 0.0)
+
+
 def accumulation_plan(physical_steps: int, accumulation: int) -> tuple[int, ...]:
     """Physical batches in each optimizer step of one pass when ``accumulation`` (k) batches
     are accumulated per step and the pass of ``physical_steps`` (T) batches ends with a step:
@@ -498,9 +698,13 @@ def logical_sampler(sampler, accumulation: int, *, name: str = "accumulation"):
       uniform choice / random drop within the logical slot), i.e. a post-processing of the
       averaged protocol (Balle et al. 2020, Alg. 2, Thm 4.1; every client checks in) with
       ``m / k`` slots and at most ``k * max_batch_size`` examples per step (``k`` for the fixed
-      variant, one example per slot).  Refused: ``checkin_probability < 1`` (Thm 4.1 needs every
-      client to check in, and Thm 3.2 covers one example per step), ``k`` not dividing ``m``
-      (the last logical slot would be less likely than the others, not a uniform check-in).
+      variant, one example per slot).  For the ``balls_and_bins`` accountant the sampler is
+      uncapped and averaged (:func:`is_random_allocation`), the logical step sums *every*
+      example of its ``k`` slots, and the logical protocol is exactly random allocation into
+      ``m / k`` steps (the logical sampler is again uncapped).  Refused:
+      ``checkin_probability < 1`` (Thm 4.1 needs every client to check in, and Thm 3.2 covers
+      one example per step), ``k`` not dividing ``m`` (the last logical slot would be less
+      likely than the others, not a uniform check-in).
     * ``SlidingWindowCheckIn``: refused (Thm 4.3 covers one example per step in windows of
       slots; merged slots are neither).
 

@@ -253,3 +253,21 @@ def test_compare_table_marks_balls_and_bins_valid_for_the_checkin_sampler_only()
     poisson = compare(TrainingConfig(sampler="poisson", **config), accountants=["balls_and_bins"],
                       references=False)[0]
     assert not poisson.valid and "random allocation" in poisson.reason
+
+
+def test_fast_upper_bound_and_calibration():
+    """The calibration path (upper bound only) gives the same upper bound as the full accountant
+    at the default grid, and the calibrated sigma meets the target."""
+    from dpplugins.calibration import find_noise_multiplier
+    acc = create("balls_and_bins")
+    acc.step(noise_multiplier=1.2, sample_rate=1 / 50, count=100)
+    assert acc.epsilon_upper_fast(1e-5) == pytest.approx(acc.get_epsilon(1e-5), rel=1e-12)
+    sigma = find_noise_multiplier(target_epsilon=1.0, delta=1e-5, sample_rate=1 / 50, steps=100,
+                                  accountant="balls_and_bins")
+    check = create("balls_and_bins")
+    check.step(noise_multiplier=sigma, sample_rate=1 / 50, count=100)
+    lower, upper = check.get_epsilon_bounds(1e-5)
+    assert upper <= 1.0
+    lower_sigma = create("balls_and_bins")
+    lower_sigma.step(noise_multiplier=sigma * 0.99, sample_rate=1 / 50, count=100)
+    assert lower_sigma.get_epsilon_bounds(1e-5).lower > 0.98   # not needlessly large

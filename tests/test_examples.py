@@ -36,3 +36,19 @@ def test_opacus_digits_example_runs_for_each_sampler():
                           "--accountant", "pld", "--sampler", "shuffle"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=True).stdout
     assert "not valid for this sampler" in out and "warning: accountant 'pld'" in out
+
+
+def test_opacus_digits_example_with_balls_and_bins_on_the_checkin_sampler():
+    """--accountant balls_and_bins --sampler checkin: random allocation, accounted as valid,
+    printed beside Opacus' RDP (which assumes Poisson and is higher)."""
+    import pytest
+    pytest.importorskip("opacus")
+    out = subprocess.run([sys.executable, "examples/opacus_digits.py", "--epochs", "1",
+                          "--accountant", "balls_and_bins", "--sampler", "checkin"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300, check=True).stdout
+    assert "warning" not in out
+    line = [l for l in out.splitlines() if l.startswith("epoch")][-1]
+    ours = float(re.search(r"epsilon\[balls_and_bins\] ([0-9.]+) \(valid\)", line).group(1))
+    rdp = float(re.search(r"epsilon\[opacus rdp\] ([0-9.]+)", line).group(1))
+    assert 0 < ours < rdp
+    assert float(re.search(r"accuracy ([0-9.]+)", line).group(1)) > 0.4

@@ -1,5 +1,6 @@
 """Real Opacus training (a few steps, CPU) with our accountants registered by name."""
 
+import re
 import warnings
 
 import numpy as np
@@ -10,11 +11,18 @@ opacus = pytest.importorskip("opacus")
 
 from opacus import PrivacyEngine  # noqa: E402
 from opacus.accountants import RDPAccountant, create_accountant  # noqa: E402
-from opacus.accountants.utils import get_noise_multiplier  # noqa: F401,E402
 
 from dpplugins.integrations.opacus import check_sampler, register  # noqa: E402
 
 DELTA = 1e-5
+
+
+def get_noise_multiplier(**kwargs):
+    """Opacus' ``opacus.accountants.utils.get_noise_multiplier`` as scripts reach it *after*
+    register() (looked up at call time: a name imported before register() would be Opacus'
+    original function)."""
+    from opacus.accountants import utils
+    return utils.get_noise_multiplier(**kwargs)
 
 
 def tiny_setup(n=256, batch=32, seed=0):
@@ -411,6 +419,7 @@ def _sampler(kind):
             "shuffled_drop_last": ShuffledEpochs(200, 32, drop_last=True, rng=0),
             "checkin_p0": RandomCheckIn(64, 8, checkin_probability=0.5, rng=0),
             "checkin_m8": RandomCheckIn(64, 8, rng=0),
+            "allocation_m8": RandomCheckIn(64, 8, variant="averaged", rng=0),
             "sliding": SlidingWindowCheckIn(20, 4, rng=0)}[kind]
 
 
@@ -422,13 +431,18 @@ def _sampler(kind):
     ("shuffled_drop_last", "shuffle", 4, "pass_end", "drop_last", 0),
     ("checkin_p0", "checkin", 2, "pass_end", "checkin_probability = 1", 0),
     ("checkin_m8", "checkin", 3, "pass_end", "divisor of num_slots=8", 0),
+    ("allocation_m8", "balls_and_bins", 3, "pass_end", "divisor of num_slots=8", 0),
+    # the fixed variant is not random allocation: attach() warned and gave no protocol
+    ("checkin_m8", "balls_and_bins", 2, "pass_end", "unless it knows the sampler", 0),
     ("sliding", "checkin", 2, "pass_end", "Thm 4.3", 0),
 ])
 def test_gradient_accumulation_outside_the_supported_protocols_is_refused(
         kind, accountant, k, style, match, valid_steps):
     from dpplugins.errors import ParameterError
 
-    engine, model, optimizer, loader = private_with_sampler(_sampler(kind), accountant)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # balls_and_bins + fixed variant warns (tested below)
+        engine, model, optimizer, loader = private_with_sampler(_sampler(kind), accountant)
     with pytest.raises(ParameterError, match=match):
         train_accumulating(model, optimizer, loader, k=k, epochs=2, style=style)
     # nothing wrong was recorded: only the steps before the offending one
@@ -530,3 +544,320 @@ def test_pnsgd_under_opacus_per_sample_gradients():
     offline = create("pnsgd", lipschitz=1.0, diameter=1.0, learning_rate=0.5, dataset_size=n)
     offline.step(noise_multiplier=3.0, sample_rate=1 / n, count=2 * n)
     assert engine.get_epsilon(DELTA) == offline.get_epsilon(DELTA)
+
+
+# -- balls_and_bins (random allocation) --------------------------------------------------------
+ALLOCATION_N, ALLOCATION_SLOTS = 32, 16   # about 2 empty slots per pass: noise-only steps
+
+
+def allocation_engine(do_attach=True, seed=5):
+    """PrivacyEngine(accountant="balls_and_bins") over our RandomCheckIn(p=1, averaged) loader;
+    attach() must not warn for this pairing."""
+    from dpplugins.samplers import RandomCheckIn
+
+    sampler = RandomCheckIn(ALLOCATION_N, ALLOCATION_SLOTS, checkin_probability=1.0,
+                            variant="averaged", rng=seed)
+    engine, model, optimizer, loader = private_with_sampler(sampler, "balls_and_bins",
+                                                            do_attach=False)
+    if do_attach:
+        from dpplugins.integrations.opacus import attach
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            attach(engine, loader)
+    return engine, model, optimizer, loader
+
+
+@pytest.fixture(scope="module")
+def allocation_two_epochs_epsilon():
+    """The offline accountant on the history of 2 epochs of allocation_engine() at sigma = 1."""
+    from dpplugins.accountants import create
+
+    reference = create("balls_and_bins")
+    reference.step(noise_multiplier=1.0, sample_rate=1 / ALLOCATION_SLOTS,
+                   count=2 * ALLOCATION_SLOTS)
+    return reference.get_epsilon(DELTA)
+
+
+def test_balls_and_bins_training_runs_empty_steps_and_is_below_rdp_on_poisson(
+        allocation_two_epochs_epsilon):
+    """Real training with random allocation: every example in one step per epoch, empty slots
+    run as noise-only steps and are accounted; epsilon equals the offline accountant's and lies
+    below Opacus' RDP for a Poisson run with the same sigma and q = 1 / slots."""
+    from dpplugins.accountants import create
+
+    engine, model, optimizer, loader = allocation_engine()
+    criterion = torch.nn.CrossEntropyLoss()
+    sizes, empty_step_moved = [], []
+    for _ in range(2):
+        for x, y in loader:
+            before = [p.detach().clone() for p in model.parameters()]
+            optimizer.zero_grad()
+            out = model(x)
+            (criterion(out, y) if len(y) else out.sum()).backward()
+            optimizer.step()
+            sizes.append(len(x))
+            if len(x) == 0:
+                empty_step_moved.append(
+                    any(not torch.equal(a, b) for a, b in zip(before, model.parameters())))
+    T = ALLOCATION_SLOTS
+    assert len(sizes) == 2 * T
+    assert sum(sizes[:T]) == sum(sizes[T:]) == ALLOCATION_N  # each example once per epoch
+    assert empty_step_moved and all(empty_step_moved)         # noise-only steps were run
+    assert engine.accountant.history == [(1.0, 1 / T, 2 * T)]  # ... and accounted
+    eps = engine.get_epsilon(DELTA)
+    assert eps == allocation_two_epochs_epsilon
+
+    # a Poisson run with the same sigma and sample rate, accounted by Opacus' RDP
+    poisson = PrivacyEngine(accountant="rdp")
+    model, optimizer, loader = tiny_setup(n=ALLOCATION_N, batch=ALLOCATION_N // T)
+    model, optimizer, loader = poisson.make_private(module=model, optimizer=optimizer,
+                                                    data_loader=loader, noise_multiplier=1.0,
+                                                    max_grad_norm=1.0)
+    train_accumulating(model, optimizer, loader, k=1, epochs=2)
+    assert poisson.accountant.history == [(1.0, 1 / T, 2 * T)]
+    rdp = poisson.get_epsilon(DELTA)
+    pld = create("pld")
+    pld.history = poisson.accountant.history
+    poisson_pld = pld.get_epsilon(DELTA)
+    assert eps < poisson_pld < rdp  # sanity: about as private as Poisson (2.27 < 2.80 < 3.34)
+    assert eps > 0.5 * poisson_pld
+
+
+def test_balls_and_bins_checkpoint_resume_equals_uninterrupted(tmp_path,
+                                                               allocation_two_epochs_epsilon):
+    from dpplugins.integrations.opacus import attach, configure
+
+    path = tmp_path / "ckpt.pt"
+    engine, model, optimizer, loader = allocation_engine()
+    configure(engine.accountant, eps_tolerance=5e-3)    # a non-default option travels too
+    train_accumulating(model, optimizer, loader, k=1, epochs=1)
+    state = engine.accountant.state_dict()
+    assert state["mechanism"] == "balls_and_bins"
+    assert state["history"] == [(1.0, 1 / ALLOCATION_SLOTS, ALLOCATION_SLOTS)]
+    engine.save_checkpoint(path=path, module=model, optimizer=optimizer)
+
+    engine, model, optimizer, loader = allocation_engine(do_attach=False, seed=6)
+    engine.load_checkpoint(path=path, module=model, optimizer=optimizer)
+    attach(engine, loader)
+    assert engine.accountant.inner.eps_tolerance == 5e-3
+    train_accumulating(model, optimizer, loader, k=1, epochs=1)
+    assert engine.accountant.history == [(1.0, 1 / ALLOCATION_SLOTS, 2 * ALLOCATION_SLOTS)]
+    # the uninterrupted run's epsilon (previous test: engine == offline accountant)
+    assert engine.get_epsilon(DELTA) == allocation_two_epochs_epsilon
+
+
+def test_balls_and_bins_make_private_with_epsilon_reaches_target():
+    """Opacus asks for sigma (1 / len(loader), epochs); our Brent calibration answers."""
+    from dpplugins.accountants import create
+    from dpplugins.integrations.opacus import attach, make_data_loader
+    from dpplugins.samplers import RandomCheckIn
+
+    register()
+    model, optimizer, loader = tiny_setup(n=64)
+    loader = make_data_loader(loader.dataset, RandomCheckIn(64, 4, checkin_probability=1.0,
+                                                            variant="averaged", rng=2))
+    engine = PrivacyEngine(accountant="balls_and_bins")
+    model, optimizer, loader = engine.make_private_with_epsilon(
+        module=model, optimizer=optimizer, data_loader=loader, target_epsilon=4.0,
+        target_delta=DELTA, epochs=2, max_grad_norm=1.0, poisson_sampling=False)
+    attach(engine, loader)
+    train_accumulating(model, optimizer, loader, k=1, epochs=2)
+    sigma = optimizer.noise_multiplier
+    assert engine.accountant.history == [(sigma, 1 / 4, 8)]
+    assert engine.get_epsilon(DELTA) <= 4.0
+    # close to the smallest sigma that meets the target
+    below = create("balls_and_bins")
+    below.history = [(sigma * 0.99, 1 / 4, 8)]
+    assert below.get_epsilon_bounds(DELTA).lower > 4.0
+
+
+def _mismatch_sampler(kind):
+    from dpplugins.samplers import RandomCheckIn, ShuffledEpochs
+    return {"shuffled": lambda: ShuffledEpochs(64, 8, rng=0),
+            "allocation": lambda: RandomCheckIn(64, 8, variant="averaged", rng=0),
+            "p_half": lambda: RandomCheckIn(64, 8, checkin_probability=0.5, variant="averaged",
+                                            rng=0),
+            "fixed": lambda: RandomCheckIn(64, 8, variant="fixed", rng=0),
+            "capped": lambda: RandomCheckIn(64, 8, variant="averaged", max_batch_size=4,
+                                            rng=0)}[kind]()
+
+
+@pytest.mark.parametrize("accountant,kind,match", [
+    ("balls_and_bins", "shuffled", r"shuffled_epochs data loader;.*Valid: shuffle \("),
+    ("balls_and_bins", "p_half", r"checkin_probability=0\.5 .*Valid: checkin$"),
+    ("balls_and_bins", "fixed", r"variant='fixed' keeps one example.*Valid: checkin$"),
+    ("balls_and_bins", "capped", r"max_batch_size=4 drops.*Valid: checkin$"),
+    # a Poisson accountant on our random-allocation sampler: balls_and_bins is named first
+    ("pld", "allocation", r"random_checkin data loader;.*Valid: balls_and_bins, checkin$"),
+    ("rdp", "allocation", r"Valid: balls_and_bins, checkin$"),
+    ("pld", "p_half", r"Valid: checkin$"),
+])
+def test_sampler_mismatch_warns_once_naming_the_valid_accountants(accountant, kind, match):
+    from dpplugins.integrations.opacus import attach
+
+    engine, model, optimizer, loader = private_with_sampler(_mismatch_sampler(kind), accountant,
+                                                            do_attach=False)
+    with pytest.warns(UserWarning) as record:
+        attach(engine, loader)
+    ours = [str(w.message) for w in record if "is not valid for" in str(w.message)]
+    assert len(ours) == 1 and re.search(match, ours[0])
+    assert f"accountant {accountant!r}" in ours[0]
+
+
+def test_balls_and_bins_with_a_poisson_loader_raises():
+    from dpplugins.integrations.opacus import attach
+
+    register()
+    engine = PrivacyEngine(accountant="balls_and_bins")
+    model, optimizer, loader = tiny_setup()
+    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
+                                                   data_loader=loader, noise_multiplier=1.0,
+                                                   max_grad_norm=1.0)  # Poisson
+    with pytest.raises(ValueError, match="Poisson batches; use accountant='pld'"):
+        attach(engine, loader)
+
+
+def test_balls_and_bins_checks_opacus_sample_rate_against_the_sampler():
+    """make_private saw 8 slots (q = 1/8), attach() gets a loader with 4: the first step
+    refuses to record, instead of accounting 1/8 for a protocol with 4 steps per epoch."""
+    from dpplugins.errors import ParameterError
+    from dpplugins.integrations.opacus import attach, make_data_loader
+    from dpplugins.samplers import RandomCheckIn
+
+    engine, model, optimizer, loader = private_with_sampler(_mismatch_sampler("allocation"),
+                                                            "balls_and_bins", do_attach=False)
+    other = make_data_loader(loader.dataset, RandomCheckIn(64, 4, variant="averaged", rng=1))
+    attach(engine, other)   # a valid sampler, but not the one make_private saw
+    with pytest.raises(ParameterError, match=r"sample_rate.*1/4"):
+        train_accumulating(model, optimizer, loader, k=1, epochs=1)
+    assert engine.accountant.history == []
+
+
+def test_balls_and_bins_training_without_attach_warns_once():
+    engine, model, optimizer, loader = allocation_engine(do_attach=False)
+    with pytest.warns(UserWarning) as record:
+        train_accumulating(model, optimizer, loader, k=1, epochs=1)
+    ours = [w for w in record if "without dpplugins.integrations.opacus.attach" in str(w.message)]
+    assert len(ours) == 1
+    assert engine.accountant.history == [(1.0, 1 / ALLOCATION_SLOTS, ALLOCATION_SLOTS)]
+
+
+def test_gradient_accumulation_with_balls_and_bins_is_allocation_into_merged_slots():
+    """k = 2 of 8 slots per optimizer step: each example in exactly one of 4 merged steps, all
+    of them summed -- random allocation with t = 4."""
+    from dpplugins.accountants import create
+
+    engine, model, optimizer, loader = private_with_sampler(_mismatch_sampler("allocation"),
+                                                            "balls_and_bins")
+    sizes = train_accumulating(model, optimizer, loader, k=2, epochs=2)
+    assert len(sizes) == 8 and sum(sizes[:4]) == sum(sizes[4:]) == 64
+    assert engine.accountant.history == [(1.0, 1 / 4, 8)]
+    reference = create("balls_and_bins")
+    reference.step(noise_multiplier=1.0, sample_rate=1 / 4, count=8)
+    assert engine.get_epsilon(DELTA) == reference.get_epsilon(DELTA)
+    physical = create("balls_and_bins")
+    physical.step(noise_multiplier=1.0, sample_rate=1 / 8, count=16)
+    assert physical.get_epsilon(DELTA) < engine.get_epsilon(DELTA)  # the test can tell them
+
+
+# -- Poisson sampling with gradient accumulation -------------------------------------------------
+def poisson_accumulating_engine(accountant):
+    """A Poisson DPDataLoader passed with poisson_sampling=False: the one way Opacus lets
+    Poisson batches be accumulated (make_private(poisson_sampling=True) forbids it)."""
+    from opacus.data_loader import DPDataLoader
+
+    register()
+    model, optimizer, loader = tiny_setup(n=256, batch=32)
+    loader = DPDataLoader.from_data_loader(loader)   # q = 1/8
+    engine = PrivacyEngine(accountant=accountant)
+    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
+                                                   data_loader=loader, noise_multiplier=1.0,
+                                                   max_grad_norm=1.0, poisson_sampling=False)
+    return engine, model, optimizer, loader
+
+
+def test_poisson_accumulation_is_recorded_as_k_steps_with_sigma_over_sqrt_k():
+    from dpplugins.accountants import create
+    from dpplugins.integrations.opacus import attach, poisson_accumulation_noise
+
+    engine, model, optimizer, loader = poisson_accumulating_engine("pld")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        attach(engine, loader, optimizer=optimizer)   # pld is valid for Poisson: no warning
+    train_accumulating(model, optimizer, loader, k=2, epochs=1)   # 4 steps of 2 batches
+    sigma_k = poisson_accumulation_noise(1.0, 2)
+    assert sigma_k <= 2 ** -0.5 and sigma_k == pytest.approx(2 ** -0.5, rel=1e-15)
+    # not Opacus' (1.0, 2/8, 4)
+    assert engine.accountant.history == [(sigma_k, 1 / 8, 8)]
+    reference = create("pld")
+    reference.history = [(sigma_k, 1 / 8, 8)]
+    assert engine.get_epsilon(DELTA) == reference.get_epsilon(DELTA)
+
+
+def merged_poisson_step_delta(sigma, q, k, epsilon):
+    """delta(eps) of one optimizer step over k accumulated Poisson(q) batches when one example's
+    gradient (norm C = 1) is in m ~ Binomial(k, q) of them: the pair
+    (sum_m Bin(m; k, q) N(m, sigma^2), N(0, sigma^2)), both directions, by adaptive quadrature.
+    One pair of neighbouring datasets, so a lower bound on the step's true delta(eps)."""
+    from conftest import hockey_stick_by_quadrature
+    from scipy import stats
+
+    m = np.arange(k + 1)
+    weights = stats.binom.pmf(m, k, q)
+    with_example = lambda x: float(np.sum(weights * stats.norm.pdf(x, loc=m, scale=sigma)))
+    without = lambda x: float(stats.norm.pdf(x, scale=sigma))
+    lo, hi = -12 * sigma, k + 12 * sigma
+    return max(hockey_stick_by_quadrature(with_example, without, epsilon, lo, hi, list(m)),
+               hockey_stick_by_quadrature(without, with_example, epsilon, lo, hi, list(m)))
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_poisson_accumulation_bound_is_above_the_merged_step_by_quadrature(k):
+    """Ours (k steps at sigma / sqrt(k)) >= the quadrature lower reference of the merged step;
+    Opacus' convention (one step at rate k q) falls below it (sigma=1, q=0.1, k=4, eps=2:
+    reference 0.0071, ours 0.032, Opacus' convention 0.0010)."""
+    from dpplugins.accountants import create
+    from dpplugins.integrations.opacus import poisson_accumulation_noise
+
+    sigma, q = 1.0, 0.1
+    ours = create("pld")
+    ours.history = [(poisson_accumulation_noise(sigma, k), q, k)]
+    opacus_convention = create("pld")
+    opacus_convention.history = [(sigma, k * q, 1)]
+    for epsilon in (0.5, 1.0, 2.0):
+        reference = merged_poisson_step_delta(sigma, q, k, epsilon)
+        assert ours.get_delta_bounds(epsilon).upper >= reference
+    assert opacus_convention.get_delta_bounds(2.0).upper < reference  # under-reports
+
+
+def test_opacus_accountant_with_accumulated_poisson_batches_warns_once_naming_pld():
+    from dpplugins.integrations.opacus import attach
+
+    engine, model, optimizer, loader = poisson_accumulating_engine("rdp")
+    attach(engine, loader, optimizer=optimizer)
+    attach(engine, loader, optimizer=optimizer)   # idempotent: one watcher
+    with pytest.warns(UserWarning) as record:
+        train_accumulating(model, optimizer, loader, k=2, epochs=2)
+    ours = [str(w.message) for w in record if "accumulated Poisson batches" in str(w.message)]
+    assert len(ours) == 1 and "accountant='pld'" in ours[0] and "'rdp'" in ours[0]
+    # Opacus' own accountant is left as it is: one step at 2 q per optimizer step
+    assert engine.accountant.history == [(1.0, 2 / 8, 8)]
+
+
+def test_steps_for_epochs_never_undercounts():
+    """Opacus' int(epochs / q) gives 92 for one epoch of 93 steps; calibration must use 93."""
+    from dpplugins.integrations.opacus import steps_for_epochs
+
+    assert int(1 / (1 / 93)) == 92
+    assert steps_for_epochs(1, 1 / 93) == 93 and steps_for_epochs(2, 1 / 8) == 16
+    assert steps_for_epochs(0.5, 1 / 7) == 4   # a partial epoch is counted in full
+    register()
+    by_epochs = get_noise_multiplier(target_epsilon=3.0, target_delta=DELTA, sample_rate=1 / 93,
+                                     epochs=1, accountant="fdp")
+    by_steps = [get_noise_multiplier(target_epsilon=3.0, target_delta=DELTA,
+                                     sample_rate=1 / 93, steps=s, accountant="fdp")
+                for s in (92, 93)]
+    assert by_epochs == by_steps[1] != by_steps[0]
+    from dpplugins.calibration import find_noise_multiplier   # ours answered, not Opacus' search
+    assert by_steps[1] == find_noise_multiplier(target_epsilon=3.0, delta=DELTA,
+                                                sample_rate=1 / 93, steps=93, accountant="fdp")

@@ -201,6 +201,22 @@ class RandomAllocationAccountant(Accountant):
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
         return self._evaluate(history, lambda pld: pld.delta_for_epsilon(epsilon))
 
+    def epsilon_upper_fast(self, delta: float, history=None) -> float:
+        """Certified upper bound at the default grids, without the lower bound or the accuracy
+        loop (used by noise calibration, which verifies its answer with :meth:`get_epsilon`)."""
+        history = tuple(self._history if history is None else history)
+        upper_epochs, _ = epochs_of_history(history)
+        if not upper_epochs:
+            return 0.0
+        h_loss = min(default_loss_step(sigma, t) for sigma, t in upper_epochs)
+        total = None
+        for (sigma, t), count in sorted(upper_epochs.items()):
+            part = random_allocation_pld(sigma, t, 1, value_discretization_interval=h_loss,
+                                         method=self.method, memory_limit=self.memory_limit,
+                                         lower=False).self_compose(count)
+            total = part if total is None else total.compose(part)
+        return total.epsilon_for_delta(delta).upper
+
     def epochs(self) -> float:
         """Epochs recorded so far (a partial epoch as a fraction)."""
         total = 0.0

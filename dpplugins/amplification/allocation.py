@@ -429,8 +429,8 @@ def _self_sum(law: _Law, t: int, combine) -> _Law:
     return result
 
 
-def _geometric_pairs(sigma: float, t: int, cells: int, log_y_max: float
-                     ) -> tuple[AllocationPair, AllocationPair]:
+def _geometric_pairs(sigma: float, t: int, cells: int, log_y_max: float, lower: bool = True
+                     ) -> tuple[AllocationPair, AllocationPair | None]:
     """Both pairs by direct summation on a geometric grid (for few steps per epoch or heavy
     tails, where a uniform grid would need too many cells).
 
@@ -481,7 +481,6 @@ def _geometric_pairs(sigma: float, t: int, cells: int, log_y_max: float
         return _Law(x, m, rel=rel, pos=rel + moment_rel + 2 * _U)
 
     up_law = _self_sum(_Law(grid, spread), t, combine_up)
-    dn_law = _self_sum(bary, t, combine_down)
     # upper pair: body on the grid, extra outcomes with only P- or only Q-mass
     q_body, q_left, q_extra = _normalised(up_law.m)
     p_body, p_left, p_extra = _normalised(_p_masses(a, grid, q_body))
@@ -493,6 +492,9 @@ def _geometric_pairs(sigma: float, t: int, cells: int, log_y_max: float
     upper = AllocationPair(
         "upper", np.concatenate([p_body, [p_left, 0.0]]), np.concatenate([q_body, [0.0, q_left]]),
         _pair_slack(p_error, q_error), grid)
+    if not lower:
+        return upper, None
+    dn_law = _self_sum(bary, t, combine_down)
     # lower pair: barycentres, and one merged outcome for everything truncated
     q_low, q_rest, q_extra = _normalised(dn_law.m)
     p_low, p_rest, p_extra = _normalised(a * dn_law.x * q_low)
@@ -516,7 +518,8 @@ FFT_CELL_BUDGET = 3_000_000
 def allocation_pairs(noise_multiplier: float, steps_per_epoch: int, *, method: str = "auto",
                      summand_step: float | None = None, geometric_cells: int = 2000,
                      truncation_mass: float = 1e-14, tail_mass: float = 1e-16,
-                     memory_limit: int = 1 << 30) -> tuple[AllocationPair, AllocationPair]:
+                     memory_limit: int = 1 << 30, lower: bool = True
+                     ) -> tuple[AllocationPair, AllocationPair | None]:
     """The (dominating, dominated) discrete pairs of one random-allocation epoch.
 
     ``method="fft"`` sums the summands on a uniform grid of step ``summand_step`` (default
@@ -526,6 +529,7 @@ def allocation_pairs(noise_multiplier: float, steps_per_epoch: int, *, method: s
     Summands above ``y_max`` (where ``P(e^G' > y_max) = truncation_mass`` for the summand that
     carries the example) are truncated; ``tail_mass`` is the FFT window allowance.
     Raises :class:`NumericalError` if the grid would not fit in ``memory_limit`` bytes.
+    ``lower=False`` skips the dominated pair (returned as ``None``).
     """
     sigma, t = _check_protocol(noise_multiplier, steps_per_epoch)
     truncation_mass = check_open_unit("truncation_mass", truncation_mass)
@@ -549,7 +553,7 @@ def allocation_pairs(noise_multiplier: float, steps_per_epoch: int, *, method: s
             raise NumericalError(f"geometric_cells={geometric_cells} needs more memory than "
                                  f"memory_limit={memory_limit}", "use fewer cells or raise "
                                  "memory_limit")
-        return _geometric_pairs(sigma, t, geometric_cells, log_y_max)
+        return _geometric_pairs(sigma, t, geometric_cells, log_y_max, lower)
     max_cells = memory_limit // (8 * 6)
     if cells > max_cells:
         raise NumericalError(
@@ -558,7 +562,7 @@ def allocation_pairs(noise_multiplier: float, steps_per_epoch: int, *, method: s
             "use method='geometric', a larger summand_step or truncation_mass, or raise "
             "memory_limit")
     return (_upper_pair(sigma, t, h, cells, tail_mass, memory_limit),
-            _lower_pair(sigma, t, h, cells, tail_mass, memory_limit))
+            _lower_pair(sigma, t, h, cells, tail_mass, memory_limit) if lower else None)
 
 
 _Slack = tuple  # (A, B): error at most A + e^eps B
@@ -578,10 +582,13 @@ class AllocationPLD:
     :class:`~dpplugins.pld.Bounds` for the maximum over both directions.
     """
 
-    def __init__(self, plds: dict, upper_slack: dict, lower_slack: dict) -> None:
+    def __init__(self, plds: dict, upper_slack: dict, lower_slack: dict, *,
+                 has_lower: bool = True) -> None:
         self.plds = plds
         self.upper_slack = upper_slack
         self.lower_slack = lower_slack
+        #: False when the PLDs were built from the dominating pair only (lower bounds are 0)
+        self.has_lower = has_lower
 
     @staticmethod
     def _add(a: dict, b: dict) -> dict:
@@ -591,17 +598,21 @@ class AllocationPLD:
         """Both compositions, slacks added."""
         return AllocationPLD({d: self.plds[d].compose(other.plds[d]) for d in self.plds},
                              self._add(self.upper_slack, other.upper_slack),
-                             self._add(self.lower_slack, other.lower_slack))
+                             self._add(self.lower_slack, other.lower_slack),
+                             has_lower=self.has_lower and other.has_lower)
 
     def self_compose(self, count: int) -> "AllocationPLD":
         """``count`` repetitions, slacks times ``count``."""
         count = check_count("count", count, minimum=1)
         scale = lambda sl: {d: (count * a, count * b) for d, (a, b) in sl.items()}  # noqa: E731
         return AllocationPLD({d: p.self_compose(count) for d, p in self.plds.items()},
-                             scale(self.upper_slack), scale(self.lower_slack))
+                             scale(self.upper_slack), scale(self.lower_slack),
+                             has_lower=self.has_lower)
 
     def _delta(self, direction: str, epsilon: float) -> Bounds:
         b = self.plds[direction].delta_for_epsilon(epsilon)
+        if not self.has_lower:
+            b = Bounds(0.0, b.upper)
         return Bounds(max(0.0, b.lower - _slack_value(self.lower_slack[direction], epsilon)),
                       min(1.0, b.upper + _slack_value(self.upper_slack[direction], epsilon)))
 
@@ -629,7 +640,7 @@ class AllocationPLD:
 
     def _epsilon_lower(self, direction: str, delta: float, upper: float) -> float:
         pld = self.plds[direction]
-        if not pld.has_lower_bound:
+        if not (self.has_lower and pld.has_lower_bound):
             return 0.0
         # the slack grows with eps and the answer is <= upper: charging slack(upper) is safe
         target = delta + _slack_value(self.lower_slack[direction], upper)
@@ -646,21 +657,26 @@ class AllocationPLD:
 
 
 def _epoch_pld(sigma: float, t: int, h_loss: float, *, method: str, summand_step,
-               geometric_cells: int, tail_mass: float, memory_limit: int) -> AllocationPLD:
+               geometric_cells: int, tail_mass: float, memory_limit: int,
+               lower: bool = True) -> AllocationPLD:
     description = f"random allocation, sigma={sigma:g}, {t} steps/epoch"
     if t == 1:
         one = PrivacyLossDistribution.from_gaussian(sigma, value_discretization_interval=h_loss,
                                                     tail_mass=tail_mass, memory_limit=memory_limit)
         zero = {d: (0.0, 0.0) for d in ("remove", "add")}
         return AllocationPLD({"remove": one, "add": one}, zero, dict(zero))
-    upper, lower = allocation_pairs(sigma, t, method=method, summand_step=summand_step,
-                                    geometric_cells=geometric_cells, memory_limit=memory_limit)
+    upper, dominated = allocation_pairs(sigma, t, method=method, summand_step=summand_step,
+                                        geometric_cells=geometric_cells,
+                                        memory_limit=memory_limit, lower=lower)
+    # without the dominated pair the upper one stands in for it; its "lower" bounds are unused
+    stand_in = dominated if dominated is not None else upper
     plds = {d: PrivacyLossDistribution.from_bracketing_pairs(
         upper.direction_pair(d, f"{description} ({d})"),
-        lower.direction_pair(d, f"{description} ({d})"),
+        stand_in.direction_pair(d, f"{description} ({d})"),
         value_discretization_interval=h_loss, tail_mass=tail_mass, memory_limit=memory_limit)
         for d in ("remove", "add")}
-    return AllocationPLD(plds, dict(upper.slack), dict(lower.slack))
+    return AllocationPLD(plds, dict(upper.slack), dict(stand_in.slack),
+                         has_lower=dominated is not None)
 
 
 def default_loss_step(noise_multiplier: float, steps_per_epoch: int) -> float:
@@ -672,12 +688,13 @@ def random_allocation_pld(noise_multiplier: float, steps_per_epoch: int, epochs:
                           value_discretization_interval: float | None = None,
                           method: str = "auto", summand_step: float | None = None,
                           geometric_cells: int = 2000, tail_mass: float = 1e-15,
-                          memory_limit: int = 1 << 30) -> AllocationPLD:
+                          memory_limit: int = 1 << 30, lower: bool = True) -> AllocationPLD:
     """Certified PLD of ``epochs`` epochs of random-allocation DP-SGD (add/remove neighbours).
 
     One epoch with one step (``t = 1``) is exactly the Gaussian mechanism with sensitivity 1 and
     is built as such.  ``value_discretization_interval`` is the loss grid step of the PLD
     (default :func:`default_loss_step`); the other options go to :func:`allocation_pairs`.
+    ``lower=False`` builds only what the upper bound needs (lower bounds are then reported as 0).
     """
     sigma, t = _check_protocol(noise_multiplier, steps_per_epoch)
     epochs = check_count("epochs", epochs, minimum=1)
@@ -685,7 +702,7 @@ def random_allocation_pld(noise_multiplier: float, steps_per_epoch: int, epochs:
               else check_positive("value_discretization_interval", value_discretization_interval))
     one = _epoch_pld(sigma, t, h_loss, method=method, summand_step=summand_step,
                      geometric_cells=geometric_cells, tail_mass=tail_mass,
-                     memory_limit=memory_limit)
+                     memory_limit=memory_limit, lower=lower)
     return one.self_compose(epochs)
 
 

@@ -14,9 +14,18 @@ and tf.data pipelines that train with our samplers.
        history = model.fit(x, y, batch_size=256, epochs=3, callbacks=[callback])
        history.history["epsilon"]                                 # certified upper bounds
 
-2. :func:`as_tf_dataset` turns one pass of a :class:`~dpplugins.samplers.ShuffledEpochs` or
-   :class:`~dpplugins.samplers.RandomCheckIn` schedule into a ``tf.data.Dataset`` of ``(x, y)``
-   batches, so ``fit`` trains with the sampler the accountant assumes.
+   With one of our samplers, pass the sampler object instead of a name; the callback then takes
+   the dataset size, batch size and steps per epoch from it.  Random check-ins, for example::
+
+       sampler = RandomCheckIn(60000, num_slots=600, checkin_probability=0.01)
+       callback = PrivacyCallback(delta=1e-5, sampler=sampler)      # accountant "checkin"
+       model.fit(as_tf_dataset(sampler, x, y, empty="dummy"), epochs=3, callbacks=[callback])
+
+2. :func:`as_tf_dataset` turns one pass of a :class:`~dpplugins.samplers.ShuffledEpochs`,
+   :class:`~dpplugins.samplers.RandomCheckIn` or :class:`~dpplugins.samplers.SlidingWindowCheckIn`
+   schedule into a ``tf.data.Dataset`` of batches, so ``fit`` trains with the sampler the
+   accountant assumes; empty check-in slots are kept, skipped or turned into dummy (noise-only)
+   updates (``empty=``).
 
 TensorFlow is imported when this module is imported (it is only importable as
 ``dpplugins.integrations.tf_keras``; the core never imports it).  Tested with TensorFlow 2.15.1 and
@@ -42,11 +51,17 @@ from dpplugins.errors import ParameterError, check_choice, check_count, check_op
     check_positive
 
 __all__ = ["PrivacyCallback", "as_tf_dataset", "noise_multiplier_of", "CALLBACK_SAMPLERS",
-           "CALLBACK_ACCOUNTANTS"]
+           "CALLBACK_ACCOUNTANTS", "EMPTY_SLOTS"]
 
-#: samplers the callback accounts for, and the accountants valid for each
-CALLBACK_ACCOUNTANTS = {"poisson": ("pld", "fdp"), "shuffled_epochs": ("shuffle",)}
-CALLBACK_SAMPLERS = tuple(CALLBACK_ACCOUNTANTS)
+#: sampling schemes the callback accounts for, and the accountants valid for each (the first is
+#: the default); "random_checkin" and "sliding_window" are given as sampler objects
+CALLBACK_ACCOUNTANTS = {"poisson": ("pld", "fdp"), "shuffled_epochs": ("shuffle",),
+                        "random_checkin": ("checkin", "balls_and_bins"),
+                        "sliding_window": ("checkin",)}
+#: the samplers that may be given by name (the others need their protocol: pass the object)
+CALLBACK_SAMPLERS = ("poisson", "shuffled_epochs")
+#: what ``as_tf_dataset`` does with empty check-in slots
+EMPTY_SLOTS = ("keep", "skip", "dummy")
 
 
 def noise_multiplier_of(optimizer: Any) -> float:
@@ -85,23 +100,41 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
     * ``delta``: target delta in (0, 1).
     * ``noise_multiplier``: noise std / clipping norm.  ``None`` reads it from the model's
       TF-Privacy optimizer (:func:`noise_multiplier_of`) when training starts.
-    * ``batch_size``, ``num_examples``: the (expected) batch size and the dataset size.
-    * ``sampler``: the sampler training actually uses.  ``"shuffled_epochs"``: every epoch is a
-      fresh permutation cut into batches -- what Keras ``fit`` does with ``shuffle=True`` and what
-      :func:`as_tf_dataset` does with a :class:`~dpplugins.samplers.ShuffledEpochs`.
-      ``"poisson"``: every example enters every batch independently with probability
-      ``batch_size / num_examples``; Keras ``fit`` does **not** do this by itself, so claim it only
-      when the data pipeline really samples that way.
-    * ``accountant``: ``"pld"`` (default) or ``"fdp"`` for ``"poisson"``; ``"shuffle"`` (the
-      default there) for ``"shuffled_epochs"``.  Other pairs raise :class:`ParameterError`.
+    * ``sampler``: the sampler training actually uses, by name or as one of our sampler objects.
+
+      - ``"shuffled_epochs"`` (or a :class:`~dpplugins.samplers.ShuffledEpochs`): every epoch is
+        a fresh permutation cut into batches -- what Keras ``fit`` does with ``shuffle=True`` and
+        what :func:`as_tf_dataset` does with a ``ShuffledEpochs``.
+      - ``"poisson"``: every example enters every batch independently with probability
+        ``batch_size / num_examples``; Keras ``fit`` does **not** do this by itself, so claim it
+        only when the data pipeline really samples that way.
+      - a :class:`~dpplugins.samplers.RandomCheckIn` or
+        :class:`~dpplugins.samplers.SlidingWindowCheckIn` (random check-ins; train on
+        ``as_tf_dataset(sampler, ..., empty="dummy")``, see :func:`as_tf_dataset` for the empty
+        slots).  One Keras epoch is one run of the protocol.
+
+    * ``batch_size``, ``num_examples``: the (expected) batch size and the dataset size; required
+      with a sampler name, taken from a sampler object (if given too, they must agree).
+    * ``accountant``: for ``"poisson"`` ``"pld"`` (default) or ``"fdp"``; for shuffled epochs
+      ``"shuffle"``; for random check-ins ``"checkin"`` (default) or, for
+      ``RandomCheckIn(variant="averaged", checkin_probability=1)`` without ``max_batch_size``
+      (every example in exactly one step per epoch: random allocation), ``"balls_and_bins"``.
+      Other pairs raise :class:`ParameterError`.
     * ``steps_per_epoch``: DP-SGD steps per epoch, default ``ceil(num_examples / batch_size)``
       (TF-Privacy's ``compute_dp_sgd_privacy_statement`` counts Poisson steps the same way,
-      up to rounding of the total).
-    * ``used_microbatching``: ``True`` when a microbatch holds more than one example; the noise
+      up to rounding of the total), or ``len(sampler)`` for a sampler object (then it must not
+      differ).
+    * ``used_microbatching``: ``True`` when a microbatch holds more than one example.  ``None``
+      (default) decides from the optimizer: ``True`` iff its ``num_microbatches`` is set and
+      smaller than the (largest) batch size.  Under add/remove (zero-out) adjacency -- the
+      ``pld``, ``fdp``, ``shuffle`` and ``balls_and_bins`` accountants by default -- the noise
       multiplier is then halved before accounting, as TF-Privacy's statement does (one example
       moves a clipped microbatch mean by up to twice the clipping norm; Ponomareva et al. 2023,
-      "How to DP-fy ML", Sec. 5.6).  ``None`` (default) decides from the optimizer: ``True`` iff
-      its ``num_microbatches`` is set and smaller than ``batch_size``.
+      "How to DP-fy ML", Sec. 5.6).  Under replace-one adjacency the accountant already uses
+      sensitivity twice the clipping norm, which covers a microbatch, so nothing is halved.  The
+      ``checkin`` accountant treats each example's clipped gradient (plus its share of the noise)
+      as a local randomizer, which clipping several examples together breaks, so microbatching
+      is refused there.
     * ``log_key``: key of ``logs`` / ``history.history`` (default ``"epsilon"``).
     * ``writer``: an optional ``tf.summary`` writer; epsilon is written as scalar ``log_key`` at
       step ``epoch``.
@@ -111,8 +144,10 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
 
     * ``"poisson"``: ``T`` steps of the Poisson-subsampled Gaussian with ``sample_rate =
       batch_size / num_examples``.
-    * ``"shuffled_epochs"``: ``T`` steps recorded with ``sample_rate = 1 / T`` (the shuffle
-      accountant's convention) in ``create("shuffle", batch_size=..., dataset_size=...)``.
+    * shuffled epochs, random check-ins and random allocation: ``T`` steps recorded with
+      ``sample_rate = 1 / T``, in ``create("shuffle", batch_size=..., dataset_size=...)``,
+      ``create("checkin", num_examples=..., variant=..., num_slots=... or window=...,
+      checkin_probability=..., max_batch_size=...)`` or ``create("balls_and_bins")``.
 
     After each epoch ``logs[log_key]`` is ``accountant.get_epsilon(delta)`` (the certified upper
     bound, see ``callback.accountant.bound_type``), also kept in :attr:`epsilons`.  The number of
@@ -127,30 +162,50 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
         ...                      num_examples=256, sampler="poisson")
         >>> cb.accountant.name, cb.sample_rate, cb.steps_per_epoch
         ('pld', 0.125, 8)
+        >>> from dpplugins.samplers import RandomCheckIn
+        >>> cb = PrivacyCallback(delta=1e-5, noise_multiplier=2.0,
+        ...                      sampler=RandomCheckIn(256, 64, checkin_probability=0.5))
+        >>> cb.accountant.name, cb.num_examples, cb.steps_per_epoch
+        ('checkin', 256, 64)
     """
 
     def __init__(self, *, delta: float, noise_multiplier: Optional[float] = None,
-                 batch_size: int, num_examples: int, accountant: Optional[str] = None,
-                 sampler: str = "poisson", steps_per_epoch: Optional[int] = None,
+                 batch_size: Optional[int] = None, num_examples: Optional[int] = None,
+                 accountant: Optional[str] = None, sampler: Any = "poisson",
+                 steps_per_epoch: Optional[int] = None,
                  used_microbatching: Optional[bool] = None, log_key: str = "epsilon",
                  writer: Any = None, accountant_options: Optional[dict] = None) -> None:
         super().__init__()
         self.delta = check_open_unit("delta", delta)
         self.noise_multiplier = (None if noise_multiplier is None
                                  else check_positive("noise_multiplier", noise_multiplier))
-        self.num_examples = check_count("num_examples", num_examples, minimum=1)
-        self.batch_size = check_count("batch_size", batch_size, minimum=1)
+        self.sampler_object = None if isinstance(sampler, str) else sampler
+        if self.sampler_object is None:
+            self.sampler = check_choice("sampler", sampler, CALLBACK_SAMPLERS)
+        else:
+            self.sampler = getattr(sampler, "scheme", None)
+            if self.sampler not in CALLBACK_ACCOUNTANTS or self.sampler == "poisson":
+                raise ParameterError("sampler", type(sampler).__name__,
+                                     "'poisson', 'shuffled_epochs' or a dpplugins sampler "
+                                     "(ShuffledEpochs, RandomCheckIn, SlidingWindowCheckIn)")
+        self.num_examples = self._size("num_examples", num_examples, "num_examples")
+        self.batch_size = self._size("batch_size", batch_size, "max_batch_size")
         if self.batch_size > self.num_examples:
             raise ParameterError("batch_size", batch_size,
                                  f"<= num_examples={self.num_examples}")
-        self.sampler = check_choice("sampler", sampler, CALLBACK_SAMPLERS)
         valid = CALLBACK_ACCOUNTANTS[self.sampler]
         self.accountant_name = valid[0] if accountant is None else accountant
         if self.accountant_name not in valid:
             raise ParameterError("accountant", accountant,
                                  " or ".join(repr(v) for v in valid)
                                  + f" for sampler={self.sampler!r}")
-        default_steps = math.ceil(self.num_examples / self.batch_size)
+        if self.sampler_object is not None:
+            default_steps = len(self.sampler_object)
+            if steps_per_epoch is not None and steps_per_epoch != default_steps:
+                raise ParameterError("steps_per_epoch", steps_per_epoch,
+                                     f"None or len(sampler) = {default_steps}")
+        else:
+            default_steps = math.ceil(self.num_examples / self.batch_size)
         self.steps_per_epoch = (default_steps if steps_per_epoch is None
                                 else check_count("steps_per_epoch", steps_per_epoch, minimum=1))
         if used_microbatching is not None and not isinstance(used_microbatching, bool):
@@ -164,12 +219,56 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
                                  "(tf.summary.create_file_writer(logdir))")
         self.writer = writer
         options = dict(accountant_options or {})
-        if self.sampler == "shuffled_epochs":
-            options.setdefault("batch_size", self.batch_size)
-            options.setdefault("dataset_size", self.num_examples)
+        for name, value in self._protocol_options().items():
+            options.setdefault(name, value)
         self.accountant = create(self.accountant_name, **options)
+        self._check_microbatching()
         self.epsilons: list[float] = []
         self._batches_this_epoch = 0
+
+    # -- set-up ------------------------------------------------------------------------------------
+    def _size(self, name: str, given: Optional[int], attribute: str) -> int:
+        """``num_examples`` / ``batch_size`` from the argument or the sampler object."""
+        if self.sampler_object is None:
+            if given is None:
+                raise ParameterError(name, None, "an integer >= 1",
+                                     f"required with sampler={self.sampler!r}")
+            return check_count(name, given, minimum=1)
+        value = int(getattr(self.sampler_object, attribute))
+        if given is not None and given != value:
+            raise ParameterError(name, given, f"None or {value} as in {self.sampler_object!r}")
+        return value
+
+    def _protocol_options(self) -> dict:
+        """The accountant's constructor options that describe the sampler."""
+        s = self.sampler_object
+        if self.sampler == "shuffled_epochs":
+            return {"batch_size": self.batch_size, "dataset_size": self.num_examples}
+        if self.sampler == "poisson":
+            return {}
+        if self.accountant_name == "balls_and_bins":
+            if (s.variant != "averaged" or s.checkin_probability != 1.0
+                    or s.max_batch_size < s.num_examples):
+                raise ParameterError(
+                    "accountant", "balls_and_bins", f"'checkin' for {s!r}",
+                    "random allocation puts every example in exactly one step per epoch: "
+                    "RandomCheckIn(variant='averaged', checkin_probability=1) without "
+                    "max_batch_size")
+            return {}
+        if self.sampler == "sliding_window":
+            return {"num_examples": s.num_examples, "variant": "sliding", "window": s.window}
+        options = {"num_examples": s.num_examples, "variant": s.variant,
+                   "num_slots": s.num_slots, "checkin_probability": s.checkin_probability}
+        if s.variant == "averaged":
+            options["max_batch_size"] = s.max_batch_size
+        return options
+
+    def _check_microbatching(self) -> None:
+        if self.used_microbatching and self.accountant_name == "checkin":
+            raise ParameterError(
+                "used_microbatching", True, "False for the checkin accountant",
+                "its theorems need every example's clipped gradient to be its own local "
+                "randomizer; use num_microbatches=None (one microbatch per example)")
 
     @property
     def sample_rate(self) -> float:
@@ -180,11 +279,14 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
 
     @property
     def accounted_noise_multiplier(self) -> Optional[float]:
-        """The noise multiplier recorded in the accountant (halved with microbatching)."""
+        """The noise multiplier recorded in the accountant (halved with microbatching under
+        add/remove adjacency)."""
         if self.noise_multiplier is None:
             return None
-        return self.noise_multiplier / 2.0 if self.used_microbatching else self.noise_multiplier
+        halve = self.used_microbatching and self.accountant.neighbouring == "add_remove"
+        return self.noise_multiplier / 2.0 if halve else self.noise_multiplier
 
+    # -- Keras hooks -------------------------------------------------------------------------------
     def on_train_begin(self, logs=None) -> None:
         optimizer = getattr(self.model, "optimizer", None) if self.model is not None else None
         if optimizer is not None and getattr(optimizer, "gradient_accumulation_steps", 1) > 1:
@@ -199,6 +301,7 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
         if self.used_microbatching is None:
             micro = getattr(optimizer, "_num_microbatches", None) if optimizer is not None else None
             self.used_microbatching = bool(micro is not None and int(micro) < self.batch_size)
+        self._check_microbatching()
 
     def on_epoch_begin(self, epoch, logs=None) -> None:
         self._batches_this_epoch = 0
@@ -224,30 +327,40 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
             self.writer.flush()
 
 
-def as_tf_dataset(sampler: Any, features: Any, labels: Any, *, skip_empty: bool = False
-                  ) -> "tf.data.Dataset":
-    """One pass of ``sampler`` as a ``tf.data.Dataset`` of ``(x, y)``.
+def as_tf_dataset(sampler: Any, features: Any, labels: Any, *, skip_empty: bool = False,
+                  empty: Optional[str] = None) -> "tf.data.Dataset":
+    """One pass of ``sampler`` as a ``tf.data.Dataset`` of batches.
 
     Each element is ``(features[idx], labels[idx])`` for one index array ``idx`` of the sampler,
-    in the sampler's order; the batch dimension is ``None`` in the output signature, so batches
-    may differ in size.  Every iteration of the dataset (every Keras epoch) iterates the sampler
-    again, i.e. draws a fresh permutation / fresh check-ins from the sampler's generator.
-    ``features`` and ``labels`` are numpy arrays (or array-likes) with the examples on axis 0.
+    in the sampler's order (``(x, y, sample_weight)`` with ``empty="dummy"``); the batch dimension
+    is ``None`` in the output signature, so batches may differ in size.  Every iteration of the
+    dataset (every Keras epoch) iterates the sampler again, i.e. draws a fresh permutation /
+    fresh check-ins from the sampler's generator.  ``features`` and ``labels`` are numpy arrays
+    (or array-likes) with the examples on axis 0.
 
-    Empty check-in slots (``RandomCheckIn`` / ``SlidingWindowCheckIn``) give zero-length batches.
-    Plain Keras ``fit`` (TF 2.15) runs them without error (the batch adds no loss).  TF-Privacy
-    0.9.0's DP optimizers do **not** handle them: they split the loss into as many microbatches
-    as examples (0) and divide by that number, and the weights silently become NaN.
-    ``skip_empty=True`` drops the empty slots from the dataset.  Accounting with skipping:
+    Empty check-in slots (``RandomCheckIn`` / ``SlidingWindowCheckIn``), by ``empty``:
 
-    * ``RandomCheckIn(variant="averaged")``: an empty slot releases nothing about any example and
-      Balle et al. (2020), Thm 4.1 lets the server skip it; keep accounting the full pass
-      (``len(sampler)`` slots, never the number of batches run).
-    * ``variant="fixed"`` and ``SlidingWindowCheckIn``: Thm 3.2 / Thm 4.3 assume the dummy
-      (noise-only) update of an empty slot is released.  Skipping it reveals which slots were
-      empty, which is not a post-processing of the protocol's output, so ``skip_empty=True`` is
-      refused with :class:`ParameterError` for these samplers (they cannot be trained with a
-      TF-Privacy DP optimizer through this function; a noise-only dummy batch is not provided).
+    * ``"keep"`` (default): zero-length batches.  Plain Keras ``fit`` (TF 2.15) runs them (the
+      batch adds no loss), but TF-Privacy 0.9.0's DP optimizers do **not**: they split the loss
+      into as many microbatches as examples (0), divide by that number, and the weights silently
+      become NaN.
+    * ``"skip"`` (or ``skip_empty=True``): drop the empty slots.  Valid only for
+      ``RandomCheckIn(variant="averaged")``: an empty slot releases nothing about any example and
+      Balle et al. (2020), Thm 4.1 lets the server skip it (keep accounting the full pass,
+      ``len(sampler)`` slots -- :class:`PrivacyCallback` does).  That argument is for the
+      ``checkin`` accountant's replace-one adjacency, where which slots are empty does not depend
+      on the data; with the ``balls_and_bins`` accountant under add/remove adjacency the presence
+      of an example can decide whether its slot is empty, so use ``"dummy"`` there.
+      ``variant="fixed"`` and ``SlidingWindowCheckIn`` (Thm 3.2 / Thm 4.3) assume the dummy
+      update of an empty slot is released; skipping it reveals which slots were empty, which is
+      not a post-processing of the protocol's output, so ``"skip"`` is refused with
+      :class:`ParameterError` for them.
+    * ``"dummy"``: every element carries a third component, the Keras ``sample_weight``: 1 for
+      every example of a non-empty slot, and an empty slot becomes a one-row batch of zeros
+      (features and labels) with weight 0.  Its weighted loss is identically 0, so its gradient
+      is 0, clipping keeps 0, and a TF-Privacy DP optimizer releases a noise-only update: the
+      dummy update of Thm 3.2 / 4.3, valid for every check-in variant.  (The model's loss must be
+      finite at the all-zero input; a zero-weight row adds 0 to the gradient only then.)
 
     Example::
 
@@ -263,12 +376,19 @@ def as_tf_dataset(sampler: Any, features: Any, labels: Any, *, skip_empty: bool 
                              "SlidingWindowCheckIn)")
     if not isinstance(skip_empty, (bool, np.bool_)):
         raise ParameterError("skip_empty", skip_empty, "True or False")
-    if skip_empty and (sampler.scheme == "sliding_window" or
-                       getattr(sampler, "variant", None) == "fixed"):
-        raise ParameterError("skip_empty", skip_empty, f"False for {sampler!r}",
+    if empty is None:
+        empty = "skip" if skip_empty else "keep"
+    else:
+        empty = check_choice("empty", empty, EMPTY_SLOTS)
+        if skip_empty and empty != "skip":
+            raise ParameterError("skip_empty", skip_empty, f"False with empty={empty!r}")
+    if empty == "skip" and (sampler.scheme == "sliding_window" or
+                            getattr(sampler, "variant", None) == "fixed"):
+        raise ParameterError("skip_empty" if skip_empty else "empty",
+                             skip_empty if skip_empty else empty, f"not skipping for {sampler!r}",
                              "its theorem (Balle et al. 2020, Thm 3.2 / 4.3) assumes every "
-                             "dummy update is released; only variant='averaged' may skip "
-                             "empty slots (Thm 4.1)")
+                             "dummy update is released; use empty='dummy' (noise-only updates); "
+                             "only variant='averaged' may skip empty slots (Thm 4.1)")
     x = np.asarray(features)
     y = np.asarray(labels)
     if x.ndim < 1 or x.shape[0] != sampler.num_examples:
@@ -277,14 +397,23 @@ def as_tf_dataset(sampler: Any, features: Any, labels: Any, *, skip_empty: bool 
     if y.ndim < 1 or y.shape[0] != sampler.num_examples:
         raise ParameterError("labels", f"array of shape {y.shape}",
                              f"an array with num_examples={sampler.num_examples} rows")
+    dummy_x = np.zeros((1,) + x.shape[1:], dtype=x.dtype)
+    dummy_y = np.zeros((1,) + y.shape[1:], dtype=y.dtype)
 
     def generate():
         for idx in sampler:
             idx = np.asarray(idx, dtype=np.int64)
-            if skip_empty and idx.size == 0:
+            if idx.size == 0 and empty == "skip":
                 continue
-            yield x[idx], y[idx]
+            if empty != "dummy":
+                yield x[idx], y[idx]
+            elif idx.size == 0:
+                yield dummy_x, dummy_y, np.zeros(1, dtype=np.float32)
+            else:
+                yield x[idx], y[idx], np.ones(idx.size, dtype=np.float32)
 
     signature = (tf.TensorSpec(shape=(None,) + x.shape[1:], dtype=tf.as_dtype(x.dtype)),
                  tf.TensorSpec(shape=(None,) + y.shape[1:], dtype=tf.as_dtype(y.dtype)))
+    if empty == "dummy":
+        signature += (tf.TensorSpec(shape=(None,), dtype=tf.float32),)
     return tf.data.Dataset.from_generator(generate, output_signature=signature)

@@ -206,3 +206,158 @@ def test_bad_sampler_data_and_optimizer_rejected():
     with pytest.raises(ParameterError) as info:
         noise_multiplier_of(tf.keras.optimizers.SGD())
     assert info.value.name == "optimizer"
+
+
+# -- random check-ins: dummy updates and the check-in accountant ----------------------------------
+def _weights(model):
+    return [w.numpy().copy() for w in model.weights]
+
+
+def test_as_tf_dataset_dummy_updates_are_noise_only_steps():
+    x, y = _data(3)
+    make = lambda: RandomCheckIn(N, 40, checkin_probability=0.2, rng=6)   # noqa: E731
+    reference = list(make())
+    assert any(b.size == 0 for b in reference) and any(b.size for b in reference)
+    got = list(as_tf_dataset(make(), x, y, empty="dummy"))
+    assert len(got) == 40
+    for (xb, yb, wb), idx in zip(got, reference):
+        if idx.size:
+            np.testing.assert_array_equal(yb.numpy(), y[idx])
+            np.testing.assert_array_equal(xb.numpy(), x[idx])
+            np.testing.assert_array_equal(wb.numpy(), np.ones(idx.size))
+        else:   # one all-zero row with sample weight 0
+            assert xb.shape[0] == 1 and not xb.numpy().any() and not yb.numpy().any()
+            np.testing.assert_array_equal(wb.numpy(), [0.0])
+    # a pass with no check-in at all: only dummy updates.  Without noise a DP optimizer leaves
+    # the weights exactly as they were (zero weight -> zero gradient -> zero after clipping);
+    # with noise they move (the noise-only update), and nothing becomes NaN
+    empty = lambda: RandomCheckIn(N, 10, checkin_probability=1e-9, rng=0)  # noqa: E731
+    assert all(b.size == 0 for b in empty())
+    for noise, moves in ((0.0, False), (SIGMA, True)):
+        tf.keras.utils.set_random_seed(0)
+        model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])
+        model.compile(optimizer=tfp_opt.DPKerasSGDOptimizer(
+            l2_norm_clip=1.0, noise_multiplier=noise, num_microbatches=None, learning_rate=0.1),
+            loss=tf.keras.losses.SparseCategoricalCrossentropy(
+                from_logits=True, reduction=tf.keras.losses.Reduction.NONE))
+        before = _weights(model)
+        model.fit(as_tf_dataset(empty(), x, y, empty="dummy"), epochs=1, verbose=0)
+        after = _weights(model)
+        assert all(np.isfinite(w).all() for w in after)
+        assert any(not np.array_equal(a, b) for a, b in zip(before, after)) is moves
+    # what "keep" would do with TF-Privacy 0.9.0: zero-length batches turn the weights into NaN
+    model = _dp_model(num_microbatches=None)
+    model.fit(as_tf_dataset(empty(), x, y), epochs=1, verbose=0)
+    assert not all(np.isfinite(w.numpy()).all() for w in model.weights)
+
+
+def test_callback_random_checkin_trains_with_dummy_updates_and_matches_offline_checkin():
+    x, y = _data(4)
+    sampler = RandomCheckIn(N, 64, checkin_probability=0.5, rng=8)
+    callback = PrivacyCallback(delta=DELTA, sampler=sampler)
+    assert (callback.num_examples, callback.batch_size, callback.steps_per_epoch) == (N, 1, 64)
+    model = _dp_model(num_microbatches=None)
+    history = model.fit(as_tf_dataset(sampler, x, y, empty="dummy"), epochs=2, verbose=0,
+                        callbacks=[callback])
+    logged = history.history["epsilon"]
+    assert len(logged) == 2 and callback._batches_this_epoch == 64
+    assert all(np.isfinite(w.numpy()).all() for w in model.weights)
+    assert callback.accountant.name == "checkin" and callback.used_microbatching is False
+    assert callback.accountant.history == [(SIGMA, 1 / 64, 128)]
+    for passes, eps in enumerate(logged, start=1):
+        offline = create("checkin", num_examples=N, num_slots=64, checkin_probability=0.5)
+        offline.step(noise_multiplier=SIGMA, sample_rate=1 / 64, count=64 * passes)
+        assert eps == offline.get_epsilon(DELTA)
+        # independent: at most one step per example and pass, replace-one sensitivity 2
+        exact = _gaussian_epsilon(2 * math.sqrt(passes) / SIGMA, DELTA)
+        assert eps <= exact * 1.01
+
+
+def test_callback_takes_the_protocol_from_sliding_and_averaged_samplers():
+    sliding = PrivacyCallback(delta=DELTA, noise_multiplier=SIGMA,
+                              sampler=SlidingWindowCheckIn(N, 8))
+    assert sliding.accountant.variant == "sliding" and sliding.accountant.window == 8
+    assert sliding.steps_per_epoch == N - 7
+    logs = {}
+    sliding.on_epoch_end(0, logs)                  # one run of the protocol, no model needed
+    offline = create("checkin", num_examples=N, variant="sliding", window=8)
+    offline.step(noise_multiplier=SIGMA, sample_rate=1 / (N - 7), count=N - 7)
+    assert logs["epsilon"] == offline.get_epsilon(DELTA)
+    averaged = PrivacyCallback(delta=DELTA, noise_multiplier=SIGMA, sampler=RandomCheckIn(
+        N, 32, variant="averaged", max_batch_size=12))
+    assert (averaged.accountant.variant, averaged.accountant.max_batch_size) == ("averaged", 12)
+    assert averaged.batch_size == 12 and averaged.sample_rate == 1 / 32
+    shuffled = PrivacyCallback(delta=DELTA, noise_multiplier=SIGMA,
+                               sampler=ShuffledEpochs(N, 30, drop_last=True))
+    assert (shuffled.accountant.name, shuffled.steps_per_epoch) == ("shuffle", 8)
+
+
+def test_microbatching_halves_noise_only_under_add_remove():
+    common = dict(delta=DELTA, noise_multiplier=SIGMA, batch_size=BATCH, num_examples=N,
+                  used_microbatching=True)
+    assert PrivacyCallback(**common).accounted_noise_multiplier == SIGMA / 2
+    # replace-one already charges sensitivity 2C, which covers a clipped microbatch
+    replace = PrivacyCallback(**common, accountant_options={"neighbouring": "replace_one"})
+    assert replace.accounted_noise_multiplier == SIGMA
+
+
+def test_callback_refuses_microbatching_with_the_checkin_accountant():
+    sampler = RandomCheckIn(N, 16, variant="averaged", max_batch_size=32, rng=1)
+    x, y = _data()
+    model = _dp_model(num_microbatches=4)           # detected: 4 < 32 examples per batch
+    with pytest.raises(ParameterError) as info:
+        model.fit(as_tf_dataset(sampler, x, y), epochs=1, verbose=0,
+                  callbacks=[PrivacyCallback(delta=DELTA, sampler=sampler)])
+    assert info.value.name == "used_microbatching"
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"sampler": "checkin"}, "sampler"),
+    ({"sampler": RandomCheckIn(N, 16), "accountant": "shuffle"}, "accountant"),
+    ({"sampler": RandomCheckIn(N, 16), "accountant": "balls_and_bins"}, "accountant"),
+    ({"sampler": RandomCheckIn(N, 16, variant="averaged", max_batch_size=8),
+      "accountant": "balls_and_bins"}, "accountant"),
+    ({"sampler": RandomCheckIn(N, 16), "num_examples": N + 1}, "num_examples"),
+    ({"sampler": RandomCheckIn(N, 16), "steps_per_epoch": 8}, "steps_per_epoch"),
+    ({"sampler": ShuffledEpochs(N, 16), "batch_size": 8}, "batch_size"),
+    ({"sampler": RandomCheckIn(N, 16), "used_microbatching": True}, "used_microbatching"),
+])
+def test_callback_rejects_bad_sampler_settings(kwargs, name):
+    args = dict(delta=DELTA, noise_multiplier=SIGMA)
+    args.update(kwargs)
+    with pytest.raises(ParameterError) as info:
+        PrivacyCallback(**args)
+    assert info.value.name == name
+
+
+def test_as_tf_dataset_rejects_bad_empty_settings():
+    x, y = _data()
+    for kwargs, name in [({"empty": "drop"}, "empty"),
+                         ({"empty": "dummy", "skip_empty": True}, "skip_empty"),
+                         ({"empty": "skip"}, "empty")]:
+        with pytest.raises(ParameterError) as info:
+            as_tf_dataset(RandomCheckIn(N, 16), x, y, **kwargs)
+        assert info.value.name == name
+
+
+def test_balls_and_bins_callback():
+    """The callback with the random-allocation accountant: ``RandomCheckIn(variant="averaged")``
+    with check-in probability 1 puts every example in exactly one of the 8 steps of each epoch."""
+    x, y = _data(5)
+    sampler = RandomCheckIn(N, 8, variant="averaged", rng=2)     # balls and bins, 8 bins
+    callback = PrivacyCallback(delta=DELTA, sampler=sampler, accountant="balls_and_bins")
+    assert callback.accountant.name == "balls_and_bins" and callback.sample_rate == 1 / 8
+    history = _dp_model(num_microbatches=None).fit(
+        as_tf_dataset(sampler, x, y, empty="dummy"), epochs=2, verbose=0, callbacks=[callback])
+    assert callback.used_microbatching is False and callback._batches_this_epoch == 8
+    assert callback.accountant.history == [(SIGMA, 1 / 8, 16)]
+    logged = history.history["epsilon"]
+    assert len(logged) == 2 and logged[0] < logged[1]
+    offline = create("balls_and_bins")
+    for epochs, eps in enumerate(logged, start=1):
+        offline.step(noise_multiplier=SIGMA, sample_rate=1 / 8, count=8)   # history: 8 * epochs
+        assert eps == offline.get_epsilon(DELTA)
+        # independent: one step per example and epoch, a mixture over the step, is at worst the
+        # sensitivity-1 Gaussian; 8 steps per epoch amplify well below it
+        assert eps < 0.75 * _gaussian_epsilon(math.sqrt(epochs) / SIGMA, DELTA)
+    assert offline.history == callback.accountant.history

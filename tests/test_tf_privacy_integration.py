@@ -4,30 +4,52 @@ References (test dependencies, installed in the pinned test environment):
 
 * dp_accounting's ``PLDAccountant`` (pessimistic connect-the-dots, grid 1e-4) and
   ``RdpAccountant`` on the same event sequences;
-* TensorFlow Privacy 0.9.0's ``compute_dp_sgd_privacy_statement`` (its returned string is parsed).
+* TensorFlow Privacy 0.9.0's ``compute_dp_sgd_privacy_statement`` (its returned string is parsed)
+  and ``_compute_dp_sgd_user_privacy`` (user-level epsilon by group privacy).
   If tensorflow-privacy is not importable, the same numbers are computed the way its source does
   (``compute_dp_sgd_privacy_lib._compute_dp_sgd_example_privacy``: noise / 2 with microbatching,
   ``ceil(epochs / q)`` Poisson steps, ``ceil(epochs)`` unsampled Gaussian steps) with
-  dp_accounting directly.
+  dp_accounting directly;
+* closed forms: the Gaussian mechanism's privacy profile (Balle & Wang 2018, Thm 8; in
+  ``conftest.gaussian_delta_exact``) for shuffled epochs without amplification, for group privacy
+  of Gaussian DP (``mu -> k mu``) and for Vadhan's group-privacy conversion (a dense grid search
+  written here); the one-pass PNSGD profile ``A (1 - B^n) / (n (1 - B))`` (Sordello, Bu, Dong
+  2021, Thm 2) with ``theta_gamma`` written here from scipy's normal tail;
+* random allocation (``balls_and_bins``): with one step per epoch it is exactly the Gaussian
+  mechanism (closed form above); with more steps it is a mixture over the step, so the Gaussian
+  closed form bounds it from above.  The wrapper and the statement's check-in line are compared
+  with the core accountant on the same history (its own tests check it against quadrature, Monte
+  Carlo and published values); the user-level line's conversion is re-solved here by root
+  finding.
 """
 
 import math
 import re
 
+import numpy as np
 import pytest
+from scipy import optimize, stats
+
+from conftest import epsilon_from_delta_curve, gaussian_delta_exact
 
 dp_accounting = pytest.importorskip("dp_accounting")
 
 from dp_accounting.pld import pld_privacy_accountant  # noqa: E402
 from dp_accounting.pld import privacy_loss_distribution as dpa_pld  # noqa: E402
 
-from dpplugins.accountants import create  # noqa: E402
-from dpplugins.errors import ParameterError  # noqa: E402
+import attr  # noqa: E402
+
+from dpplugins.accountants import available, create  # noqa: E402
+from dpplugins.errors import NumericalError, ParameterError  # noqa: E402
 from dpplugins.integrations import tf_privacy  # noqa: E402
-from dpplugins.integrations.tf_privacy import (GDPAccountant, PLDAccountant,  # noqa: E402
+from dpplugins.integrations.tf_privacy import (CheckInAccountant, GDPAccountant,  # noqa: E402
+                                               PLDAccountant, PNSGDAccountant, PNSGDDpEvent,
+                                               RandomAllocationAccountant,
+                                               RandomAllocationDpEvent, RandomCheckInDpEvent,
+                                               ShuffleAccountant, ShuffledEpochsDpEvent,
                                                compute_dp_sgd_privacy,
                                                compute_dp_sgd_privacy_statement,
-                                               events_to_history)
+                                               events_to_history, group_privacy_epsilon)
 
 G = dp_accounting.GaussianDpEvent
 P = dp_accounting.PoissonSampledDpEvent
@@ -262,11 +284,57 @@ def test_statement_shuffled_epochs_marks_the_shuffle_line():
     assert "shuffle accountant (dpplugins), certified upper bound; lower bound" in text
     # closed form for no amplification: 2 epochs of a Gaussian with sensitivity 1 and noise 0.8
     # is mu-GDP with mu = sqrt(2) / 0.8 (Dong, Roth, Su 2022, Cor. 3.3); epsilon from its exact
-    # profile via dp_accounting's Gaussian PLD with the same mu (std 0.8 / sqrt(2))
-    closed = dpa_pld.from_gaussian_mechanism(
-        standard_deviation=0.8 / math.sqrt(2), value_discretization_interval=1e-5
-    ).get_epsilon_for_delta(DELTA)
+    # profile (Balle & Wang 2018, Thm 8)
+    closed = _gaussian_epsilon_exact(math.sqrt(2) / 0.8, DELTA)
     assert _float_after("once per epoch:", text) == pytest.approx(closed, rel=REL)
+
+
+def test_statement_checkin_line_equals_the_balls_and_bins_accountant():
+    # random check-ins: each example in one uniformly random of t = ceil(4000 / 100) = 40 steps
+    # per epoch; 1.5 epochs = 60 steps; microbatching halves the noise multiplier 2 -> 1
+    n, b, epochs, sigma, micro = 4000, 100, 1.5, 2.0, True
+    text = compute_dp_sgd_privacy_statement(n, b, epochs, sigma, DELTA, micro,
+                                            accountant="balls_and_bins", sampler="checkin")
+    core = create("balls_and_bins")
+    core.step(noise_multiplier=1.0, sample_rate=1 / 40, count=60)
+    lower, upper = core.get_epsilon_bounds(DELTA)
+    numbers = compute_dp_sgd_privacy(n, b, epochs, sigma, DELTA, micro,
+                                     accountant="balls_and_bins", sampler="checkin")
+    assert (numbers.allocation_lower, numbers.allocation_upper) == (lower, upper)
+    assert numbers.steps_per_epoch == 40 and numbers.shuffled_steps == 60
+    assert _float_after("(one step per epoch):", text) == round(upper, 3)
+    flat = _flat(text)
+    assert "<= Epsilon with random check-ins (one step per epoch):" in text
+    assert ("[balls_and_bins accountant (dpplugins random allocation, Chua et al. 2025), "
+            "certified upper bound; 40 steps per epoch; lower bound "
+            f"{lower:.3f}]") in flat
+    assert "Sampler used in training: random check-ins" in flat
+    assert "the training used random check-ins" in flat     # the Poisson line is a comparison
+    # the Poisson line uses the pld accountant when accountant names the sampler's own
+    assert numbers.poisson_accountant == "pld"
+    assert "pld accountant (dpplugins PLD), certified upper bound" in flat
+    # independent: each example is in one step per epoch, so the 2 epochs begun are at worst
+    # two sensitivity-1 Gaussians at sigma 1 (mu = sqrt(2)).  The upper bound counts the partial
+    # epoch as a whole one; the certified lower bound leaves it out, so it cannot exceed one
+    # whole epoch's epsilon
+    assert upper < _gaussian_epsilon_exact(math.sqrt(2), DELTA)
+    one_epoch = create("balls_and_bins")
+    one_epoch.step(noise_multiplier=1.0, sample_rate=1 / 40, count=40)
+    assert lower <= one_epoch.get_epsilon(DELTA) < upper
+
+
+def test_statement_checkin_with_one_step_per_epoch_is_the_gaussian_mechanism():
+    # batch = dataset: t = 1, every example in every step; 3 epochs at sigma 2 are mu-GDP with
+    # mu = sqrt(3) / 2 exactly (Balle & Wang 2018, Thm 8), as is the shuffled-epochs line
+    text = compute_dp_sgd_privacy_statement(1000, 1000, 3, 2.0, DELTA, False, sampler="checkin")
+    exact = _gaussian_epsilon_exact(math.sqrt(3) / 2.0, DELTA)
+    assert _float_after("(one step per epoch):", text) == pytest.approx(exact, abs=1.5e-3)
+    assert _float_after("once per epoch:", text) == pytest.approx(exact, abs=1.5e-3)
+    assert "balls_and_bins accountant" in text and "; 1 step per epoch;" in _flat(text)
+    # accountant="pld" with sampler="checkin": the Poisson line is pld, the check-in line the same
+    numbers = compute_dp_sgd_privacy(1000, 1000, 3, 2.0, DELTA, False, sampler="checkin")
+    assert numbers.poisson_accountant == "pld"
+    assert exact * (1 - 1e-9) <= numbers.allocation_upper <= exact * (1 + 1e-4)
 
 
 def test_fractional_epochs_count_steps_like_tf_privacy():
@@ -285,10 +353,16 @@ def test_max_examples_per_user_one_is_example_level():
 
 
 @pytest.mark.parametrize("kwargs, name", [
-    (dict(max_examples_per_user=2), "max_examples_per_user"),
+    (dict(max_examples_per_user=0), "max_examples_per_user"),
+    (dict(max_examples_per_user=1.5), "max_examples_per_user"),
     (dict(accountant="shuffle"), "accountant"),
     (dict(accountant="prv"), "accountant"),
-    (dict(sampler="checkin"), "sampler"),
+    (dict(sampler="random"), "sampler"),
+    (dict(accountant="checkin"), "accountant"),
+    (dict(accountant="checkin", sampler="checkin"), "accountant"),
+    (dict(accountant="balls_and_bins"), "accountant"),
+    (dict(accountant="balls_and_bins", sampler="shuffled_epochs"), "accountant"),
+    (dict(accountant="shuffle", sampler="checkin"), "accountant"),
     (dict(delta=1.0), "delta"),
     (dict(noise_multiplier=-1.0), "noise_multiplier"),
     (dict(batch_size=20000), "batch_size"),
@@ -307,3 +381,526 @@ def test_module_exports():
     assert set(tf_privacy.__all__) >= {"PLDAccountant", "GDPAccountant",
                                        "compute_dp_sgd_privacy_statement"}
     assert issubclass(PLDAccountant, dp_accounting.PrivacyAccountant)
+
+
+# -- our events -----------------------------------------------------------------------------------
+def _gaussian_epsilon_exact(mu, delta):
+    """Closed-form epsilon of a mu-GDP mechanism (Balle & Wang 2018, Thm 8) by bisection."""
+    return epsilon_from_delta_curve(lambda e: gaussian_delta_exact(e, mu), delta)
+
+
+SHUFFLED = ShuffledEpochsDpEvent(noise_multiplier=1.0, dataset_size=1000, batch_size=100,
+                                 num_epochs=2)
+CHECKIN = RandomCheckInDpEvent(noise_multiplier=4.0, num_examples=1000, num_slots=100,
+                               checkin_probability=0.1)
+ALLOCATION = RandomAllocationDpEvent(noise_multiplier=1.0, steps_per_epoch=10, num_epochs=3)
+PNSGD = PNSGDDpEvent(noise_multiplier=2.0, lipschitz=1.0, diameter=2.0, learning_rate=0.5,
+                     dataset_size=1000)
+OUR_EVENTS = [SHUFFLED, CHECKIN, ALLOCATION, PNSGD]
+
+
+@pytest.mark.parametrize("event", OUR_EVENTS, ids=lambda e: type(e).__name__)
+def test_our_events_are_frozen_dp_events_like_dp_accountings(event):
+    assert isinstance(event, dp_accounting.DpEvent) and attr.has(type(event))
+    with pytest.raises(attr.exceptions.FrozenInstanceError):
+        event.noise_multiplier = 0.5
+    assert event == attr.evolve(event) and hash(event) == hash(attr.evolve(event))
+    # dp_accounting's serialisation and ledger handle them as their own events
+    assert dp_accounting.DpEvent.from_named_tuple(event.to_named_tuple()) == event
+    if hasattr(event, "variant"):   # a choice given by its value is stored as the enum member
+        assert attr.evolve(event, variant=event.variant.value) == event
+    builder = dp_accounting.DpEventBuilder()
+    builder.compose(event, 2)
+    assert builder.build() == S(event, 2)
+
+
+@pytest.mark.parametrize("event", OUR_EVENTS, ids=lambda e: type(e).__name__)
+def test_dp_accountings_accountants_and_ours_reject_foreign_events(event):
+    # dp_accounting's own accountants do not know our events
+    for theirs in (dp_accounting.rdp.RdpAccountant(), pld_privacy_accountant.PLDAccountant()):
+        assert theirs.supports(event) is False
+        with pytest.raises(dp_accounting.UnsupportedEventError):
+            theirs.compose(event)
+    # each of our accountants accepts exactly its own event
+    ours = [PLDAccountant(), GDPAccountant(), ShuffleAccountant(), CheckInAccountant(),
+            PNSGDAccountant(), RandomAllocationAccountant()]
+    for accountant in ours:
+        if accountant._event_class is type(event):
+            continue
+        assert accountant.supports(event) is False
+        with pytest.raises(dp_accounting.UnsupportedEventError, match="Unsupported event"):
+            accountant.compose(C([event]))
+        assert accountant.history == [] and accountant.get_epsilon(DELTA) == 0.0
+
+
+@pytest.mark.parametrize("accountant_class", [ShuffleAccountant, CheckInAccountant,
+                                              PNSGDAccountant, RandomAllocationAccountant])
+@pytest.mark.parametrize("event", [G(1.0), P(0.01, G(1.0)), dp_accounting.LaplaceDpEvent(1.0),
+                                   dp_accounting.UnsupportedDpEvent()],
+                         ids=["Gaussian", "Poisson", "Laplace", "Unsupported"])
+def test_protocol_accountants_reject_standard_events(accountant_class, event):
+    acc = accountant_class()
+    assert acc.supports(event) is False
+    with pytest.raises(dp_accounting.UnsupportedEventError):
+        acc.compose(event)
+
+
+@pytest.mark.parametrize("make, name", [
+    (lambda: ShuffledEpochsDpEvent(-1.0, 100, 10), "ShuffledEpochsDpEvent.noise_multiplier"),
+    (lambda: ShuffledEpochsDpEvent(1.0, 1, 1), "ShuffledEpochsDpEvent.dataset_size"),
+    (lambda: ShuffledEpochsDpEvent(1.0, 100, 101), "ShuffledEpochsDpEvent.batch_size"),
+    (lambda: ShuffledEpochsDpEvent(1.0, 100, 10, 0), "ShuffledEpochsDpEvent.num_epochs"),
+    (lambda: ShuffledEpochsDpEvent(1.0, 100, 10, 1, "no"), "ShuffledEpochsDpEvent.drop_last"),
+    (lambda: RandomCheckInDpEvent(1.0, 100), "RandomCheckInDpEvent.num_slots"),
+    (lambda: RandomCheckInDpEvent(1.0, 100, 10, 1.5), "RandomCheckInDpEvent.checkin_probability"),
+    (lambda: RandomCheckInDpEvent(1.0, 100, 10, variant="thrifty"), "RandomCheckInDpEvent.variant"),
+    (lambda: RandomCheckInDpEvent(1.0, 100, 10, window=5), "RandomCheckInDpEvent.num_slots"),
+    (lambda: RandomCheckInDpEvent(1.0, 100, variant="sliding", window=101),
+     "RandomCheckInDpEvent.window"),
+    (lambda: RandomCheckInDpEvent(1.0, 100, 10, num_passes=0), "RandomCheckInDpEvent.num_passes"),
+    (lambda: RandomAllocationDpEvent(float("nan"), 10), "RandomAllocationDpEvent.noise_multiplier"),
+    (lambda: RandomAllocationDpEvent(1.0, 0), "RandomAllocationDpEvent.steps_per_epoch"),
+    (lambda: RandomAllocationDpEvent(1.0, 10, 1.5), "RandomAllocationDpEvent.num_epochs"),
+    (lambda: PNSGDDpEvent(1.0, 0.0, 1.0, 0.1, 10), "PNSGDDpEvent.lipschitz"),
+    (lambda: PNSGDDpEvent(1.0, 1.0, 1.0, 0.1, 10, variant="fixed"), "PNSGDDpEvent.variant"),
+    (lambda: PNSGDDpEvent(1.0, 1.0, 1.0, 0.1, 10, noise="uniform"), "PNSGDDpEvent.noise"),
+])
+def test_event_bad_parameters_raise_parameter_error(make, name):
+    with pytest.raises(ParameterError) as info:
+        make()
+    assert info.value.name == name
+
+
+def test_shuffled_epochs_event_counts_steps():
+    assert (SHUFFLED.steps_per_epoch, SHUFFLED.num_steps) == (10, 20)
+    assert ShuffledEpochsDpEvent(1.0, 1000, 30, 1.5).num_steps == 51          # ceil(1.5 * 34)
+    assert ShuffledEpochsDpEvent(1.0, 1000, 30, 51 / 34).num_steps == 51      # not 52
+    assert ShuffledEpochsDpEvent(1.0, 1000, 30, 1.01).num_steps == 35
+    assert ShuffledEpochsDpEvent(1.0, 1000, 30, drop_last=True).steps_per_epoch == 33
+
+
+# -- ShuffleAccountant ----------------------------------------------------------------------------
+def test_shuffle_wrapper_matches_core_and_gaussian_closed_form():
+    # batch size > 1: no amplification; E epochs of a sensitivity-1 Gaussian (zero-out), i.e.
+    # mu = sqrt(sum_e 1 / sigma_e^2); REPLACE_ONE doubles the sensitivity
+    events = [SHUFFLED, ShuffledEpochsDpEvent(2.0, 1000, 100, 1)]
+    for relation, sensitivity in [(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE, 1.0),
+                                  (dp_accounting.NeighboringRelation.REPLACE_SPECIAL, 1.0),
+                                  (dp_accounting.NeighboringRelation.REPLACE_ONE, 2.0)]:
+        acc = ShuffleAccountant(relation, lower_bound=False)
+        for event in events:
+            assert acc.supports(event)
+            acc.compose(event)
+        assert acc.history == [(1.0, 0.1, 20), (2.0, 0.1, 10)]
+        mu = sensitivity * math.sqrt(2 / 1.0 ** 2 + 1 / 2.0 ** 2)
+        exact = _gaussian_epsilon_exact(mu, DELTA)
+        assert exact * (1 - 1e-9) <= acc.get_epsilon(DELTA) <= exact * (1 + 1e-6)
+        assert acc.get_delta(1.0) == pytest.approx(gaussian_delta_exact(1.0, mu), rel=1e-6)
+        assert acc.inner.neighbouring == ("replace_one" if sensitivity == 2 else "add_remove")
+    core = create("shuffle", batch_size=100, dataset_size=1000, lower_bound=False)
+    core.step(noise_multiplier=1.0, sample_rate=0.1, count=20)
+    core.step(noise_multiplier=2.0, sample_rate=0.1, count=10)
+    assert acc.get_epsilon(DELTA) > core.get_epsilon(DELTA)   # replace-one costs more
+    zero_out = ShuffleAccountant(lower_bound=False).compose(C(events))
+    assert zero_out.get_epsilon(DELTA) == core.get_epsilon(DELTA)
+    builder = dp_accounting.DpEventBuilder()     # dp_accounting's own bookkeeping
+    builder.compose(C(events))
+    assert zero_out.ledger == builder.build()
+
+
+def test_shuffle_wrapper_lower_bound_and_self_composition():
+    acc = ShuffleAccountant().compose(ShuffledEpochsDpEvent(1.0, 1000, 100, 1), 2)
+    assert acc.history == [(1.0, 0.1, 20)]
+    lower, upper = acc.get_epsilon_bounds(DELTA)
+    assert 0 < lower <= upper
+    assert upper == ShuffleAccountant().compose(SHUFFLED).get_epsilon(DELTA)
+    assert acc.bound_type == "certified upper bound" and "Chua" in acc.theorem
+
+
+def test_shuffle_wrapper_partial_epoch_only_last():
+    acc = ShuffleAccountant(lower_bound=False)
+    acc.compose(ShuffledEpochsDpEvent(1.0, 1000, 30, 2)).compose(
+        ShuffledEpochsDpEvent(1.0, 1000, 30, 0.5))
+    assert acc.history == [(1.0, 1 / 34, 85)]
+    before = acc.ledger
+    nxt = ShuffledEpochsDpEvent(1.0, 1000, 30, 1)
+    assert acc.supports(nxt) is False
+    with pytest.raises(dp_accounting.UnsupportedEventError, match="partial epoch"):
+        acc.compose(nxt)
+    assert acc.history == [(1.0, 1 / 34, 85)] and acc.ledger == before
+    with pytest.raises(dp_accounting.UnsupportedEventError, match="self-composed"):
+        ShuffleAccountant().compose(ShuffledEpochsDpEvent(1.0, 1000, 30, 0.5), 2)
+    # a partial epoch inside a composition must also come last
+    with pytest.raises(dp_accounting.UnsupportedEventError, match="partial epoch"):
+        ShuffleAccountant().compose(C([ShuffledEpochsDpEvent(1.0, 1000, 30, 0.5), nxt]))
+
+
+def test_shuffle_wrapper_one_protocol_per_accountant():
+    acc = ShuffleAccountant(lower_bound=False).compose(SHUFFLED)
+    for other in (ShuffledEpochsDpEvent(1.0, 1000, 50), ShuffledEpochsDpEvent(1.0, 999, 100),
+                  ShuffledEpochsDpEvent(1.0, 1050, 100, drop_last=True)):
+        assert acc.supports(other) is False
+        with pytest.raises(dp_accounting.UnsupportedEventError, match="one protocol"):
+            acc.compose(other)
+    assert acc.history == [(1.0, 0.1, 20)]
+
+
+@pytest.mark.parametrize("event", [dp_accounting.NonPrivateDpEvent(),
+                                   ShuffledEpochsDpEvent(0.0, 1000, 100)],
+                         ids=["NonPrivate", "zero noise"])
+def test_shuffle_wrapper_non_private_gives_infinite_epsilon(event):
+    acc = ShuffleAccountant().compose(SHUFFLED).compose(event)
+    assert acc.get_epsilon(DELTA) == math.inf and acc.get_delta(1.0) == 1.0
+
+
+def test_protocol_accountant_options_are_checked():
+    with pytest.raises(ParameterError) as info:
+        ShuffleAccountant(batch_size=100)
+    assert info.value.name == "batch_size"
+    with pytest.raises(ParameterError) as info:
+        ShuffleAccountant(eps_tolerance=1e-3)
+    assert info.value.name == "eps_tolerance"
+    with pytest.raises(ParameterError) as info:
+        PNSGDAccountant(dataset_size=10)
+    assert info.value.name == "dataset_size"
+    with pytest.raises(ParameterError) as info:
+        CheckInAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    assert info.value.name == "neighboring_relation"
+    with pytest.raises(ParameterError) as info:
+        PNSGDAccountant(dp_accounting.NeighboringRelation.REPLACE_SPECIAL)
+    assert info.value.name == "neighboring_relation"
+
+
+# -- CheckInAccountant ----------------------------------------------------------------------------
+def test_checkin_wrapper_matches_core_and_single_participation_bound():
+    acc = CheckInAccountant()
+    assert acc.neighboring_relation == dp_accounting.NeighboringRelation.REPLACE_ONE
+    acc.compose(CHECKIN).compose(attr.evolve(CHECKIN, num_passes=2))
+    assert acc.history == [(4.0, 0.01, 300)]
+    core = create("checkin", num_examples=1000, num_slots=100, checkin_probability=0.1)
+    core.step(noise_multiplier=4.0, sample_rate=0.01, count=300)
+    assert acc.get_epsilon(DELTA) == core.get_epsilon(DELTA)
+    assert S(CHECKIN, 3) and CheckInAccountant().compose(S(CHECKIN, 3)).get_epsilon(DELTA) == \
+        acc.get_epsilon(DELTA)
+    # independent: each example takes part in at most one step per pass, so three passes are at
+    # worst a Gaussian with sensitivity 2 (replace one) composed 3 times: mu = 2 sqrt(3) / sigma
+    # (the accountant's PLD of that profile may exceed the closed form by its grid error only)
+    gaussian = _gaussian_epsilon_exact(2 * math.sqrt(3) / 4.0, DELTA)
+    assert acc.get_epsilon(DELTA) <= gaussian * 1.01
+    assert acc.bound_type == "certified upper bound" and "Thm 3.2" in acc.theorem
+
+
+def test_checkin_wrapper_names_the_event_field_the_core_refuses():
+    event = RandomCheckInDpEvent(4.0, 1000, 100, checkin_probability=0.1, variant="averaged")
+    with pytest.raises(ParameterError) as info:
+        CheckInAccountant().compose(event)
+    assert info.value.name == "RandomCheckInDpEvent.checkin_probability"
+    acc = CheckInAccountant().compose(CHECKIN)
+    with pytest.raises(dp_accounting.UnsupportedEventError, match="one protocol"):
+        acc.compose(attr.evolve(CHECKIN, num_slots=50))
+    sliding = CheckInAccountant().compose(
+        RandomCheckInDpEvent(4.0, 100, variant="sliding", window=10))
+    assert sliding.history == [(4.0, 1 / 91, 91)] and sliding.inner.variant == "sliding"
+
+
+# -- PNSGDAccountant ------------------------------------------------------------------------------
+def _theta(gamma, r):
+    """E_gamma(N(r, 1) || N(0, 1)) = Q(log(gamma)/r - r/2) - gamma Q(log(gamma)/r + r/2)."""
+    log_gamma = math.log(gamma)
+    return stats.norm.sf(log_gamma / r - r / 2) - gamma * stats.norm.sf(log_gamma / r + r / 2)
+
+
+def test_pnsgd_wrapper_one_pass_equals_closed_form():
+    # Sordello, Bu, Dong 2021, Thm 2: A (1 - B^n) / (n (1 - B)), A = theta(2 / sigma),
+    # B = theta(D / (eta sigma L)) (L = 1, M = 1)
+    acc = PNSGDAccountant().compose(PNSGD)
+    assert acc.history == [(2.0, 0.001, 1000)]
+    for eps in (0.1, 0.5, 1.0):
+        gamma = math.exp(eps)
+        a, b = _theta(gamma, 2 / 2.0), _theta(gamma, 2.0 / (0.5 * 2.0))
+        assert acc.get_delta(eps) == pytest.approx(a * (1 - b ** 1000) / (1000 * (1 - b)),
+                                                   rel=1e-9)
+    two = PNSGDAccountant().compose(PNSGD, 2)
+    core = create("pnsgd", lipschitz=1.0, diameter=2.0, learning_rate=0.5, dataset_size=1000)
+    core.step(noise_multiplier=2.0, sample_rate=0.001, count=2000)
+    assert two.get_epsilon(DELTA) == core.get_epsilon(DELTA) > acc.get_epsilon(DELTA)
+    with pytest.raises(ParameterError) as info:   # the core's smoothness precondition
+        PNSGDAccountant().compose(attr.evolve(PNSGD, smoothness=10.0))
+    assert info.value.name == "PNSGDDpEvent.learning_rate"
+
+
+# -- RandomAllocationAccountant ------------------------------------------------------------------
+def test_random_allocation_wrapper():
+    """The wrapper equals the core ``balls_and_bins`` accountant on the same history and is below
+    the no-amplification Gaussian bound (closed form)."""
+    assert "balls_and_bins" in available()
+    acc = RandomAllocationAccountant()
+    assert acc.supports(ALLOCATION)
+    acc.compose(ALLOCATION).compose(attr.evolve(ALLOCATION, noise_multiplier=2.0, num_epochs=1))
+    assert acc.history == [(1.0, 0.1, 30), (2.0, 0.1, 10)]
+    core = create("balls_and_bins")
+    core.step(noise_multiplier=1.0, sample_rate=0.1, count=30)
+    core.step(noise_multiplier=2.0, sample_rate=0.1, count=10)
+    bounds = acc.get_epsilon_bounds(DELTA)
+    assert bounds == core.get_epsilon_bounds(DELTA) and acc.get_epsilon(DELTA) == bounds.upper
+    assert acc.get_delta(1.0) == core.get_delta(1.0)
+    assert acc.bound_type == core.bound_type == "certified upper bound"
+    assert acc.theorem == core.theorem
+    builder = dp_accounting.DpEventBuilder()     # dp_accounting's own bookkeeping
+    builder.compose(ALLOCATION)
+    builder.compose(attr.evolve(ALLOCATION, noise_multiplier=2.0, num_epochs=1))
+    assert acc.ledger == builder.build()
+    # each example is in exactly one step per epoch: every epoch is at worst the Gaussian
+    # mechanism with sensitivity 1 (the allocation is a mixture over the step), so 3 epochs at
+    # sigma 1 and one at sigma 2 are mu-GDP with mu = sqrt(3 + 1/4) (Dong, Roth, Su 2022,
+    # Cor. 3.3); with 10 steps per epoch random allocation amplifies (about 3.44 vs 8.80)
+    gaussian = _gaussian_epsilon_exact(math.sqrt(3 / 1.0 ** 2 + 1 / 2.0 ** 2), DELTA)
+    assert 0 < bounds.lower <= bounds.upper < 0.6 * gaussian
+    for event in (G(1.0), P(0.1, G(1.0)), SHUFFLED, CHECKIN):
+        assert acc.supports(event) is False
+        with pytest.raises(dp_accounting.UnsupportedEventError, match="Unsupported event"):
+            acc.compose(event)
+    assert acc.history == [(1.0, 0.1, 30), (2.0, 0.1, 10)]
+
+
+def test_random_allocation_wrapper_one_step_per_epoch_is_the_gaussian_mechanism():
+    # t = 1: every example is in the only step of each epoch, so E epochs are E runs of the
+    # Gaussian mechanism with sensitivity 1: mu = sqrt(E) / sigma, profile in closed form
+    # (Balle & Wang 2018, Thm 8)
+    single = RandomAllocationAccountant().compose(RandomAllocationDpEvent(1.0, 1, 4))
+    assert single.history == [(1.0, 1.0, 4)]
+    exact = _gaussian_epsilon_exact(math.sqrt(4) / 1.0, DELTA)
+    lower, upper = single.get_epsilon_bounds(DELTA)
+    assert lower <= exact * (1 + 1e-9) and exact * (1 - 1e-9) <= upper <= exact * (1 + 1e-4)
+    for eps in (0.5, 2.0):
+        delta = single.get_delta(eps)
+        assert gaussian_delta_exact(eps, 2.0) * (1 - 1e-9) <= delta
+        assert delta == pytest.approx(gaussian_delta_exact(eps, 2.0), rel=1e-4)
+
+
+def test_random_allocation_wrapper_steps_per_epoch_may_change_between_events():
+    # every event is whole epochs, and the core accountant accepts a new t between epochs
+    acc = RandomAllocationAccountant(dp_accounting.NeighboringRelation.REPLACE_SPECIAL)
+    acc.compose(RandomAllocationDpEvent(2.0, 4, 1)).compose(RandomAllocationDpEvent(2.0, 1))
+    assert acc.history == [(2.0, 0.25, 4), (2.0, 1.0, 1)]
+    assert acc.inner.neighbouring == "add_remove"
+    core = create("balls_and_bins")
+    core.step(noise_multiplier=2.0, sample_rate=0.25, count=4)
+    core.step(noise_multiplier=2.0, sample_rate=1.0, count=1)
+    assert acc.get_epsilon_bounds(DELTA) == core.get_epsilon_bounds(DELTA)
+    # at most two sensitivity-1 Gaussians at sigma 2 (mu = sqrt(2) / 2), at least the t = 1 one
+    assert _gaussian_epsilon_exact(0.5, DELTA) < acc.get_epsilon(DELTA) < _gaussian_epsilon_exact(
+        math.sqrt(2) / 2.0, DELTA)
+    with pytest.raises(ParameterError) as info:   # the dominating pair is for add/remove
+        RandomAllocationAccountant(dp_accounting.NeighboringRelation.REPLACE_ONE)
+    assert info.value.name == "neighboring_relation"
+    with pytest.raises(ParameterError) as info:   # the protocol is the event's, not an option
+        RandomAllocationAccountant(steps_per_epoch=10)
+    assert info.value.name == "steps_per_epoch"
+
+
+def test_random_allocation_event_is_rejected_by_the_other_accountants():
+    for accountant in (PLDAccountant(), ShuffleAccountant(), CheckInAccountant()):
+        with pytest.raises(dp_accounting.UnsupportedEventError,
+                           match="accounted by RandomAllocationAccountant"):
+            accountant.compose(ALLOCATION)
+
+
+# -- group privacy --------------------------------------------------------------------------------
+def _vadhan_by_grid(mu, k, delta):
+    """min over a dense eps grid of k eps subject to delta_G(eps) sum_{i<k} e^(i eps) <= delta
+    (Vadhan 2017, Lemma 2.2), with the exact Gaussian profile: the best the conversion can give
+    for a mu-GDP mechanism, up to the grid step."""
+    eps = np.arange(0.0, 20.0, 1e-4)
+    factor = np.exp(eps[:, None] * np.arange(k)).sum(axis=1)
+    feasible = gaussian_delta_exact(eps, mu) * factor <= delta
+    return k * eps[np.argmax(feasible)]
+
+
+@pytest.mark.parametrize("mu, k", [(0.5, 2), (1.0, 3), (0.2, 10)])
+def test_group_privacy_epsilon_matches_vadhans_conversion_on_the_gaussian(mu, k):
+    exact_inverse = lambda d: _gaussian_epsilon_exact(mu, d)   # noqa: E731
+    ours = group_privacy_epsilon(exact_inverse, k, DELTA)
+    reference = _vadhan_by_grid(mu, k, DELTA)
+    assert reference - k * 1e-4 <= ours <= reference * (1 + 1e-9)
+    # the returned point is feasible: delta(eps) (e^(k eps) - 1) / (e^eps - 1) <= delta
+    eps = ours / k
+    assert gaussian_delta_exact(eps, mu) * math.expm1(k * eps) / math.expm1(eps) <= DELTA * (
+        1 + 1e-9)
+    # exact group privacy of Gaussian DP (mu -> k mu, Dong, Roth, Su 2022, Thm 2.14) is tighter
+    assert _gaussian_epsilon_exact(k * mu, DELTA) <= ours
+    assert group_privacy_epsilon(exact_inverse, 1, DELTA) == exact_inverse(DELTA)
+
+
+def _vadhan_by_root(epsilon_for_delta, k, delta):
+    """Vadhan's conversion as TF-Privacy 0.9.0 solves it: the example-level delta' at which
+    delta' (e^(k eps) - 1) / (e^eps - 1) = delta, by brentq in log delta'; k eps(delta')."""
+    def gap(log_d):
+        e = epsilon_for_delta(math.exp(log_d))
+        return log_d + math.log(sum(math.exp(i * e) for i in range(k))) - math.log(delta)
+    low = math.log(delta) - math.log(10)
+    while gap(low) > 0:
+        low -= math.log(10)
+    root = optimize.brentq(gap, low, math.log(delta), xtol=1e-12)
+    return k * epsilon_for_delta(math.exp(root))
+
+
+def _tf_privacy_user_level(n, b, epochs, sigma, micro, k):
+    """TF-Privacy's user-level Poisson epsilon (RDP, group privacy); without TF-Privacy,
+    computed as its source does."""
+    lib = _tf_privacy_lib()
+    if lib is not None:
+        return lib._compute_dp_sgd_user_privacy(epochs, sigma, DELTA, k, micro,
+                                                poisson_subsampling_probability=b / n)
+    s = sigma / 2 if micro else sigma
+    rdp = dp_accounting.rdp.RdpAccountant().compose(S(P(b / n, G(s)), math.ceil(epochs * n / b)))
+    return _vadhan_by_root(rdp.get_epsilon, k, DELTA)
+
+
+@pytest.mark.parametrize("n, b, epochs, sigma, micro, k", [
+    (60000, 256, 3, 1.1, False, 2), (10000, 100, 2, 1.6, True, 4)])
+def test_group_privacy_epsilon_equals_tf_privacys_user_level_rdp(n, b, epochs, sigma, micro, k):
+    s = sigma / 2 if micro else sigma
+    rdp = dp_accounting.rdp.RdpAccountant().compose(S(P(b / n, G(s)), math.ceil(epochs * n / b)))
+    ours = group_privacy_epsilon(rdp.get_epsilon, k, DELTA)
+    theirs = _tf_privacy_user_level(n, b, epochs, sigma, micro, k)
+    assert ours == pytest.approx(theirs, rel=1e-6) and ours <= theirs * (1 + 1e-9)
+
+
+def test_group_privacy_epsilon_infinite_and_uncertified_cases():
+    # eps(delta') = 2 log(1/delta'): delta' e^eps = 1/delta' never falls below delta
+    assert group_privacy_epsilon(lambda d: 2 * math.log(1 / d), 2, DELTA) == math.inf
+
+    def uncertified(d):
+        if d < 1e-8:
+            raise NumericalError("delta too small", "use a finer grid")
+        return 3 * math.log(1 / d)
+    with pytest.raises(NumericalError, match="group privacy for 5 examples per user"):
+        group_privacy_epsilon(uncertified, 5, DELTA)
+    for kwargs, name in [(dict(group_size=0), "group_size"), (dict(delta=1.0), "delta"),
+                         (dict(group_size=2.5), "group_size")]:
+        args = dict(epsilon_for_delta=lambda d: 1.0, group_size=2, delta=DELTA)
+        args.update(kwargs)
+        with pytest.raises(ParameterError) as info:
+            group_privacy_epsilon(**args)
+        assert info.value.name == name
+
+
+# -- user-level statement -------------------------------------------------------------------------
+def _flat(text):
+    return " ".join(text.split())
+
+
+def _user_level(text):
+    head, _, user = text.partition("User-level DP")
+    assert user, text
+    return user
+
+
+@pytest.mark.parametrize("case, k", [(CASES[0], 2), (CASES[1], 3)])
+def test_user_level_rdp_statement_equals_tf_privacys(case, k):
+    n, b, epochs, sigma, micro = case
+    text = compute_dp_sgd_privacy_statement(n, b, epochs, sigma, DELTA, micro, k,
+                                            accountant="rdp")
+    lib = _tf_privacy_lib()
+    if lib is not None:    # TF-Privacy's printed statement
+        theirs = _float_after("Poisson sampling (*):", _user_level(
+            lib.compute_dp_sgd_privacy_statement(n, b, epochs, sigma, DELTA, micro, k)))
+    else:
+        theirs = round(_tf_privacy_user_level(n, b, epochs, sigma, micro, k), 3)
+    ours = _float_after("Poisson sampling (*):", _user_level(text))
+    assert math.isfinite(ours) and ours == theirs
+    assert "group privacy of (eps, delta)-DP (Vadhan 2017, Lemma 2.2)" in _flat(text)
+
+
+def test_user_level_pld_statement_matches_dp_accounting_pld_with_vadhans_conversion():
+    n, b, epochs, sigma, micro, k = 10000, 100, 2, 0.8, False, 2
+    numbers = compute_dp_sgd_privacy(n, b, epochs, sigma, DELTA, micro, k)
+    # independent: dp_accounting's PLD for the example-level epsilon, Vadhan's conversion solved
+    # here by root finding on the example-level delta
+    theirs = pld_privacy_accountant.PLDAccountant().compose(
+        S(P(b / n, G(sigma)), math.ceil(epochs * n / b)))
+    reference = _vadhan_by_root(theirs.get_epsilon, k, DELTA)
+    assert numbers.user_poisson_epsilon == pytest.approx(reference, rel=REL)
+    # the PLD route gives less than the RDP route of TF-Privacy
+    rdp = compute_dp_sgd_privacy(n, b, epochs, sigma, DELTA, micro, k, accountant="rdp")
+    assert numbers.user_poisson_epsilon < rdp.user_poisson_epsilon
+    text = compute_dp_sgd_privacy_statement(n, b, epochs, sigma, DELTA, micro, k)
+    assert _float_after("Poisson sampling (*):", _user_level(text)) == round(
+        numbers.user_poisson_epsilon, 3)
+
+
+def test_user_level_shuffled_line_is_group_privacy_of_gaussian_dp():
+    n, b, epochs, sigma, micro, k = 10000, 100, 1.5, 1.6, True, 3
+    text = compute_dp_sgd_privacy_statement(n, b, epochs, sigma, DELTA, micro, k,
+                                            accountant="shuffle", sampler="shuffled_epochs")
+    # 2 epochs begun, noise 1.6 / 2 after microbatching: mu = sqrt(2) / 0.8, groups of 3
+    exact = _gaussian_epsilon_exact(3 * math.sqrt(2) / 0.8, DELTA)
+    user = _user_level(text)
+    assert _float_after("once per epoch:", user) == pytest.approx(exact, abs=1e-3)
+    assert "<= Epsilon with each example occurring once per epoch" in user
+    assert "mu -> 3 mu (Dong, Roth, Su 2022, Thm 2.14)" in _flat(user)
+    numbers = compute_dp_sgd_privacy(n, b, epochs, sigma, DELTA, micro, k,
+                                     accountant="shuffle", sampler="shuffled_epochs")
+    assert numbers.shuffled_mu == pytest.approx(math.sqrt(2) / 0.8)
+    assert exact * (1 - 1e-9) <= numbers.user_shuffled_upper <= exact * (1 + 1e-6)
+
+
+def test_user_level_checkin_line_vadhan_on_balls_and_bins():
+    n, b, epochs, sigma, k = 4000, 100, 2, 1.0, 2          # t = 40 steps per epoch
+    numbers = compute_dp_sgd_privacy(n, b, epochs, sigma, DELTA, False, k, sampler="checkin")
+    # independent conversion: Vadhan's condition solved here by root finding on the core
+    # accountant's epsilon curve
+    core = create("balls_and_bins")
+    core.step(noise_multiplier=1.0, sample_rate=1 / 40, count=80)
+    reference = _vadhan_by_root(core.get_epsilon, k, DELTA)
+    assert numbers.user_allocation_vadhan == pytest.approx(reference, rel=1e-6)
+    # the point is feasible for the core's certified delta: delta(eps) (1 + e^eps) <= delta
+    eps = numbers.user_allocation_vadhan / k
+    assert core.get_delta(eps) * (1 + math.exp(eps)) <= DELTA * (1 + 1e-6)
+    # exact group privacy of the no-amplification Gaussian bound (mu -> 2 sqrt(2)) is far worse
+    gaussian = _gaussian_epsilon_exact(k * math.sqrt(2), DELTA)
+    assert numbers.user_allocation_gaussian == pytest.approx(gaussian, rel=1e-6)
+    assert numbers.user_allocation_upper == numbers.user_allocation_vadhan < gaussian
+    text = compute_dp_sgd_privacy_statement(n, b, epochs, sigma, DELTA, False, k,
+                                            sampler="checkin")
+    user = _user_level(text)
+    assert _float_after("(one step per epoch):", user) == round(numbers.user_allocation_upper, 3)
+    assert "<= Epsilon with random check-ins (one step per epoch)" in user
+    assert ("balls_and_bins accountant (dpplugins random allocation, Chua et al. 2025), certified "
+            "upper bound, group privacy of (eps, delta)-DP (Vadhan 2017, Lemma 2.2)") in _flat(user)
+
+
+def test_user_level_checkin_line_takes_the_gaussian_bound_when_smaller():
+    # t = 1 (batch = dataset): the example-level bound is the Gaussian with mu = sqrt(3) / 2;
+    # exact group privacy of Gaussian DP (mu -> 2 mu) beats Vadhan's conversion of it
+    numbers = compute_dp_sgd_privacy(1000, 1000, 3, 2.0, DELTA, False, 2, sampler="checkin")
+    mu = math.sqrt(3) / 2.0
+    gaussian = _gaussian_epsilon_exact(2 * mu, DELTA)
+    vadhan = _vadhan_by_grid(mu, 2, DELTA)                 # the conversion on the exact profile
+    assert vadhan - 2e-4 <= numbers.user_allocation_vadhan <= vadhan * (1 + 1e-3)
+    assert numbers.user_allocation_upper == numbers.user_allocation_gaussian
+    assert numbers.user_allocation_gaussian == pytest.approx(gaussian, rel=1e-6)
+    assert gaussian < vadhan
+    user = _flat(_user_level(compute_dp_sgd_privacy_statement(
+        1000, 1000, 3, 2.0, DELTA, False, 2, sampler="checkin")))
+    assert ("random allocation's Gaussian bound without amplification, mu = 0.866, "
+            "group privacy of Gaussian DP: mu -> 2 mu (Dong, Roth, Su 2022, Thm 2.14); group "
+            "privacy of (eps, delta)-DP (Vadhan 2017, Lemma 2.2) on the balls_and_bins "
+            f"accountant's bound gives {numbers.user_allocation_vadhan:.3f}") in user
+
+
+def test_user_level_one_example_per_user_is_the_example_level():
+    numbers = compute_dp_sgd_privacy(10000, 100, 2, 0.8, DELTA, False, 1)
+    assert numbers.user_shuffled_upper == numbers.shuffled_upper
+    assert numbers.user_poisson_epsilon == numbers.poisson_epsilon
+
+
+def test_user_level_uncertifiable_pld_is_reported_infinite_with_the_reason():
+    # noise 0.4 after microbatching: example-level epsilon ~ 15, so the conversion needs delta'
+    # ~ 1e-14, below what the PLD certifies; TF-Privacy's RDP route reports ~390
+    text = compute_dp_sgd_privacy_statement(10000, 100, 2, 0.8, DELTA, True, 2)
+    user = _user_level(text)
+    assert "inf (**)" in user and "could not be certified" in _flat(text)
+    assert "accountant='rdp' gives TF-Privacy's figure" in _flat(text)
+    assert math.isfinite(_float_after("once per epoch:", user))

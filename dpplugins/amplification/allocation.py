@@ -3,7 +3,9 @@
 **Protocol.**  Every epoch has ``t`` steps; each example is put into exactly one of them, chosen
 uniformly at random and independently of the others (Chua, Ghazi, Harrison, Leeman, Kamath, Kumar,
 Manurangsi, Sinha, Zhang, "Balls-and-Bins Sampling for DP-SGD", AISTATS 2025, arXiv:2412.16802;
-Feldman & Shenfeld, "Privacy amplification by random allocation", 2025).  It is the random
+Feldman & Shenfeld, "Privacy amplification by random allocation", 2025, arXiv:2502.08202, whose
+follow-up arXiv:2602.17284 reports random allocation at least as good as Poisson sampling for the
+Gaussian mechanism -- what our numbers show too).  It is the random
 check-in protocol with check-in probability 1 (Balle et al. 2020; REFERENCE.md, "Where the seeds
 stop").  Each step adds ``N(0, sigma^2 I)`` to the sum of clipped gradients (clipping norm 1).
 

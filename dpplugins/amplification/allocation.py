@@ -308,26 +308,33 @@ def _lower_pair(sigma: float, t: int, h: float, cells: int, tail_mass: float,
     q_raw[law_q.lo - lo: law_q.lo - lo + len(law_q.pmf)] = law_q.pmf
     p_raw[law_p.lo - lo: law_p.lo - lo + len(law_p.pmf)] = law_p.pmf
     support = (lo + np.arange(hi - lo)) * h
-    # on the union window, each law is off by its folded mass, its mass outside its own window
-    # and its floating-point term
-    e_q = _window_error(law_q) + law_q.tail_above + law_q.tail_below
-    e_p = _window_error(law_p) + law_p.tail_above + law_p.tail_below
+    top = float(support[-1]) + t * h
+    # Errors on the union window.  FFT part: folded mass, mass outside the law's own window and
+    # the transform's floating point (law.fp_error minus the construction part t * fp_summand).
+    # Construction part (summand masses off by r relative, r = plain.fp_error): l1 t r, and
+    # a-weighted (sum a x |error|) by _p_side_error with the summand's weighted error r E[Y; kh].
+    fft_q = max(law_q.fp_error - t * plain.fp_error, 0.0) + 2 * (law_q.tail_above
+                                                                 + law_q.tail_below)
+    growth = math.exp(t * math.log1p(plain.fp_error))
+    weighted_summand = plain.fp_error * float(np.sum(np.arange(cells) * h * plain.pmf))
+    e_q = fft_q + t * plain.fp_error * growth
+    w_q = a * top * fft_q + _p_side_error(a, t, plain.fp_error, weighted_summand)
+    e_p = law_p.fp_error + 2 * (law_p.tail_above + law_p.tail_below)
     q_raw = np.maximum(q_raw, 0.0)
     # given the rounded-down sum s, the true sum lies in [s, s + t h), so the exact pair has
-    # p / q in [a s, a (s + t h)]: project onto that range (moves p by at most
-    # a (s_max + t h) |q_raw - q| beyond its own error)
+    # p / q in [a s, a (s + t h)]: project onto that range (moves p by at most the a-weighted
+    # Q-error w_q beyond its own error)
     p_raw = np.clip(p_raw, a * support * q_raw, a * (support + t * h) * q_raw)
-    top = float(support[-1]) + t * h
     q_body, q_left, q_extra = _normalised(q_raw)
     p_body, p_left, p_extra = _normalised(p_raw)
     p = np.concatenate([p_body, [p_left]])
     q = np.concatenate([q_body, [q_left]])
     q_error = 2 * (e_q + q_extra)
-    p_error = 2 * (e_p + a * top * e_q + p_extra)
+    p_error = 2 * (e_p + w_q + p_extra)
     # remove: on the body p = a x q with x in the cell, so the kernel argument gives
-    # p_error + 2 a top e_q; the merged outcome has no such structure and adds e^eps times its
-    # Q-error.  add: the generic bound ||Q - Q'|| + e^eps ||P - P'||.
-    slack = {"remove": (p_error + 4 * a * top * e_q, q_error), "add": (q_error, p_error)}
+    # |p - p'| + 2 a x |q - q'| <= p_error + 4 w_q; the merged outcome has no such structure and
+    # adds e^eps times its Q-error.  add: the generic bound ||Q - Q'|| + e^eps ||P - P'||.
+    slack = {"remove": (p_error + 4 * w_q, q_error), "add": (q_error, p_error)}
     return AllocationPair("lower", p, q, slack, support)
 
 
@@ -610,6 +617,11 @@ class AllocationPLD:
         return AllocationPLD({d: p.self_compose(count) for d, p in self.plds.items()},
                              scale(self.upper_slack), scale(self.lower_slack),
                              has_lower=self.has_lower)
+
+    def slack_at(self, epsilon: float) -> float:
+        """The largest slack (upper plus lower, over both directions) at ``epsilon``."""
+        return max(_slack_value(self.upper_slack[d], epsilon)
+                   + _slack_value(self.lower_slack[d], epsilon) for d in self.plds)
 
     def _delta(self, direction: str, epsilon: float) -> Bounds:
         b = self.plds[direction].delta_for_epsilon(epsilon)

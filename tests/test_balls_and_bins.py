@@ -285,3 +285,18 @@ def test_accountant_says_when_floating_point_slack_limits_the_gap():
     loose.history = history
     lower, upper = loose.get_epsilon_bounds(1e-6)
     assert 0 < lower < upper < 1.05 * lower + 0.01
+
+
+def test_balls_and_bins_sampler_uses_every_example_once_per_pass_in_a_uniform_step():
+    from scipy.stats import chisquare
+    from dpplugins.samplers import balls_and_bins
+    sampler = balls_and_bins(600, steps_per_epoch=6, rng=3)
+    assert (sampler.checkin_probability, sampler.variant, len(sampler)) == (1.0, "averaged", 6)
+    counts = np.zeros(6)
+    for _ in range(20):
+        batches = list(sampler)
+        used = np.concatenate(batches)
+        assert np.array_equal(np.sort(used), np.arange(600))   # each example exactly once
+        counts += [len(b) for b in batches]
+    # step sizes are multinomial(600 * 20, uniform): chi-square against uniform
+    assert chisquare(counts).pvalue > 1e-4

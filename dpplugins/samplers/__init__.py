@@ -16,7 +16,8 @@ Example::
     (100, 'random_checkin')
 """
 
-from dpplugins.samplers.checkin import RandomCheckIn, SlidingWindowCheckIn
+from dpplugins.samplers.checkin import RandomCheckIn, SlidingWindowCheckIn, balls_and_bins
 from dpplugins.samplers.shuffled import ShuffledEpochs, make_generator
 
-__all__ = ["RandomCheckIn", "SlidingWindowCheckIn", "ShuffledEpochs", "make_generator"]
+__all__ = ["RandomCheckIn", "SlidingWindowCheckIn", "ShuffledEpochs", "balls_and_bins",
+           "make_generator"]

@@ -213,3 +213,20 @@ class SlidingWindowCheckIn:
 
     def __repr__(self) -> str:
         return f"SlidingWindowCheckIn(num_examples={self.num_examples}, window={self.window})"
+
+
+def balls_and_bins(num_examples: int, steps_per_epoch: int, rng=None) -> RandomCheckIn:
+    """The random-allocation (balls-and-bins) sampler: every example goes into exactly one
+    uniformly random step of each pass of ``steps_per_epoch`` steps, and every example of a step
+    is used (Chua et al., AISTATS 2025).  This is ``RandomCheckIn`` with check-in probability 1,
+    the averaged variant and no batch cap -- what the ``balls_and_bins`` accountant assumes
+    (``sample_rate = 1 / steps_per_epoch``).
+
+    Example::
+
+        >>> sampler = balls_and_bins(1000, steps_per_epoch=10, rng=0)
+        >>> len(sampler), sum(len(batch) for batch in sampler)
+        (10, 1000)
+    """
+    return RandomCheckIn(num_examples, steps_per_epoch, checkin_probability=1.0,
+                         variant="averaged", rng=rng)

@@ -235,9 +235,10 @@ def _p_side_error(a: float, t: int, l1: float, weighted: float) -> float:
 class AllocationPair:
     """One epoch as a discrete pair ``(p, q)`` (both directions are ``(p, q)`` and ``(q, p)``).
 
-    ``kind == "upper"``: within l1 distances ``p_error`` / ``q_error`` of a pair that dominates
-    the epoch; ``"lower"``: of a pair the epoch dominates.  ``support`` holds the sums ``s`` of
-    the body outcomes (two or one extra outcomes follow them).
+    ``kind == "upper"``: close to a pair that dominates the epoch; ``"lower"``: close to a pair
+    the epoch dominates; ``slack`` says how close, per direction, in hockey-stick terms.
+    ``support`` holds the sums ``s`` (positions) of the body outcomes (two or one extra outcomes
+    follow them).
     """
 
     kind: str

@@ -36,6 +36,15 @@ def tiny_setup(n=256, batch=32, seed=0):
     return model, optimizer, loader
 
 
+def make_private(engine, model, optimizer, loader, *, noise_multiplier=1.0,
+                 poisson_sampling=False):
+    """engine.make_private with the tests' clipping norm (1.0); our samplers need
+    poisson_sampling=False, so that is the default here."""
+    return engine.make_private(module=model, optimizer=optimizer, data_loader=loader,
+                               noise_multiplier=noise_multiplier, max_grad_norm=1.0,
+                               poisson_sampling=poisson_sampling)
+
+
 def shuffled_shuffle_setup(n, batch=32):
     """Our ShuffledEpochs sampler + PrivacyEngine(accountant="shuffle") + attach()."""
     from dpplugins.integrations.opacus import attach, make_data_loader
@@ -45,9 +54,7 @@ def shuffled_shuffle_setup(n, batch=32):
     model, optimizer, loader = tiny_setup(n=n)
     loader = make_data_loader(loader.dataset, ShuffledEpochs(n, batch, rng=0))
     engine = PrivacyEngine(accountant="shuffle")
-    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
-                                                   data_loader=loader, noise_multiplier=1.0,
-                                                   max_grad_norm=1.0, poisson_sampling=False)
+    model, optimizer, loader = make_private(engine, model, optimizer, loader)
     attach(engine, loader)
     return engine, model, optimizer, loader
 
@@ -73,9 +80,8 @@ def test_pld_flag_is_the_whole_change_and_is_at_most_opacus_rdp():
     register()
     engine = PrivacyEngine(accountant="pld")
     model, optimizer, loader = tiny_setup()
-    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
-                                                   data_loader=loader, noise_multiplier=1.0,
-                                                   max_grad_norm=1.0)
+    model, optimizer, loader = make_private(engine, model, optimizer, loader,
+                                            poisson_sampling=True)
     train(model, optimizer, loader, epochs=2)
     eps = engine.get_epsilon(DELTA)
     history = engine.accountant.history
@@ -130,9 +136,7 @@ def test_poisson_accountant_on_a_shuffling_loader_warns():
     register()
     engine = PrivacyEngine(accountant="pld")
     model, optimizer, loader = tiny_setup()
-    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
-                                                   data_loader=loader, noise_multiplier=1.0,
-                                                   max_grad_norm=1.0, poisson_sampling=False)
+    model, optimizer, loader = make_private(engine, model, optimizer, loader)
     with pytest.warns(UserWarning, match="not valid"):
         check_sampler("pld", loader)
 
@@ -158,9 +162,7 @@ def test_our_shuffled_sampler_with_the_shuffle_accountant():
     model, optimizer, loader = tiny_setup(n=200)
     loader = make_data_loader(loader.dataset, ShuffledEpochs(200, 32, rng=0))
     engine = PrivacyEngine(accountant="shuffle")  # created without arguments, as Opacus does
-    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
-                                                   data_loader=loader, noise_multiplier=1.0,
-                                                   max_grad_norm=1.0, poisson_sampling=False)
+    model, optimizer, loader = make_private(engine, model, optimizer, loader)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # valid pairing: no warning
         attach(engine, loader)
@@ -188,9 +190,7 @@ def test_checkin_sampler_trains_through_empty_batches():
     sampler = RandomCheckIn(64, 32, checkin_probability=0.3, variant="fixed", rng=1)
     loader = make_data_loader(loader.dataset, sampler)
     engine = PrivacyEngine(accountant="rdp")
-    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
-                                                   data_loader=loader, noise_multiplier=1.0,
-                                                   max_grad_norm=1.0, poisson_sampling=False)
+    model, optimizer, loader = make_private(engine, model, optimizer, loader)
     sizes = []
     criterion = torch.nn.CrossEntropyLoss()
     before = [p.detach().clone() for p in model.parameters()]
@@ -210,9 +210,8 @@ def test_checkin_accountant_with_a_poisson_loader_raises():
     register()
     engine = PrivacyEngine(accountant="rdp")
     model, optimizer, loader = tiny_setup()
-    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
-                                                   data_loader=loader, noise_multiplier=1.0,
-                                                   max_grad_norm=1.0)
+    model, optimizer, loader = make_private(engine, model, optimizer, loader,
+                                            poisson_sampling=True)
     with pytest.raises(ValueError, match="pld"):
         check_sampler("checkin", loader)
 
@@ -225,9 +224,7 @@ def test_shuffle_flag_alone_with_a_plain_shuffling_loader():
     register()
     engine = PrivacyEngine(accountant="shuffle")
     model, optimizer, loader = tiny_setup(n=256, batch=32)
-    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
-                                                   data_loader=loader, noise_multiplier=2.0,
-                                                   max_grad_norm=1.0, poisson_sampling=False)
+    model, optimizer, loader = make_private(engine, model, optimizer, loader, noise_multiplier=2.0)
     train(model, optimizer, loader, epochs=3)
     eps = engine.get_epsilon(DELTA)
     # 3 epochs, each example in one step per epoch: a Gaussian with mu = sqrt(3) / 2
@@ -275,10 +272,8 @@ def private_with_sampler(sampler, accountant, noise_multiplier=1.0, do_attach=Tr
     model, optimizer, loader = tiny_setup(n=sampler.num_examples)
     loader = make_data_loader(loader.dataset, sampler)
     engine = PrivacyEngine(accountant=accountant)
-    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
-                                                   data_loader=loader,
-                                                   noise_multiplier=noise_multiplier,
-                                                   max_grad_norm=1.0, poisson_sampling=False)
+    model, optimizer, loader = make_private(engine, model, optimizer, loader,
+                                            noise_multiplier=noise_multiplier)
     if do_attach:
         attach(engine, loader)
     return engine, model, optimizer, loader
@@ -344,9 +339,7 @@ def test_gradient_accumulation_with_the_shuffle_flag_alone():
     register()
     engine = PrivacyEngine(accountant="shuffle")
     model, optimizer, loader = tiny_setup(n=256, batch=32)
-    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
-                                                   data_loader=loader, noise_multiplier=1.0,
-                                                   max_grad_norm=1.0, poisson_sampling=False)
+    model, optimizer, loader = make_private(engine, model, optimizer, loader)
     train_accumulating(model, optimizer, loader, k=2, epochs=2)
     assert engine.accountant.history == [(1.0, 1 / 4, 8)]
     reference = create("shuffle", batch_size=64)
@@ -465,9 +458,7 @@ def test_gradient_accumulation_is_refused_for_one_example_per_step_accountants()
     register()
     engine = PrivacyEngine(accountant="swap")
     model, optimizer, loader = tiny_setup(n=16, batch=1)
-    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
-                                                   data_loader=loader, noise_multiplier=1.0,
-                                                   max_grad_norm=1.0, poisson_sampling=False)
+    model, optimizer, loader = make_private(engine, model, optimizer, loader)
     with pytest.raises(ParameterError, match="one example per noisy step"):
         train_accumulating(model, optimizer, loader, k=2, epochs=1)
     assert len(engine.accountant) == 0
@@ -481,9 +472,7 @@ def test_gradient_accumulation_without_the_sampler_is_refused_when_configured_by
     register()
     engine = PrivacyEngine(accountant="shuffle")
     model, optimizer, loader = tiny_setup(n=256, batch=32)
-    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
-                                                   data_loader=loader, noise_multiplier=1.0,
-                                                   max_grad_norm=1.0, poisson_sampling=False)
+    model, optimizer, loader = make_private(engine, model, optimizer, loader)
     configure(engine.accountant, batch_size=32, dataset_size=256)
     with pytest.raises(ParameterError, match="attach"):
         train_accumulating(model, optimizer, loader, k=2, epochs=1)
@@ -710,9 +699,8 @@ def test_balls_and_bins_with_a_poisson_loader_raises():
     register()
     engine = PrivacyEngine(accountant="balls_and_bins")
     model, optimizer, loader = tiny_setup()
-    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
-                                                   data_loader=loader, noise_multiplier=1.0,
-                                                   max_grad_norm=1.0)  # Poisson
+    model, optimizer, loader = make_private(engine, model, optimizer, loader,
+                                            poisson_sampling=True)  # Poisson
     with pytest.raises(ValueError, match="Poisson batches; use accountant='pld'"):
         attach(engine, loader)
 
@@ -770,9 +758,7 @@ def poisson_accumulating_engine(accountant):
     model, optimizer, loader = tiny_setup(n=256, batch=32)
     loader = DPDataLoader.from_data_loader(loader)   # q = 1/8
     engine = PrivacyEngine(accountant=accountant)
-    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer,
-                                                   data_loader=loader, noise_multiplier=1.0,
-                                                   max_grad_norm=1.0, poisson_sampling=False)
+    model, optimizer, loader = make_private(engine, model, optimizer, loader)
     return engine, model, optimizer, loader
 
 

@@ -11,32 +11,39 @@ sigma is nudged up until it is.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 from scipy.optimize import brentq
 
 from dpplugins.accountants import create
 from dpplugins.errors import (NumericalError, ParameterError, check_count, check_open_unit,
                               check_positive, check_probability)
+from dpplugins.events import Event
 
 __all__ = ["find_noise_multiplier"]
 
 
-def _epsilon_for(accountant_name: str, options: dict, sigma: float, sample_rate: float,
-                 steps: int, delta: float, *, fast: bool) -> float:
+def _epsilon_for(accountant_name: str, options: dict, record, sigma: float, delta: float, *,
+                 fast: bool) -> float:
     acc = create(accountant_name, **options)
-    acc.step(noise_multiplier=sigma, sample_rate=sample_rate, count=steps)
+    record(acc, sigma)
     if fast and hasattr(acc, "epsilon_upper_fast"):
         return acc.epsilon_upper_fast(delta)
     return acc.get_epsilon(delta)
 
 
-def find_noise_multiplier(*, target_epsilon: float, delta: float, sample_rate: float, steps: int,
+def find_noise_multiplier(*, target_epsilon: float, delta: float,
+                          sample_rate: float | None = None, steps: int | None = None,
                           accountant: str = "pld", sigma_tolerance: float = 1e-3,
+                          event_for_noise: Callable[[float], Event] | None = None,
                           **options: Any) -> float:
     """Smallest noise multiplier (to relative ``sigma_tolerance``) with certified eps <= target.
 
-    ``options`` are passed to the accountant's constructor (``dpplugins.accountants.create``).
+    The training run is either ``event_for_noise(sigma)`` (an event of :mod:`dpplugins.events`,
+    e.g. ``lambda s: sampler.event(s, epochs=3)``) or ``steps`` steps of
+    ``accountant.step(noise_multiplier=sigma, sample_rate=sample_rate)``.  ``options`` are passed
+    to the accountant's constructor (``dpplugins.accountants.create``).  The accountant must
+    support the event (``UnsupportedEventError`` otherwise, before any search).
 
     Example::
 
@@ -45,13 +52,25 @@ def find_noise_multiplier(*, target_epsilon: float, delta: float, sample_rate: f
     """
     target = check_positive("target_epsilon", target_epsilon)
     delta = check_open_unit("delta", delta)
-    q = check_probability("sample_rate", sample_rate)
-    steps = check_count("steps", steps, minimum=1)
     tol = check_positive("sigma_tolerance", sigma_tolerance)
-    create(accountant, **options)  # fails early on an unknown name or bad options
+    probe = create(accountant, **options)  # fails early on an unknown name or bad options
+    if event_for_noise is None:
+        q = check_probability("sample_rate", sample_rate)
+        steps = check_count("steps", steps, minimum=1)
+
+        def record(acc, sigma):
+            acc.step(noise_multiplier=sigma, sample_rate=q, count=steps)
+    else:
+        if not callable(event_for_noise):
+            raise ParameterError("event_for_noise", event_for_noise,
+                                 "a function noise_multiplier -> event")
+
+        def record(acc, sigma):
+            acc.compose(event_for_noise(sigma))
+    record(probe, 1.0)  # refuses an unsupported run now, not after the search
 
     def gap(log_sigma: float) -> float:
-        return _epsilon_for(accountant, options, math.exp(log_sigma), q, steps, delta,
+        return _epsilon_for(accountant, options, record, math.exp(log_sigma), delta,
                             fast=True) - target
 
     # widen the bracket geometrically until eps(lo) > target >= eps(hi)
@@ -77,7 +96,7 @@ def find_noise_multiplier(*, target_epsilon: float, delta: float, sample_rate: f
     sigma = math.exp(log_sigma)
     # verify with the accountant's full (accuracy-checked) certified epsilon; move up if needed
     for _ in range(200):
-        eps = _epsilon_for(accountant, options, sigma, q, steps, delta, fast=False)
+        eps = _epsilon_for(accountant, options, record, sigma, delta, fast=False)
         if eps <= target:
             return sigma
         sigma *= 1 + tol / 2

@@ -7,6 +7,7 @@ import pytest
 
 from dpplugins.accountants import PLDAccountant, available, create, get_class, register
 from dpplugins.errors import ParameterError
+from dpplugins.events import GaussianEvent, PoissonSampledEvent, SelfComposedEvent
 
 
 def test_registry_names_and_unknown_name_lists_available():
@@ -30,7 +31,8 @@ def test_history_is_run_length_and_len_counts_steps():
     acc.step(noise_multiplier=1.0, sample_rate=0.01)
     acc.step(noise_multiplier=1.0, sample_rate=0.01, count=4)
     acc.step(noise_multiplier=2.0, sample_rate=0.01, count=3)
-    assert acc.history == [(1.0, 0.01, 5), (2.0, 0.01, 3)]
+    one, two = (PoissonSampledEvent(0.01, GaussianEvent(s)) for s in (1.0, 2.0))
+    assert acc.history == [SelfComposedEvent(one, 5), SelfComposedEvent(two, 3)]
     assert len(acc) == 8
 
 
@@ -42,11 +44,20 @@ def test_history_can_be_assigned_as_opacus_does():
         acc.history = [(1.5, 1.5, 100)]
 
 
+def test_zero_noise_is_non_private_and_zero_rate_is_a_no_op():
+    """As in dp_accounting and Opacus: sigma = 0 releases the data (epsilon inf, delta 1);
+    q = 0 touches no example (epsilon 0)."""
+    acc = create("pld")
+    acc.step(noise_multiplier=1.0, sample_rate=0.0, count=10)
+    assert acc.get_epsilon(1e-5) == 0.0 and len(acc) == 10
+    acc.step(noise_multiplier=0.0, sample_rate=0.1)
+    assert acc.get_epsilon(1e-5) == math.inf and acc.get_delta(5.0) == 1.0
+
+
 @pytest.mark.parametrize("kwargs,name", [
-    (dict(noise_multiplier=0.0, sample_rate=0.1), "noise_multiplier"),
     (dict(noise_multiplier=-1.0, sample_rate=0.1), "noise_multiplier"),
     (dict(noise_multiplier=math.nan, sample_rate=0.1), "noise_multiplier"),
-    (dict(noise_multiplier=1.0, sample_rate=0.0), "sample_rate"),
+    (dict(noise_multiplier=1.0, sample_rate=-0.1), "sample_rate"),
     (dict(noise_multiplier=1.0, sample_rate=1.01), "sample_rate"),
     (dict(noise_multiplier=1.0, sample_rate=0.1, count=-1), "count"),
 ])

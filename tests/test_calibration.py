@@ -1,3 +1,4 @@
+from dpplugins.events import GaussianEvent, PoissonSampledEvent, SelfComposedEvent
 import pytest
 
 from dpplugins.accountants import create
@@ -20,7 +21,7 @@ def test_calibration_does_not_touch_a_live_accountant():
     live = create("pld")
     live.step(noise_multiplier=1.0, sample_rate=0.1, count=5)
     find_noise_multiplier(target_epsilon=1.0, delta=1e-5, sample_rate=0.1, steps=10)
-    assert live.history == [(1.0, 0.1, 5)]
+    assert live.history == [SelfComposedEvent(PoissonSampledEvent(0.1, GaussianEvent(1.0)), 5)]
 
 
 @pytest.mark.parametrize("kwargs,name", [

@@ -10,7 +10,7 @@ import pytest
 from scipy.special import log_ndtr
 
 from conftest import epsilon_from_delta_curve, gaussian_delta_exact
-from dpplugins.accountants.shuffle import ShuffleAccountant, epoch_plan
+from dpplugins.accountants.shuffle import ShuffleAccountant
 from dpplugins.amplification import shuffle, swap
 from dpplugins.errors import ParameterError
 
@@ -72,7 +72,7 @@ def test_mixed_noise_and_partial_epoch_use_the_smallest_noise_of_each_epoch():
     upper = acc.get_epsilon(1e-6)
     exact = gaussian_epsilon_exact(mu, 1e-6)
     assert exact <= upper <= exact * (1 + 1e-6)
-    plan = epoch_plan(acc.history, 10)
+    plan = acc.plan()
     assert plan.steps_per_epoch == 100
     assert plan.epochs == {(1.0, 1.0, 100): 2, (1.0, 2.0, 100): 1, (2.0, 2.0, 100): 1,
                            (2.0, 2.0, 10): 1}
@@ -173,8 +173,8 @@ def test_batch_size_one_with_little_noise_is_no_amplification():
 # options, input checks, state
 # ---------------------------------------------------------------------------------------------
 def test_batch_size_is_required_and_alias_works():
-    with pytest.raises(ParameterError, match="batch_size"):
-        ShuffleAccountant()
+    with pytest.raises(ParameterError, match="batch_size"):  # step() needs the protocol
+        ShuffleAccountant().step(noise_multiplier=1.0, sample_rate=0.01)
     assert ShuffleAccountant(examples_per_step=8).batch_size == 8
     with pytest.raises(ParameterError, match="examples_per_step"):
         ShuffleAccountant(batch_size=4, examples_per_step=8)
@@ -187,19 +187,19 @@ def test_batch_size_is_required_and_alias_works():
 
 
 def test_sample_rate_must_match_shuffled_epochs():
+    # refused when recorded (the ledger is left untouched), no longer at the first query
     acc = ShuffleAccountant(batch_size=10)
-    acc.step(noise_multiplier=1.0, sample_rate=0.3, count=5)  # 1/0.3 is not an integer
     with pytest.raises(ParameterError, match="sample_rate"):
-        acc.get_epsilon(1e-5)
+        acc.step(noise_multiplier=1.0, sample_rate=0.3, count=5)  # 1/0.3 is not an integer
+    assert len(acc) == 0
     acc = ShuffleAccountant(batch_size=10)
     acc.step(noise_multiplier=1.0, sample_rate=0.01, count=5)
-    acc.step(noise_multiplier=1.0, sample_rate=0.02, count=5)  # the epoch length changed
-    with pytest.raises(ParameterError, match="sample_rate"):
-        acc.get_epsilon(1e-5)
+    with pytest.raises(ParameterError, match="protocol"):
+        acc.step(noise_multiplier=1.0, sample_rate=0.02, count=5)  # the epoch length changed
+    assert len(acc) == 5
     acc = ShuffleAccountant(batch_size=10, dataset_size=1000)
-    acc.step(noise_multiplier=1.0, sample_rate=1 / 50, count=5)  # 1000 / 10 = 100 steps
     with pytest.raises(ParameterError, match="sample_rate"):
-        acc.get_epsilon(1e-5)
+        acc.step(noise_multiplier=1.0, sample_rate=1 / 50, count=5)  # 1000 / 10 = 100 steps
     ok = ShuffleAccountant(batch_size=10, dataset_size=1005)  # ceil -> 101, drop_last -> 100
     for steps in (100, 101):
         ok.history = [(1.0, 1 / steps, steps)]

@@ -15,8 +15,10 @@ one epoch (Chua et al. 2025), reduced to a sum of ``t`` log-normals, bracketed b
 engine.  History rules:
 
 * steps are cut into epochs of ``t`` consecutive steps, in order;
-* an epoch whose steps use different noise multipliers is accounted at its smallest one (adding
-  noise to some steps is a post-processing);
+* an epoch whose steps use different noise multipliers is accounted at its smallest one for the
+  upper bound and at its largest one for the lower bound (adding noise to the less noisy steps
+  is a post-processing of the true epoch, so the epoch at the largest noise is dominated by it,
+  and the true epoch is dominated by the one at the smallest noise);
 * a partial last epoch (training stopped mid-epoch) is a post-processing of a full epoch, so the
   upper bound counts it as full; the lower bound leaves it out (dropping a mechanism from a
   composition cannot increase privacy loss);
@@ -37,74 +39,78 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from dpplugins.accountants.base import Accountant
+from fractions import Fraction
+
+from dpplugins.accountants.base import Accountant, private_leaves
 from dpplugins.amplification.allocation import (AllocationPLD, default_loss_step,
                                                 default_summand_step, random_allocation_pld)
 from dpplugins.errors import NumericalError, ParameterError, check_count, check_positive
+from dpplugins.events import (Event, GaussianEvent, RandomAllocationEvent, RandomCheckInEvent,
+                              steps_per_epoch_for_rate)
+from dpplugins.passes import cut_passes
 from dpplugins.pld import Bounds
 
-__all__ = ["RandomAllocationAccountant", "steps_per_epoch_from_rate", "epochs_of_history"]
+__all__ = ["RandomAllocationAccountant", "steps_per_epoch_from_rate", "epochs_of_history",
+           "allocation_of"]
 
 #: refinement levels: (factor on the grid steps, factor on the geometric cells)
 _LEVELS = ((1.0, 1.0), (0.5, 1.5), (0.25, 2.0))
 
 
 def steps_per_epoch_from_rate(sample_rate: float, *, name: str = "sample_rate") -> int:
-    """The number of steps per epoch ``t`` with ``sample_rate == 1 / t`` (ParameterError if
-    ``1 / sample_rate`` is not an integer up to rounding)."""
-    t = round(1.0 / sample_rate)
-    if t < 1 or abs(t * sample_rate - 1.0) > 1e-9:
-        raise ParameterError(
-            name, sample_rate,
-            "1/t for a whole number t of steps per epoch (random allocation puts every example "
-            "in exactly one of t steps)",
-            "use the sampler's 1 / steps_per_epoch, e.g. RandomCheckIn(n, num_slots=t, "
-            "checkin_probability=1.0)")
-    return t
+    """The number of steps per epoch ``t`` with ``sample_rate == 1 / t``
+    (:func:`dpplugins.events.steps_per_epoch_for_rate`)."""
+    return steps_per_epoch_for_rate(name, sample_rate)
+
+
+def allocation_of(event: Event) -> RandomAllocationEvent | str:
+    """``event`` as single-participation random allocation with every example taking part, or
+    the reason it is not.  A :class:`~dpplugins.events.RandomCheckInEvent` is that protocol when
+    it is averaged, every example checks in, no example is dropped from a full slot (no binding
+    ``max_batch_size``) and the noise is added once to the sum."""
+    if isinstance(event, RandomCheckInEvent):
+        if event.variant != "averaged":
+            return (f"variant={event.variant!r} uses one example per slot, so adding an example "
+                    "can replace another (random allocation is variant='averaged')")
+        if event.checkin_probability != 1.0:
+            return (f"checkin_probability={event.checkin_probability:g}: random allocation "
+                    "puts every example in a step (1.0)")
+        if event.max_batch_size is not None and event.max_batch_size < event.dataset_size:
+            return (f"max_batch_size={event.max_batch_size} drops examples from full slots, so "
+                    "adding an example can push another out (use no cap)")
+        if event.per_example_noise:
+            return "per_example_noise=True is a local randomizer, not one noise draw per step"
+        event = RandomAllocationEvent(event.num_slots, event.passes, event.event)
+    if not isinstance(event, RandomAllocationEvent):
+        return ("random allocation (RandomAllocationEvent: every example in one uniformly random "
+                "step of each epoch)")
+    if event.participations != 1:
+        return f"participations=1 (got {event.participations})"
+    if event.checkin_probability != 1.0:
+        return f"checkin_probability=1 (got {event.checkin_probability:g})"
+    if not isinstance(event.event, GaussianEvent):
+        return f"Gaussian noise on every step (got {type(event.event).__name__})"
+    return event
 
 
 def epochs_of_history(history) -> tuple[dict, dict]:
-    """Cut a run-length history into epochs.
+    """Cut a history of allocation events into epochs (:func:`dpplugins.passes.cut_passes`).
 
-    Returns ``(upper, lower)``: dicts ``(sigma, t) -> number of epochs``; ``upper`` counts a
-    partial last epoch as a full one, ``lower`` leaves it out (module docstring)."""
+    Returns ``(upper, lower)``: dicts ``(sigma, t) -> number of epochs``; ``upper`` keys every
+    epoch on its smallest noise multiplier and counts a partial last epoch as a full one,
+    ``lower`` keys complete epochs on their largest noise multiplier and leaves partial ones out
+    (module docstring)."""
+    runs = [(allocation_of(leaf), count) for leaf, count in private_leaves(history)]
     upper: dict[tuple[float, int], int] = {}
     lower: dict[tuple[float, int], int] = {}
-    current = None  # [t, steps done, smallest sigma]
-
-    def close(epoch, complete: bool) -> None:
-        key = (epoch[2], epoch[0])
-        upper[key] = upper.get(key, 0) + 1
-        if complete:
-            lower[key] = lower.get(key, 0) + 1
-
-    for i, (sigma, q, steps) in enumerate(history):
-        t = steps_per_epoch_from_rate(q, name=f"history[{i}].sample_rate")
-        remaining = int(steps)
-        while remaining > 0:
-            if current is not None and current[0] != t:
-                raise ParameterError(
-                    f"history[{i}].sample_rate", q,
-                    f"1/{current[0]} until the current epoch ends ({current[1]} of {current[0]} "
-                    "steps done)", "change the number of steps per epoch only between epochs")
-            if current is None:
-                if remaining >= t:  # whole epochs at once
-                    whole = remaining // t
-                    key = (sigma, t)
-                    upper[key] = upper.get(key, 0) + whole
-                    lower[key] = lower.get(key, 0) + whole
-                    remaining -= whole * t
-                    continue
-                current = [t, 0, sigma]
-            take = min(remaining, current[0] - current[1])
-            current[1] += take
-            current[2] = min(current[2], sigma)
-            remaining -= take
-            if current[1] == current[0]:
-                close(current, True)
-                current = None
-    if current is not None:
-        close(current, False)
+    for p, count in cut_passes(runs):
+        sigmas = [e.noise_multiplier for e in p.events]
+        t = p.protocol.steps_per_epoch
+        key = (min(sigmas), t)
+        upper[key] = upper.get(key, 0) + count
+        if p.complete:
+            key = (max(sigmas), t)
+            lower[key] = lower.get(key, 0) + count
     return upper, lower
 
 
@@ -139,6 +145,17 @@ class RandomAllocationAccountant(Accountant):
         self.method = method
         self.memory_limit = check_count("memory_limit", memory_limit, minimum=1 << 20)
         self._epoch_cache: dict[tuple, AllocationPLD] = {}
+
+    # -- events -------------------------------------------------------------------------------
+    def _supports_leaf(self, event: Event) -> bool | str:
+        verdict = allocation_of(event)
+        return True if isinstance(verdict, RandomAllocationEvent) else verdict
+
+    def step_event(self, noise_multiplier: float, sample_rate: float) -> Event:
+        """Version 0.1: one step of random allocation into ``t = 1 / sample_rate`` steps."""
+        sigma = check_positive("noise_multiplier", noise_multiplier)
+        t = steps_per_epoch_from_rate(sample_rate)
+        return RandomAllocationEvent(t, Fraction(1, t), GaussianEvent(sigma))
 
     # -- PLDs ----------------------------------------------------------------------------------
     def _epoch(self, sigma: float, t: int, h_loss: float, level: int) -> AllocationPLD:
@@ -230,10 +247,8 @@ class RandomAllocationAccountant(Accountant):
 
     def epochs(self) -> float:
         """Epochs recorded so far (a partial epoch as a fraction)."""
-        total = 0.0
-        for sigma, q, steps in self._history:
-            total += steps * q
-        return total
+        return float(sum(allocation_of(leaf).epochs * count
+                         for leaf, count in private_leaves(self._history)))
 
     def __repr__(self) -> str:
         return f"RandomAllocationAccountant(epochs={self.epochs():.3g}, steps={len(self)})"

@@ -1,32 +1,108 @@
 """The accountant contract shared by every accountant (DESIGN.md, "The accountant contract").
 
-An accountant keeps a history of DP-SGD steps in Opacus' format -- a run-length list of
-``(noise_multiplier, sample_rate, steps)`` tuples -- and answers ``get_epsilon(delta)`` (a certified
-upper bound unless the class says it is an estimate), ``get_epsilon_bounds(delta)`` and
-``get_delta(epsilon)``.  Reading never changes the history; results are cached per history.
-Subclasses implement :meth:`Accountant._epsilon_bounds` and :meth:`Accountant._delta_bounds` as
-functions of the history, and list their constructor options in ``_option_names``.
+An accountant keeps a ledger of :mod:`dpplugins.events` -- what the training released -- and
+interprets it:
+
+* ``supports(event) -> bool`` and ``compose(event, count=1) -> self``.  An event the accountant
+  cannot account for raises :class:`UnsupportedEventError` (a ``ParameterError``) that names the
+  accountants that can; the ledger is left untouched.  Refusal is the default: a subclass
+  accepts exactly the leaf events its ``_supports_leaf`` recognises.
+* ``step(noise_multiplier=, sample_rate=, count=)`` is sugar: it composes
+  :meth:`Accountant.step_event`, which is Opacus' ``PoissonSampledEvent(sample_rate,
+  GaussianEvent(noise_multiplier))`` unless the accountant was created with the protocol options
+  of version 0.1 (then one step of that protocol, the meaning a 0.1 history entry had; a 0.1
+  state dict loads with that meaning).
+* ``history``: the composed events (run-length: repeats become ``SelfComposedEvent``);
+  ``len(accountant)`` is the number of optimizer steps.
+* ``get_epsilon(delta)`` (a certified upper bound unless ``bound_type`` says estimate),
+  ``get_epsilon_bounds(delta)``, ``get_delta(epsilon)``, ``get_delta_bounds(epsilon)``.  A
+  history with a non-private release answers ``inf`` (delta 1).  Reading never changes the
+  ledger; results are cached per ledger.
+* ``state_dict()`` / ``load_state_dict()``: options, events and library version.
+
+Subclasses implement ``_supports_leaf(event)`` and ``_epsilon_bounds(history, delta)`` /
+``_delta_bounds(history, epsilon)`` as functions of the (non-empty, private) tuple of events.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any, ClassVar, Iterable
 
 from dpplugins.errors import (ParameterError, check_choice, check_count, check_nonnegative,
                               check_open_unit, check_positive, check_probability)
+from dpplugins.events import (Event, GaussianEvent, NonPrivateEvent, PoissonSampledEvent,
+                              SelfComposedEvent, UnsupportedEvent, from_dict, leaves)
 from dpplugins.pld import Bounds
 
-__all__ = ["Accountant", "HistoryEntry", "validate_history"]
+__all__ = ["Accountant", "UnsupportedEventError", "validate_history", "is_non_private",
+           "private_leaves"]
 
-HistoryEntry = tuple  # (noise_multiplier: float, sample_rate: float, steps: int)
 NEIGHBOURING = ("add_remove", "replace_one")
 
 
+class UnsupportedEventError(ParameterError):
+    """An accountant was given an event it cannot account for.
+
+    ``event`` is the offending (leaf) event, ``accountant`` the refusing accountant's name,
+    ``supported_by`` the registry names of the accountants that support the whole event.
+    """
+
+    def __init__(self, event: Event, accountant: str, reason: str = "",
+                 supported_by: Iterable[str] | None = None) -> None:
+        self.event = event
+        self.accountant = accountant
+        self.reason = reason
+        if supported_by is None:
+            from dpplugins.accountants.registry import supporting
+            supported_by = supporting(event)
+        self.supported_by = tuple(supported_by)
+        valid = f"an event the {accountant!r} accountant supports"
+        if reason:
+            valid += f" ({reason})"
+        hint = ("accountants that support it: " + ", ".join(self.supported_by)
+                if self.supported_by else "no registered accountant supports it")
+        super().__init__("event", event, valid, hint)
+
+
+def is_non_private(event: Event) -> bool:
+    """True for a release without a guarantee: ``NonPrivateEvent`` or zero noise."""
+    if isinstance(event, NonPrivateEvent):
+        return True
+    inner = getattr(event, "event", None)
+    if isinstance(event, GaussianEvent):
+        return event.noise_multiplier == 0.0
+    if isinstance(event, PoissonSampledEvent):
+        return event.sample_rate > 0 and isinstance(inner, Event) and is_non_private(inner)
+    if isinstance(inner, Event) and hasattr(event, "protocol_key"):
+        return is_non_private(inner)
+    if type(event).__name__ == "FixedBatchEvent":
+        return is_non_private(inner)
+    return getattr(event, "scale", None) == 0.0
+
+
+def _is_no_op(event: Event) -> bool:
+    return isinstance(event, PoissonSampledEvent) and event.sample_rate == 0.0
+
+
+def private_leaves(history) -> list[tuple[Event, int]]:
+    """The leaves of ``history`` (in order) that can change the privacy loss: no-ops (including
+    Poisson steps with sample rate 0) are dropped."""
+    out = []
+    for event in history:
+        for leaf, count in leaves(event):
+            if not _is_no_op(leaf):
+                out.append((leaf, count))
+    return out
+
+
 def validate_history(history: Iterable) -> list[tuple[float, float, int]]:
-    """Check and normalise a run-length history; merge adjacent runs with equal parameters."""
-    if history is None:
-        raise ParameterError("history", history, "a list of (noise_multiplier, sample_rate, steps)")
+    """Check and normalise a version-0.1 run-length history of ``(noise_multiplier,
+    sample_rate, steps)``; merge adjacent runs with equal parameters."""
+    if history is None or isinstance(history, (str, bytes)):
+        raise ParameterError("history", history, "a list of events or of (noise_multiplier, "
+                             "sample_rate, steps) tuples")
     out: list[tuple[float, float, int]] = []
     for i, entry in enumerate(history):
         try:
@@ -34,8 +110,8 @@ def validate_history(history: Iterable) -> list[tuple[float, float, int]]:
         except (TypeError, ValueError):
             raise ParameterError(f"history[{i}]", entry,
                                  "a (noise_multiplier, sample_rate, steps) tuple") from None
-        sigma = check_positive(f"history[{i}].noise_multiplier", sigma)
-        q = check_probability(f"history[{i}].sample_rate", q)
+        sigma = check_nonnegative(f"history[{i}].noise_multiplier", sigma)
+        q = check_probability(f"history[{i}].sample_rate", q, allow_zero=True)
         steps = check_count(f"history[{i}].steps", steps, minimum=0)
         if steps == 0:
             continue
@@ -46,8 +122,21 @@ def validate_history(history: Iterable) -> list[tuple[float, float, int]]:
     return out
 
 
+def _parse_version(text: Any) -> tuple[int, ...]:
+    parts = []
+    for piece in str(text).split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+        if not piece.isdigit():
+            break
+    return tuple(parts)
+
+
 class Accountant:
-    """Base class: history, validation, caching and state; the mathematics lives in subclasses.
+    """Base class: ledger of events, validation, caching and state; the mathematics lives in
+    subclasses (module docstring).
 
     Attributes
     ----------
@@ -64,53 +153,151 @@ class Accountant:
 
     def __init__(self, *, neighbouring: str = "add_remove") -> None:
         self.neighbouring = check_choice("neighbouring", neighbouring, NEIGHBOURING)
-        self._history: list[tuple[float, float, int]] = []
+        self._history: list[Event] = []
         self._cache: dict[tuple, Any] = {}
+        self._lock = threading.RLock()
 
-    # -- history ------------------------------------------------------------------------------
+    # -- what the accountant accounts for ------------------------------------------------------
+    def _supports_leaf(self, event: Event) -> bool | str:
+        """Whether a leaf event (not composed, not a no-op, not non-private) is accounted for;
+        a string is a refusal with its reason.  The default refuses everything."""
+        return False
+
+    def _check_leaf(self, event: Event) -> None:
+        if isinstance(event, UnsupportedEvent):
+            raise UnsupportedEventError(event, self.name, event.reason, ())
+        if isinstance(event, NonPrivateEvent):
+            return
+        verdict = self._supports_leaf(event)
+        if verdict is True:
+            return
+        raise UnsupportedEventError(event, self.name, verdict if isinstance(verdict, str)
+                                    else "", ())
+
+    def _check_history(self, history: tuple) -> None:
+        """Checks across events (e.g. one protocol per ledger); raise UnsupportedEventError."""
+
+    def _verify(self, event: Event) -> None:
+        if not isinstance(event, Event):
+            raise ParameterError("event", type(event).__name__, "an event from dpplugins.events")
+        for leaf, _ in leaves(event):
+            if not _is_no_op(leaf):
+                self._check_leaf(leaf)
+        self._check_history(tuple(self._history) + (event,))
+
+    def check(self, event: Event) -> None:
+        """Raise :class:`UnsupportedEventError` -- with the reason and the registered
+        accountants that support ``event`` -- unless this accountant supports it."""
+        try:
+            self._verify(event)
+        except UnsupportedEventError as error:
+            raise UnsupportedEventError(error.event, self.name, error.reason,
+                                        None) from None
+
+    def supports(self, event: Event) -> bool:
+        """Whether :meth:`compose` would accept ``event`` (no exception, no side effect)."""
+        try:
+            self._verify(event)
+        except ParameterError:
+            return False
+        return True
+
+    def compose(self, event: Event, count: int = 1) -> "Accountant":
+        """Record ``event`` composed ``count`` times; refuse (ledger untouched) what this
+        accountant does not support.  Returns ``self``."""
+        count = check_count("count", count, minimum=0)
+        self.check(event)
+        if count == 0:
+            return self
+        with self._lock:
+            self._append(event, count)
+        return self
+
+    def _append(self, event: Event, count: int) -> None:
+        if self._history:
+            last = self._history[-1]
+            base, n = (last.event, last.count) if isinstance(last, SelfComposedEvent) else (last, 1)
+            if base == event:
+                self._history[-1] = SelfComposedEvent(event, n + count)
+                return
+        self._history.append(event if count == 1 else SelfComposedEvent(event, count))
+
+    def step_event(self, noise_multiplier: float, sample_rate: float) -> Event:
+        """The event of one ``step(noise_multiplier, sample_rate)``: the Poisson-subsampled
+        Gaussian (Opacus' meaning); ``noise_multiplier = 0`` is a non-private step and
+        ``sample_rate = 0`` a no-op."""
+        sigma = check_nonnegative("noise_multiplier", noise_multiplier)
+        q = check_probability("sample_rate", sample_rate, allow_zero=True)
+        return PoissonSampledEvent(q, GaussianEvent(sigma))
+
+    def step(self, *, noise_multiplier: float, sample_rate: float, count: int = 1) -> None:
+        """Record ``count`` steps: ``compose(step_event(noise_multiplier, sample_rate), count)``."""
+        count = check_count("count", count, minimum=0)
+        self.compose(self.step_event(noise_multiplier, sample_rate), count)
+
+    # -- history --------------------------------------------------------------------------------
     @property
-    def history(self) -> list[tuple[float, float, int]]:
-        """Run-length list of ``(noise_multiplier, sample_rate, steps)`` (Opacus' format).
-
-        Assigning to it is allowed (Opacus' ``get_noise_multiplier`` does); the value is validated.
-        """
-        return self._history
+    def history(self) -> list[Event]:
+        """The composed events in order (a copy).  Assigning replaces the ledger; a list of
+        version-0.1 ``(noise_multiplier, sample_rate, steps)`` tuples is read with
+        :meth:`step_event` (what Opacus' ``get_noise_multiplier`` assigns)."""
+        return list(self._history)
 
     @history.setter
     def history(self, value) -> None:
-        self._history = validate_history(value)
+        events = self._events_from(value)
+        fresh = type(self).__new__(type(self))
+        fresh.__dict__.update(self.__dict__)
+        fresh._history = []
+        for event in events:     # validate everything before touching the ledger
+            fresh.compose(event)
+        with self._lock:
+            self._history = fresh._history
 
-    def step(self, *, noise_multiplier: float, sample_rate: float, count: int = 1) -> None:
-        """Record ``count`` steps with the given noise multiplier and sampling rate."""
-        sigma = check_positive("noise_multiplier", noise_multiplier)
-        q = check_probability("sample_rate", sample_rate)
-        count = check_count("count", count, minimum=0)
-        if count == 0:
-            return
-        if self._history and self._history[-1][0] == sigma and self._history[-1][1] == q:
-            last = self._history[-1]
-            self._history[-1] = (sigma, q, last[2] + count)
-        else:
-            self._history.append((sigma, q, count))
+    def _events_from(self, value) -> list[Event]:
+        if value is None or isinstance(value, (str, bytes, dict)):
+            raise ParameterError("history", value, "a list of events or of (noise_multiplier, "
+                                 "sample_rate, steps) tuples")
+        value = list(value)
+        if all(isinstance(v, Event) for v in value):
+            return value
+        if any(isinstance(v, Event) for v in value):
+            raise ParameterError("history", value, "all events or all (noise_multiplier, "
+                                 "sample_rate, steps) tuples, not a mix")
+        return [SelfComposedEvent(self.step_event(sigma, q), steps)
+                for sigma, q, steps in validate_history(value)]
 
     def __len__(self) -> int:
-        return sum(steps for _, _, steps in self._history)
+        return sum(event.steps for event in self._history)
 
     # -- queries ------------------------------------------------------------------------------
     def _cached(self, key: tuple, compute):
-        full_key = (tuple(self._history),) + key
-        if full_key not in self._cache:
-            if len(self._cache) > 256:
-                self._cache.clear()
-            self._cache[full_key] = compute()
-        return self._cache[full_key]
+        with self._lock:
+            full_key = (tuple(self._history),) + key
+            if full_key not in self._cache:
+                if len(self._cache) > 256:
+                    self._cache.clear()
+                self._cache[full_key] = compute(full_key[0])
+            return self._cache[full_key]
+
+    def _private_history(self, history: tuple) -> tuple | None:
+        """``None`` when the history releases something without noise, else the history."""
+        for leaf, _ in private_leaves(history):
+            if is_non_private(leaf):
+                return None
+        return history
 
     def get_epsilon_bounds(self, delta: float) -> Bounds:
         """Certified ``(lower, upper)`` bounds on epsilon at ``delta`` for the recorded history."""
         delta = check_open_unit("delta", delta)
-        if not self._history:
-            return Bounds(0.0, 0.0)
-        return self._cached(("eps", delta), lambda: self._epsilon_bounds(tuple(self._history), delta))
+
+        def compute(history):
+            if not private_leaves(history):
+                return Bounds(0.0, 0.0)
+            if self._private_history(history) is None:
+                return Bounds(math.inf, math.inf)
+            return self._epsilon_bounds(history, delta)
+        return self._cached(("eps", delta), compute)
 
     def get_epsilon(self, delta: float) -> float:
         """Epsilon at ``delta``: a certified upper bound (see ``bound_type``)."""
@@ -119,10 +306,14 @@ class Accountant:
     def get_delta_bounds(self, epsilon: float) -> Bounds:
         """Certified ``(lower, upper)`` bounds on delta at ``epsilon``."""
         epsilon = check_nonnegative("epsilon", epsilon)
-        if not self._history:
-            return Bounds(0.0, 0.0)
-        return self._cached(("delta", epsilon),
-                            lambda: self._delta_bounds(tuple(self._history), epsilon))
+
+        def compute(history):
+            if not private_leaves(history):
+                return Bounds(0.0, 0.0)
+            if self._private_history(history) is None:
+                return Bounds(1.0, 1.0)
+            return self._delta_bounds(history, epsilon)
+        return self._cached(("delta", epsilon), compute)
 
     def get_delta(self, epsilon: float) -> float:
         """Delta at ``epsilon``: a certified upper bound."""
@@ -140,21 +331,34 @@ class Accountant:
         return {name: getattr(self, name) for name in self._option_names}
 
     def state_dict(self) -> dict[str, Any]:
-        """Settings, history and library version; JSON-serialisable."""
+        """Settings, events and library version; JSON-serialisable."""
         from dpplugins import __version__
 
         return {"accountant": self.name, "version": __version__, "options": self.options(),
-                "history": [list(entry) for entry in self._history]}
+                "events": [event.to_dict() for event in self._history]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` saved (options must match this accountant's)."""
-        if not isinstance(state, dict) or "history" not in state:
+        """Restore what :meth:`state_dict` saved (options must match this accountant's).
+
+        State dicts of version 0.1 (a ``history`` of ``(noise_multiplier, sample_rate, steps)``
+        tuples) load with the meaning they had (:meth:`step_event`)."""
+        from dpplugins import __version__
+
+        if not isinstance(state, dict) or not ("events" in state or "history" in state):
             raise ParameterError("state", type(state).__name__,
-                                 "a dict produced by state_dict() with a 'history' entry")
+                                 "a dict produced by state_dict() with an 'events' entry")
         name = state.get("accountant", self.name)
         if name != self.name:
             raise ParameterError("state['accountant']", name, f"{self.name!r} for this accountant")
-        for key, value in state.get("options", {}).items():
+        version = state.get("version", "0.1")
+        if _parse_version(version)[:2] > _parse_version(__version__)[:2]:
+            raise ParameterError("state['version']", version,
+                                 f"at most {__version__} (the installed dpplugins)",
+                                 "upgrade dpplugins to load this state")
+        options = state.get("options", {})
+        if not isinstance(options, dict):
+            raise ParameterError("state['options']", options, "a dict of options")
+        for key, value in options.items():
             if key not in self._option_names:
                 raise ParameterError(f"state['options'][{key!r}]", value,
                                      "one of " + ", ".join(self._option_names))
@@ -162,8 +366,29 @@ class Accountant:
                 raise ParameterError(f"state['options'][{key!r}]", value,
                                      f"{getattr(self, key)!r} as in this accountant "
                                      "(create the accountant with the saved options)")
-        self.history = [tuple(entry) for entry in state["history"]]
+        if "events" in state:
+            raw = state["events"]
+            if not isinstance(raw, list):
+                raise ParameterError("state['events']", raw, "a list of event dicts")
+            self.history = [from_dict(item) for item in raw]
+        else:
+            raw = state["history"]
+            if not isinstance(raw, list):
+                raise ParameterError("state['history']", raw,
+                                     "a list of (noise_multiplier, sample_rate, steps)")
+            self.history = [tuple(entry) for entry in raw]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_lock", None)
+        state["_cache"] = {}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options().items())
         return f"{type(self).__name__}({opts}; {len(self)} steps)"
+

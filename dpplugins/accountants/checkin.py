@@ -15,7 +15,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from dpplugins.accountants.base import Accountant
+from dpplugins.accountants.base import Accountant, UnsupportedEventError, private_leaves
+from dpplugins.events import EpsilonDeltaEvent, Event, GaussianEvent, RandomCheckInEvent
+from dpplugins.passes import Pass, cut_passes
 from dpplugins.amplification.checkin import (VARIANTS, admissible_delta0, delta1_for_delta0,
                                              expected_dummy_updates, pass_privacy_profile,
                                              pld_from_profile, profile_grid)
@@ -23,7 +25,7 @@ from dpplugins.errors import (ParameterError, check_choice, check_count, check_n
                               check_positive, check_probability)
 from dpplugins.pld import Bounds, PrivacyLossDistribution
 
-__all__ = ["CheckInAccountant"]
+__all__ = ["CheckInAccountant", "pass_profile", "local_noise_multiplier"]
 
 
 class CheckInAccountant(Accountant):
@@ -86,9 +88,24 @@ class CheckInAccountant(Accountant):
             raise ParameterError("neighbouring", neighbouring, "'replace_one' (the random check-in "
                                  "theorems are proved for replacing one client's data)")
         self.variant = check_choice("variant", variant, VARIANTS)
-        if num_examples is None:
-            raise ParameterError("num_examples", None, "an integer >= 1 (the number of examples "
-                                 "or clients taking part in the protocol)")
+        self.value_discretization_interval = (
+            None if value_discretization_interval is None
+            else check_positive("value_discretization_interval", value_discretization_interval))
+        if num_examples is None:   # the protocol comes from the events
+            given = {"num_slots": num_slots, "window": window, "eps0": eps0,
+                     "noise_multiplier": noise_multiplier, "max_batch_size": max_batch_size}
+            for key, value in given.items():
+                if value is not None:
+                    raise ParameterError(key, value, "None unless num_examples is given (the "
+                                         "version-0.1 protocol options; with events the "
+                                         "protocol is in the RandomCheckInEvent)")
+            self.num_examples = self.num_slots = self.window = self.eps0 = None
+            self.noise_multiplier = self.max_batch_size = None
+            self.checkin_probability = check_probability("checkin_probability",
+                                                         checkin_probability)
+            self.delta0 = check_nonnegative("delta0", delta0)
+            self.per_example_noise = bool(per_example_noise)
+            return
         self.num_examples = check_count("num_examples", num_examples, minimum=1)
         if self.variant == "sliding":
             if window is None:
@@ -132,9 +149,6 @@ class CheckInAccountant(Accountant):
         if not isinstance(per_example_noise, (bool, np.bool_)):
             raise ParameterError("per_example_noise", per_example_noise, "True or False")
         self.per_example_noise = bool(per_example_noise)
-        self.value_discretization_interval = (
-            None if value_discretization_interval is None
-            else check_positive("value_discretization_interval", value_discretization_interval))
         if self.eps0 is not None and self.delta0 > 0 and math.isinf(
                 delta1_for_delta0(self.eps0, self.delta0)):
             raise ParameterError(
@@ -142,17 +156,72 @@ class CheckInAccountant(Accountant):
                 f"{self.eps0:g} (the admissible bound of Balle et al. 2020, Thm 3.2/4.1/4.3, at "
                 "delta1 = 1; above it the theorems do not apply)", "lower delta0")
 
+    # -- events -------------------------------------------------------------------------------
+    def _supports_leaf(self, event: Event) -> bool | str:
+        if not isinstance(event, RandomCheckInEvent):
+            return ("random check-ins (RandomCheckInEvent, Balle et al. 2020); for random "
+                    "allocation with central noise use 'balls_and_bins'")
+        if event.variant != "fixed" and event.checkin_probability != 1.0:
+            return (f"checkin_probability=1 for variant={event.variant!r} (Thms 4.1 and 4.3 "
+                    "assume every client checks in)")
+        randomizer = event.event
+        if isinstance(randomizer, GaussianEvent):
+            return True
+        if isinstance(randomizer, EpsilonDeltaEvent):
+            if randomizer.epsilon <= 0:
+                return "a local randomizer with eps0 > 0"
+            if randomizer.delta >= 1 or (randomizer.delta > 0 and math.isinf(
+                    delta1_for_delta0(randomizer.epsilon, randomizer.delta))):
+                return (f"delta0 <= {admissible_delta0(randomizer.epsilon, 1.0):.6g} for eps0="
+                        f"{randomizer.epsilon:g} (Balle et al. 2020, Thm 3.2/4.1/4.3 at "
+                        "delta1 = 1)")
+            return True
+        return ("a Gaussian (GaussianEvent) or (eps0, delta0) (EpsilonDeltaEvent) local "
+                "randomizer")
+
+    def protocol_event(self, noise_multiplier: float | None = None) -> RandomCheckInEvent:
+        """The version-0.1 protocol options as a one-step ``RandomCheckInEvent``."""
+        if self.num_examples is None:
+            raise UnsupportedEventError(
+                self._poisson(noise_multiplier), self.name, "step() is a Poisson step unless "
+                "the accountant was created with the protocol options (num_examples, num_slots "
+                "or window, ...; version 0.1); compose a RandomCheckInEvent, e.g. "
+                "sampler.event(noise_multiplier, epochs)")
+        if self.eps0 is not None:
+            randomizer = EpsilonDeltaEvent(self.eps0, self.delta0)
+        else:
+            sigma = self.noise_multiplier if noise_multiplier is None else noise_multiplier
+            if sigma is None:
+                raise ParameterError("noise_multiplier", None, "a value > 0 (from step() or "
+                                     "the constructor) when eps0 is not given")
+            randomizer = GaussianEvent(check_positive("noise_multiplier", sigma))
+        event = RandomCheckInEvent(self.num_examples, randomizer, self.variant, self.num_slots,
+                                   self.window, self.checkin_probability, self.max_batch_size,
+                                   self.per_example_noise)
+        return event.with_steps(1)
+
+    def _poisson(self, noise_multiplier):
+        return super().step_event(noise_multiplier or 0.0, 1.0)
+
+    def step_event(self, noise_multiplier: float, sample_rate: float) -> Event:
+        """Version 0.1: one step of the configured protocol (the sample rate is not used: the
+        protocol's randomness is the check-in)."""
+        if self.noise_multiplier is not None and noise_multiplier != self.noise_multiplier:
+            raise ParameterError("noise_multiplier", noise_multiplier,
+                                 f"{self.noise_multiplier} as configured for this accountant")
+        check_positive("noise_multiplier", noise_multiplier)
+        return self.protocol_event(noise_multiplier)
+
     # -- protocol -----------------------------------------------------------------------------
     @property
     def steps_per_pass(self) -> int:
-        """Steps of one protocol run: ``num_slots``, or ``num_examples - window + 1``."""
-        if self.variant == "sliding":
-            return self.num_examples - self.window + 1
-        return self.num_slots
+        """Steps of one protocol run of the version-0.1 options: ``num_slots``, or
+        ``num_examples - window + 1``."""
+        return self.protocol_event(1.0 if self.eps0 is None else None).steps_per_epoch
 
     def expected_dummy_updates(self) -> float:
         """Expected dummy updates per pass (fixed: Thm 3.4; sliding: Thm 4.4), or expected empty
-        (skipped) slots per pass for the averaged variant; see
+        (skipped) slots per pass for the averaged variant, of the version-0.1 options; see
         :func:`dpplugins.amplification.checkin.expected_dummy_updates`."""
         slots = self.window if self.variant == "sliding" else self.num_slots
         return expected_dummy_updates(self.num_examples, slots, self.checkin_probability,
@@ -160,85 +229,88 @@ class CheckInAccountant(Accountant):
 
     def local_noise_multiplier(self, noise_multiplier: float) -> float:
         """Noise multiplier of the per-example randomizer a step with ``noise_multiplier`` amounts
-        to (``sigma / sqrt(b)`` for central noise on an averaged batch of at most ``b``)."""
-        sigma = check_positive("noise_multiplier", noise_multiplier)
-        if self.variant != "averaged" or self.per_example_noise:
-            return sigma
-        cap = self.max_batch_size or self.num_examples
-        return sigma / math.sqrt(min(cap, self.num_examples))
+        to under the version-0.1 options (see :func:`local_noise_multiplier`)."""
+        return local_noise_multiplier(self.protocol_event(noise_multiplier), noise_multiplier)
 
     def pass_profile(self, noise_multiplier: float | None = None):
-        """Upper bound ``delta(eps)`` (vectorised callable) for one pass; ``noise_multiplier`` is
-        used only for a Gaussian randomizer that is not fixed in the constructor."""
-        slots = self.window if self.variant == "sliding" else self.num_slots
-        common = dict(num_clients=self.num_examples, num_slots=slots,
-                      checkin_probability=self.checkin_probability)
-        if self.eps0 is not None:
-            return pass_privacy_profile(self.variant, eps0=self.eps0, delta0=self.delta0, **common)
-        sigma = self.noise_multiplier if noise_multiplier is None else noise_multiplier
-        if sigma is None:
-            raise ParameterError("noise_multiplier", None, "a value > 0 (from step() or the "
-                                 "constructor) when eps0 is not given")
-        return pass_privacy_profile(self.variant,
-                                    noise_multiplier=self.local_noise_multiplier(sigma), **common)
-
-    # -- history ------------------------------------------------------------------------------
-    def step(self, *, noise_multiplier: float, sample_rate: float, count: int = 1) -> None:
-        """Record ``count`` steps (Opacus' signature); see the class docstring."""
-        if self.noise_multiplier is not None and noise_multiplier != self.noise_multiplier:
-            raise ParameterError("noise_multiplier", noise_multiplier,
-                                 f"{self.noise_multiplier} as configured for this accountant")
-        super().step(noise_multiplier=noise_multiplier, sample_rate=sample_rate, count=count)
+        """Upper bound ``delta(eps)`` for one pass of the version-0.1 protocol."""
+        event = self.protocol_event(noise_multiplier)
+        return pass_profile(event, event.event)
 
     def passes(self, history=None) -> list[tuple[float | None, int]]:
-        """The recorded passes as ``(noise multiplier charged, number of passes)`` runs (the noise
-        multiplier is ``None`` when ``eps0`` fixes the randomizer); a partial last pass counts."""
+        """The recorded passes as ``(noise multiplier charged, number of passes)`` runs, sorted
+        (``None`` for an (eps0, delta0) randomizer); a partial last pass counts."""
+        counts: dict = {}
+        for p, count in self._cut(history):
+            first = p.events[0]
+            key = (None if isinstance(first, EpsilonDeltaEvent)
+                   else min(e.noise_multiplier for e in p.events))
+            counts[key] = counts.get(key, 0) + count
+        return sorted(counts.items(), key=lambda kv: (kv[0] is not None, kv[0] or 0))
+
+    def _cut(self, history=None) -> list[tuple[Pass, int]]:
         history = self._history if history is None else history
-        total = sum(steps for _, _, steps in history)
-        if total == 0:
-            return []
-        per = self.steps_per_pass
-        if self.eps0 is not None:
-            return [(None, math.ceil(total / per))]
-        counts: dict[float, int] = {}
-        position, current = 0, math.inf   # steps into the current pass, its smallest sigma
-        for sigma, _, steps in history:
-            if self.noise_multiplier is not None and sigma != self.noise_multiplier:
-                raise ParameterError("history noise_multiplier", sigma,
-                                     f"{self.noise_multiplier} as configured for this accountant")
-            if position > 0:              # finish the pass in progress
-                take = min(steps, per - position)
-                current, position, steps = min(current, sigma), position + take, steps - take
-                if position == per:
-                    counts[current] = counts.get(current, 0) + 1
-                    position, current = 0, math.inf
-            if steps >= per:              # whole passes at this noise multiplier
-                counts[sigma] = counts.get(sigma, 0) + steps // per
-                steps %= per
-            if steps > 0:                 # start a new pass
-                position, current = steps, sigma
-        if position > 0:
-            counts[current] = counts.get(current, 0) + 1
-        return sorted(counts.items())
+        return cut_passes(private_leaves(history))
 
     # -- privacy ------------------------------------------------------------------------------
     def _pld(self, history) -> PrivacyLossDistribution:
-        def build():
-            runs = self.passes(history)
-            profiles = [self.pass_profile(sigma) for sigma, _ in runs]
-            h, eps_max = profile_grid(profiles, self.value_discretization_interval)
-            total = None
-            for profile, (sigma, count) in zip(profiles, runs):
-                label = f"eps0={self.eps0:g}" if sigma is None else f"sigma={sigma:g}"
-                pld = pld_from_profile(profile, h, eps_max,
-                                       description=f"{self.variant} check-in pass ({label})")
-                total = pld.self_compose(count) if total is None else total.compose(
-                    pld.self_compose(count))
-            return total
-        return self._cached(("pld",), build)
+        runs = []
+        for p, count in self._cut(history):
+            randomizers = p.events
+            if isinstance(randomizers[0], EpsilonDeltaEvent):
+                # an (eps0, delta0) pass: the weakest randomizer of the pass
+                worst = max(randomizers, key=lambda e: (e.epsilon, e.delta))
+                if any(e.epsilon > worst.epsilon or e.delta > worst.delta for e in randomizers):
+                    worst = EpsilonDeltaEvent(max(e.epsilon for e in randomizers),
+                                              max(e.delta for e in randomizers))
+                label = f"eps0={worst.epsilon:g}"
+            else:  # Gaussian: the smallest noise multiplier of the pass
+                worst = min(randomizers, key=lambda e: e.noise_multiplier)
+                label = f"sigma={worst.noise_multiplier:g}"
+            runs.append((pass_profile(p.protocol, worst), count,
+                         f"{p.protocol.variant} check-in pass ({label})"))
+        h, eps_max = profile_grid([r[0] for r in runs], self.value_discretization_interval)
+        total = None
+        for profile, count, description in runs:
+            pld = pld_from_profile(profile, h, eps_max, description=description)
+            part = pld.self_compose(count)
+            total = part if total is None else total.compose(part)
+        return total
 
     def _epsilon_bounds(self, history, delta: float) -> Bounds:
-        return Bounds(0.0, self._pld(history).epsilon_for_delta(delta, lower=False).upper)
+        pld = self._cached(("pld",), self._pld)
+        return Bounds(0.0, pld.epsilon_for_delta(delta, lower=False).upper)
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
-        return Bounds(0.0, self._pld(history).delta_for_epsilon(epsilon).upper)
+        pld = self._cached(("pld",), self._pld)
+        return Bounds(0.0, pld.delta_for_epsilon(epsilon).upper)
+
+
+def local_noise_multiplier(event: RandomCheckInEvent, noise_multiplier: float) -> float:
+    """Noise multiplier of the per-example randomizer that one step of ``event`` with central
+    noise ``noise_multiplier`` amounts to: ``sigma / sqrt(b)`` for the averaged variant with the
+    noise added once to a batch of at most ``b = max_batch_size`` (``dataset_size`` if unset)
+    examples -- a post-processing of ``b`` per-example randomizers with noise ``sigma / sqrt(b)``
+    each (the sum of ``b`` independent ``N(0, sigma^2 / b)`` is ``N(0, sigma^2)``) -- and ``sigma``
+    otherwise."""
+    sigma = check_positive("noise_multiplier", noise_multiplier)
+    if event.variant != "averaged" or event.per_example_noise:
+        return sigma
+    cap = event.max_batch_size or event.dataset_size
+    return sigma / math.sqrt(min(cap, event.dataset_size))
+
+
+def pass_profile(event: RandomCheckInEvent, randomizer: Event):
+    """Upper bound ``delta(eps)`` (vectorised callable) for one pass of the check-in protocol
+    ``event`` with local randomizer ``randomizer`` (:func:`pass_privacy_profile`; Balle et al.
+    2020, Thm 3.2 / 4.1 / 4.3 with the single-participation bound)."""
+    slots = event.window if event.variant == "sliding" else event.num_slots
+    common = dict(num_clients=event.dataset_size, num_slots=slots,
+                  checkin_probability=event.checkin_probability)
+    if isinstance(randomizer, EpsilonDeltaEvent):
+        return pass_privacy_profile(event.variant, eps0=randomizer.epsilon,
+                                    delta0=randomizer.delta, **common)
+    return pass_privacy_profile(
+        event.variant, noise_multiplier=local_noise_multiplier(event,
+                                                               randomizer.noise_multiplier),
+        **common)

@@ -31,8 +31,12 @@ from typing import ClassVar
 import numpy as np
 
 from dpplugins import fdp
-from dpplugins.accountants.base import Accountant
-from dpplugins.accountants.pld import PLDAccountant, loss_scale, poisson_gaussian_pld
+from fractions import Fraction
+
+from dpplugins.accountants.base import Accountant, UnsupportedEventError, private_leaves
+from dpplugins.accountants.pld import (PLDAccountant, is_poisson_gaussian, loss_scale,
+                                       poisson_gaussian_pld, poisson_gaussian_runs)
+from dpplugins.events import Event, FixedBatchEvent, GaussianEvent
 from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_nonnegative,
                               check_open_unit)
 from dpplugins.fdp import CLTEstimateWarning, TradeoffCurve
@@ -189,16 +193,69 @@ class GDPAccountant(Accountant):
         self.tail_mass = self._poisson.tail_mass
         self.memory_limit = self._poisson.memory_limit
 
+    # -- events -------------------------------------------------------------------------------
+    def _supports_leaf(self, event: Event) -> bool | str:
+        if is_poisson_gaussian(event):
+            return True
+        if isinstance(event, FixedBatchEvent) and isinstance(event.event, GaussianEvent):
+            if self.neighbouring == "replace_one":
+                return True
+            return ("fixed-size batches are accounted for replace-one neighbours: "
+                    "create('fdp', sampling='uniform')")
+        return ("Gaussian steps on Poisson subsamples (PoissonSampledEvent) or on fixed-size "
+                "batches without replacement (FixedBatchEvent, replace-one)")
+
+    def _check_history(self, history: tuple) -> None:
+        kinds = {self._kind_of(leaf) for leaf, _ in private_leaves(history)}
+        if len(kinds) > 1:
+            last = history[-1]
+            raise UnsupportedEventError(last, self.name, "one sampling scheme per accountant: "
+                                        "Poisson and fixed-size-batch steps are not mixed", ())
+
+    @staticmethod
+    def _kind_of(event: Event) -> str:
+        return "uniform" if isinstance(event, FixedBatchEvent) else "poisson"
+
+    def _kind(self, history) -> str:
+        for leaf, _ in private_leaves(history):
+            return self._kind_of(leaf)
+        return self.sampling
+
+    @staticmethod
+    def _runs(history) -> list[tuple[float, float, int]]:
+        """``(noise_multiplier, sample_rate, steps)`` runs of the history (either kind; a
+        history holds one kind)."""
+        runs: list[tuple[float, float, int]] = []
+        for leaf, count in private_leaves(history):
+            if not isinstance(leaf, FixedBatchEvent):
+                return poisson_gaussian_runs(history)
+            entry = (leaf.event.noise_multiplier, leaf.sample_rate)
+            if runs and runs[-1][:2] == entry:
+                runs[-1] = entry + (runs[-1][2] + count,)
+            else:
+                runs.append(entry + (count,))
+        return runs
+
+    def step_event(self, noise_multiplier: float, sample_rate: float) -> Event:
+        """Poisson sugar (``sampling="poisson"``); for ``sampling="uniform"`` (version 0.1) a
+        ``FixedBatchEvent`` whose ``batch_size / dataset_size`` is exactly ``sample_rate``."""
+        event = super().step_event(noise_multiplier, sample_rate)
+        if self.sampling == "poisson" or event.sample_rate == 0:
+            return event
+        frac = Fraction(event.sample_rate)
+        return FixedBatchEvent(frac.denominator, frac.numerator, event.event)
+
     # -- description ----------------------------------------------------------------------------
     @property
     def relation(self) -> str:
         """Sampling scheme and neighbouring relation in words, with the sensitivity they imply."""
-        return _RELATIONS[(self.sampling, self.neighbouring)]
+        return _RELATIONS[(self._kind(self._history), self.neighbouring)]
 
     # -- certified path -------------------------------------------------------------------------
     def _poisson_for(self, history) -> PLDAccountant:
-        self._poisson.history = list(history)
-        return self._poisson
+        poisson = PLDAccountant(**self._poisson.options())
+        poisson.history = list(history)
+        return poisson
 
     def _uniform_grid_step(self, history) -> float:
         if self.value_discretization_interval is not None:
@@ -236,34 +293,36 @@ class GDPAccountant(Accountant):
             "raise eps_tolerance or pass value_discretization_interval")
 
     def _epsilon_bounds(self, history, delta: float) -> Bounds:
-        if self.sampling == "poisson":
+        if self._kind(history) == "poisson":
             return self._poisson_for(history).get_epsilon_bounds(delta)
         upper = self._uniform_upper(
-            history, lambda pld: pld.epsilon_for_delta(delta, lower=False).upper)
+            self._runs(history), lambda pld: pld.epsilon_for_delta(delta, lower=False).upper)
         return Bounds(0.0, upper)
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
-        if self.sampling == "poisson":
+        if self._kind(history) == "poisson":
             return self._poisson_for(history).get_delta_bounds(epsilon)
-        upper = self._uniform_upper(history, lambda pld: pld.delta_for_epsilon(epsilon).upper)
+        upper = self._uniform_upper(self._runs(history),
+                                    lambda pld: pld.delta_for_epsilon(epsilon).upper)
         return Bounds(0.0, upper)
 
     def epsilon_upper_fast(self, delta: float, history=None) -> float:
         """Certified upper bound on one grid (no accuracy loop); used by calibration."""
-        history = tuple(self._history if history is None else history)
-        if not history:
+        events = tuple(self._history if history is None else history)
+        if self._kind(events) == "poisson":
+            return self._poisson.epsilon_upper_fast(delta, events)
+        runs = self._runs(events)
+        if not runs:
             return 0.0
-        if self.sampling == "poisson":
-            return self._poisson.epsilon_upper_fast(delta, history)
-        pld = self._uniform_pld(history, self._uniform_grid_step(history))
+        pld = self._uniform_pld(runs, self._uniform_grid_step(runs))
         return pld.epsilon_for_delta(delta, lower=False).upper
 
     def certified_pld(self) -> PrivacyLossDistribution | None:
         """The PLD behind the certified values (first grid), or None for an empty history."""
-        history = tuple(self._history)
+        history = self._runs(self._history)
         if not history:
             return None
-        if self.sampling == "poisson":
+        if self._kind(self._history) == "poisson":
             return poisson_gaussian_pld(history, self._poisson.initial_grid_step(history),
                                         neighbouring=self.neighbouring, tail_mass=self.tail_mass,
                                         memory_limit=self.memory_limit)
@@ -278,7 +337,8 @@ class GDPAccountant(Accountant):
         quadrature (:func:`dpplugins.fdp.clt_mu_from_history`).  The mechanism is *not* mu-GDP
         for finite T; use :meth:`get_epsilon` for certified values.
         """
-        return fdp.clt_mu_from_history(self._history, sampling=self.sampling,
+        return fdp.clt_mu_from_history(self._runs(self._history),
+                                       sampling=self._kind(self._history),
                                        neighbouring=self.neighbouring)
 
     def _clt_message(self, what: str, value: float, certified: float | None, note: str) -> str:
@@ -358,7 +418,7 @@ class GDPAccountant(Accountant):
             exact = fdp.tradeoff_from_pld(pld, alphas)
         clt = TradeoffCurve(alphas, fdp.gaussian_tradeoff(alphas, mu) if math.isfinite(mu)
                             else np.zeros_like(alphas), f"G_{mu:.4g} (CLT estimate)")
-        return TradeoffComparison(alphas, exact, clt, mu, self.sampling, self.neighbouring,
+        return TradeoffComparison(alphas, exact, clt, mu, self._kind(self._history), self.neighbouring,
                                   len(self))
 
     def plot_tradeoff(self, path, alphas=None, *, title: str | None = None) -> Path:

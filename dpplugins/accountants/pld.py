@@ -7,11 +7,13 @@ from typing import ClassVar
 
 import numpy as np
 
-from dpplugins.accountants.base import Accountant
+from dpplugins.accountants.base import Accountant, private_leaves
 from dpplugins.errors import NumericalError, check_positive
+from dpplugins.events import Event, GaussianEvent, PoissonSampledEvent
 from dpplugins.pld import Bounds, PrivacyLossDistribution
 
-__all__ = ["PLDAccountant", "poisson_gaussian_pld", "loss_scale"]
+__all__ = ["PLDAccountant", "poisson_gaussian_pld", "loss_scale", "poisson_gaussian_runs",
+           "is_poisson_gaussian"]
 
 _MIN_H, _MAX_H = 1e-6, 2e-2
 
@@ -25,6 +27,28 @@ def loss_scale(noise_multiplier: float, sample_rate: float) -> float:
     """
     chi2 = math.expm1(min(1.0 / noise_multiplier ** 2, 700.0))
     return min(1.0 / noise_multiplier, sample_rate * math.sqrt(chi2))
+
+
+def is_poisson_gaussian(event: Event) -> bool:
+    """A Gaussian step, plain or on a Poisson subsample."""
+    return isinstance(event, GaussianEvent) or (
+        isinstance(event, PoissonSampledEvent) and isinstance(event.event, GaussianEvent))
+
+
+def poisson_gaussian_runs(history) -> list[tuple[float, float, int]]:
+    """The ``(noise_multiplier, sample_rate, steps)`` runs of a history of (Poisson-subsampled)
+    Gaussian events, in order (a plain Gaussian is sample rate 1; no-ops are dropped)."""
+    runs: list[tuple[float, float, int]] = []
+    for leaf, count in private_leaves(history):
+        if isinstance(leaf, GaussianEvent):
+            sigma, q = leaf.noise_multiplier, 1.0
+        else:
+            sigma, q = leaf.event.noise_multiplier, leaf.sample_rate
+        if runs and runs[-1][:2] == (sigma, q):
+            runs[-1] = (sigma, q, runs[-1][2] + count)
+        else:
+            runs.append((sigma, q, count))
+    return runs
 
 
 def poisson_gaussian_pld(history, h: float, *, neighbouring: str = "add_remove",
@@ -92,6 +116,12 @@ class PLDAccountant(Accountant):
         self.tail_mass = check_positive("tail_mass", tail_mass)
         self.memory_limit = int(check_positive("memory_limit", memory_limit))
 
+    def _supports_leaf(self, event: Event) -> bool | str:
+        if is_poisson_gaussian(event):
+            return True
+        return ("Gaussian noise, on a Poisson subsample or on the whole data "
+                "(PoissonSampledEvent(q, GaussianEvent(sigma)) or GaussianEvent(sigma))")
+
     # -- grid ---------------------------------------------------------------------------------
     def initial_grid_step(self, history) -> float:
         """First grid step: a 40th of the smallest per-step loss scale (see :func:`loss_scale`),
@@ -136,15 +166,19 @@ class PLDAccountant(Accountant):
             f"{h:.3g}", "raise eps_tolerance or pass a smaller value_discretization_interval")
 
     def _epsilon_bounds(self, history, delta: float) -> Bounds:
-        return self._refine(history, lambda pld: _with_gap(pld.epsilon_for_delta(delta)))
+        runs = poisson_gaussian_runs(history)
+        return self._refine(runs, lambda pld: _with_gap(pld.epsilon_for_delta(delta)))
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
-        return self._refine(history, lambda pld: _with_gap(pld.delta_for_epsilon(epsilon)))
+        runs = poisson_gaussian_runs(history)
+        return self._refine(runs, lambda pld: _with_gap(pld.delta_for_epsilon(epsilon)))
 
     def epsilon_upper_fast(self, delta: float, history=None) -> float:
         """Certified upper bound on one grid (no accuracy loop); used by calibration."""
-        history = tuple(self._history if history is None else history)
+        history = poisson_gaussian_runs(self._history if history is None else history)
         if not history:
             return 0.0
+        if any(sigma == 0 for sigma, _, _ in history):
+            return math.inf
         pld = self._pld(history, self.initial_grid_step(history))
         return pld.epsilon_for_delta(delta, lower=False).upper

@@ -12,7 +12,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from dpplugins.accountants.base import Accountant, validate_history
+from fractions import Fraction
+
+from dpplugins.accountants.base import (Accountant, UnsupportedEventError, private_leaves,
+                                        validate_history)
+from dpplugins.events import Event, GaussianEvent, LaplaceEvent, PNSGDEvent
 from dpplugins.amplification.iteration import (NOISES, PNSGDSetting, epsilon_for_delta,
                                                privacy_profile)
 from dpplugins.errors import ParameterError, check_choice, check_count, check_positive
@@ -123,8 +127,9 @@ class PNSGDAccountant(Accountant):
                      "variant", "contraction", "noise", "smoothness",
                      "value_discretization_interval")
 
-    def __init__(self, *, lipschitz: float, diameter: float, learning_rate: float,
-                 dataset_size: int, variant: str = "shuffled", contraction: float = 1.0,
+    def __init__(self, *, lipschitz: float | None = None, diameter: float | None = None,
+                 learning_rate: float | None = None, dataset_size: int | None = None,
+                 variant: str = "shuffled", contraction: float = 1.0,
                  noise: str = "gaussian", smoothness: float | None = None,
                  neighbouring: str = "replace_one",
                  value_discretization_interval: float = 1e-3) -> None:
@@ -133,6 +138,25 @@ class PNSGDAccountant(Accountant):
                                  "the PNSGD theorems compare datasets of equal size that differ "
                                  "in one record (A uses the gradient difference 2L)")
         super().__init__(neighbouring=neighbouring)
+        settings = dict(lipschitz=lipschitz, diameter=diameter, learning_rate=learning_rate,
+                        dataset_size=dataset_size)
+        if all(value is None for value in settings.values()):
+            # the algorithm's constants come from the PNSGDEvent (events mode)
+            for key in settings:
+                setattr(self, key, None)
+            self.variant = check_choice("variant", variant, VARIANTS)
+            self.contraction = check_positive("contraction", contraction)
+            self.noise = check_choice("noise", noise, NOISES)
+            self.smoothness = smoothness
+            self.value_discretization_interval = check_positive(
+                "value_discretization_interval", value_discretization_interval)
+            self._setting = None
+            return
+        for key, value in settings.items():
+            if value is None:
+                raise ParameterError(key, None, "a value (with lipschitz, diameter, learning_rate "
+                                     "and dataset_size all given; or none of them, and compose "
+                                     "PNSGDEvent)")
         self.lipschitz = check_positive("lipschitz", lipschitz)
         self.diameter = check_positive("diameter", diameter)
         self.learning_rate = check_positive("learning_rate", learning_rate)
@@ -166,16 +190,69 @@ class PNSGDAccountant(Accountant):
                                  "step)", "use batch size 1 or create the accountant with the "
                                  "dataset size the loader uses")
 
-    def step(self, *, noise_multiplier: float, sample_rate: float, count: int = 1) -> None:
-        """Record ``count`` PNSGD steps; ``sample_rate`` must be ``1/dataset_size``.
-
-        ``noise_multiplier`` = (std of the Gaussian noise added to the gradient) / ``lipschitz``
-        (for Laplace noise: the Laplace scale / ``lipschitz``).
-        """
-        check_positive("noise_multiplier", noise_multiplier)
+    def step_event(self, noise_multiplier: float, sample_rate: float) -> Event:
+        """Version 0.1: one PNSGD step of the configured algorithm; ``sample_rate`` must be
+        ``1/dataset_size``.  ``noise_multiplier`` = (std of the Gaussian noise added to the
+        gradient) / ``lipschitz`` (for Laplace noise: the Laplace scale / ``lipschitz``)."""
+        sigma = check_positive("noise_multiplier", noise_multiplier)
+        if self._setting is None:
+            raise UnsupportedEventError(
+                super().step_event(noise_multiplier, sample_rate), self.name,
+                "step() is a Poisson step unless the accountant was created with lipschitz, "
+                "diameter, learning_rate and dataset_size (version 0.1); compose a PNSGDEvent")
         sample_rate = check_positive("sample_rate", sample_rate)
         self._check_sample_rate("sample_rate", sample_rate)
-        super().step(noise_multiplier=noise_multiplier, sample_rate=sample_rate, count=count)
+        inner = GaussianEvent(sigma) if self.noise == "gaussian" else LaplaceEvent(sigma)
+        return PNSGDEvent(self.dataset_size, Fraction(1, self.dataset_size), inner,
+                          self.lipschitz, self.diameter, self.learning_rate, self.variant,
+                          self.contraction, self.smoothness)
+
+    def _supports_leaf(self, event: Event) -> bool | str:
+        if not isinstance(event, PNSGDEvent):
+            return "projected noisy SGD (PNSGDEvent)"
+        if not isinstance(event.event, (GaussianEvent, LaplaceEvent)):
+            return "Gaussian or Laplace noise in PNSGDEvent.event"
+        if event.smoothness is not None:
+            limit = 2.0 / event.smoothness
+            needed = event.learning_rate * event.smoothness - 1.0
+            if event.learning_rate > limit and event.contraction < needed:
+                return (f"learning_rate <= 2/smoothness = {limit:.6g} for the gradient step to "
+                        f"be non-expansive (or contraction >= {needed:.6g})")
+        return True
+
+    def _check_history(self, history: tuple) -> None:
+        keys = {leaf.protocol_key() + (type(leaf.event).__name__,)
+                for leaf, _ in private_leaves(history) if isinstance(leaf, PNSGDEvent)}
+        if len(keys) > 1:
+            raise UnsupportedEventError(history[-1], self.name, "one PNSGD algorithm (constants, "
+                                        "variant and noise family) per accountant", ())
+
+    def _configured(self, history) -> tuple["PNSGDAccountant", list]:
+        """An accountant configured with the history's algorithm and its steps as version-0.1
+        runs ``(noise_multiplier, 1 / dataset_size, steps)``."""
+        leaves_ = private_leaves(history)
+        event = leaves_[0][0]
+        if self._setting is not None and event.lipschitz == self.lipschitz and \
+                event.dataset_size == self.dataset_size and event.variant == self.variant:
+            configured = self
+        else:
+            configured = PNSGDAccountant(
+                lipschitz=event.lipschitz, diameter=event.diameter,
+                learning_rate=event.learning_rate, dataset_size=event.dataset_size,
+                variant=event.variant, contraction=event.contraction,
+                noise="gaussian" if isinstance(event.event, GaussianEvent) else "laplace",
+                smoothness=event.smoothness,
+                value_discretization_interval=self.value_discretization_interval)
+        runs = []
+        for leaf, count in leaves_:
+            inner = leaf.event
+            scale = inner.noise_multiplier if isinstance(inner, GaussianEvent) else inner.scale
+            steps = leaf.steps * count
+            if runs and runs[-1][0] == scale:
+                runs[-1] = (scale, runs[-1][1], runs[-1][2] + steps)
+            else:
+                runs.append((scale, 1.0 / leaf.dataset_size, steps))
+        return configured, runs
 
     def _passes(self, history) -> list[Pass]:
         history = validate_history(history)
@@ -233,14 +310,16 @@ class PNSGDAccountant(Accountant):
         return total
 
     def _epsilon_bounds(self, history, delta: float) -> Bounds:
-        passes = self._passes(history)
+        acc, runs = self._configured(history)
+        passes = acc._passes(runs)
         if len(passes) == 1:
-            return Bounds(0.0, epsilon_for_delta(self.pass_profile(passes[0]), delta))
-        return Bounds(0.0, self._pld(passes).epsilon_for_delta(delta, lower=False).upper)
+            return Bounds(0.0, epsilon_for_delta(acc.pass_profile(passes[0]), delta))
+        return Bounds(0.0, acc._pld(passes).epsilon_for_delta(delta, lower=False).upper)
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
-        passes = self._passes(history)
+        acc, runs = self._configured(history)
+        passes = acc._passes(runs)
         if len(passes) == 1:
-            value = float(self.pass_profile(passes[0])(np.array([epsilon]))[0])
+            value = float(acc.pass_profile(passes[0])(np.array([epsilon]))[0])
             return Bounds(0.0, min(value, 1.0))
-        return Bounds(0.0, self._pld(passes).delta_for_epsilon(epsilon).upper)
+        return Bounds(0.0, acc._pld(passes).delta_for_epsilon(epsilon).upper)

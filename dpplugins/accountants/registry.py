@@ -11,7 +11,7 @@ from typing import Any
 
 from dpplugins.errors import ParameterError
 
-__all__ = ["register", "create", "available", "get_class"]
+__all__ = ["register", "create", "available", "get_class", "supporting"]
 
 _REGISTRY: dict[str, type] = {}
 #: registry name -> (module, class) of the built-in accountants, imported on first use
@@ -59,3 +59,20 @@ def get_class(name: str) -> type:
 def create(name: str, **options: Any):
     """A new accountant by registry name, e.g. ``create("pld", eps_tolerance=1e-3)``."""
     return get_class(name)(**options)
+
+
+def supporting(event) -> tuple[str, ...]:
+    """Registry names of the accountants that support ``event`` with their default options
+    (each accountant decides from the event: ``create(name).supports(event)``)."""
+    names = []
+    for name in available():
+        try:
+            accountant = create(name)
+        except Exception:  # an accountant that cannot be built with defaults cannot be named
+            continue
+        try:
+            if accountant.supports(event):
+                names.append(name)
+        except Exception:
+            continue
+    return tuple(names)

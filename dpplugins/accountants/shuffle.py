@@ -55,85 +55,75 @@ Example::
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import ClassVar
 
 import numpy as np
 
-from dpplugins.accountants.base import Accountant
+from dpplugins.accountants.base import Accountant, UnsupportedEventError, private_leaves
 from dpplugins.amplification import shuffle as shuffle_bounds
 from dpplugins.amplification import swap as swap_bounds
 from dpplugins.errors import (NumericalError, ParameterError, check_count, check_positive)
+from dpplugins.events import (Event, GaussianEvent, ProtocolEvent, ShuffledEpochsEvent,
+                              steps_per_epoch_for_rate)
+from dpplugins.passes import cut_passes
 from dpplugins.mechanisms.gaussian import gaussian_delta
 from dpplugins.pld import Bounds, PrivacyLossDistribution
 
 __all__ = ["ShuffleAccountant", "EpochPlan", "epoch_plan", "gaussian_epsilon"]
 
-#: relative tolerance for "sample_rate is 1 / an integer"
-_RATE_TOLERANCE = 1e-6
-
-
 class EpochPlan:
-    """The history cut into epochs: ``steps_per_epoch`` and, per epoch kind,
-    ``(sigma_min, sigma_max, released_steps) -> count``."""
+    """The history cut into epochs: the protocol (``steps_per_epoch``, ``batch_size``,
+    ``dataset_size``) and, per epoch kind, ``(sigma_min, sigma_max, released_steps) -> count``."""
 
-    def __init__(self, steps_per_epoch: int, epochs: dict[tuple[float, float, int], int]) -> None:
+    def __init__(self, steps_per_epoch: int, epochs: dict[tuple[float, float, int], int],
+                 batch_size: int = 1, dataset_size: int | None = None) -> None:
         self.steps_per_epoch = steps_per_epoch
         self.epochs = epochs
+        self.batch_size = batch_size
+        self.dataset_size = dataset_size
 
     def __repr__(self) -> str:
-        return f"EpochPlan(T={self.steps_per_epoch}, epochs={self.epochs})"
+        return f"EpochPlan(T={self.steps_per_epoch}, b={self.batch_size}, epochs={self.epochs})"
 
 
-def epoch_plan(history, batch_size: int, dataset_size: int | None = None) -> EpochPlan:
-    """Cut a run-length history into epochs of ``T = 1 / sample_rate`` steps.
-
-    Raises :class:`ParameterError` if a sample rate is not ``1 / T`` for an integer T, if the
-    runs disagree on T (the epoch length would change mid-training), or if ``dataset_size`` is
-    given and T is neither ``ceil(dataset_size / batch_size)`` nor its floor (``drop_last``).
-    """
-    steps_per_epoch = None
-    for i, (_, q, _) in enumerate(history):
-        t = round(1.0 / q)
-        if t < 1 or abs(t * q - 1.0) > _RATE_TOLERANCE:
+def legacy_shuffled_step(noise_multiplier: float, sample_rate: float, batch_size: int,
+                         dataset_size: int | None) -> ShuffledEpochsEvent:
+    """One step of shuffled epochs as a version-0.1 history entry meant it: ``sample_rate = 1 /
+    T`` with T the steps per epoch.  Without ``dataset_size`` the largest dataset with T batches
+    of ``batch_size`` is assumed (``T b + b - 1`` with ``drop_last``), which the lower bound of
+    version 0.1 also assumed; with it, T must be ``ceil(n / b)`` (or ``floor`` with
+    ``drop_last``)."""
+    T = steps_per_epoch_for_rate("sample_rate", sample_rate)
+    b = batch_size
+    if dataset_size is None:
+        n, drop_last = T * b + b - 1, b > 1
+    else:
+        n = dataset_size
+        if T == math.ceil(n / b):
+            drop_last = False
+        elif T == n // b:
+            drop_last = True
+        else:
             raise ParameterError(
-                f"history[{i}].sample_rate", q,
-                "1 / (steps per epoch) for shuffled epochs (Opacus: 1 / len(data_loader))",
-                hint="shuffled batches visit every example once per epoch")
-        if steps_per_epoch is None:
-            steps_per_epoch = t
-        elif t != steps_per_epoch:
-            raise ParameterError(f"history[{i}].sample_rate", q,
-                                 f"1/{steps_per_epoch} like the earlier steps (one epoch length)")
-    if dataset_size is not None:
-        allowed = {math.ceil(dataset_size / batch_size), dataset_size // batch_size}
-        if steps_per_epoch not in allowed:
-            raise ParameterError(
-                "sample_rate", 1.0 / steps_per_epoch,
-                f"1/{max(allowed)} (or 1/{min(allowed)} with drop_last) for dataset_size="
-                f"{dataset_size} and batch_size={batch_size}")
+                "sample_rate", sample_rate,
+                f"1/{math.ceil(n / b)} (or 1/{n // b} with drop_last) for dataset_size="
+                f"{n} and batch_size={b}")
+    return ShuffledEpochsEvent(n, b, Fraction(1, T), GaussianEvent(noise_multiplier), drop_last)
+
+
+def epoch_plan(passes) -> EpochPlan:
+    """The :class:`EpochPlan` of ``cut_passes`` output for one shuffled-epochs protocol: every
+    pass becomes ``(smallest sigma, largest sigma, released steps)``."""
     epochs: dict[tuple[float, float, int], int] = {}
-    pos, lo, hi = 0, math.inf, 0.0
-    T = steps_per_epoch
-
-    def close(released, smin, smax, count=1):
-        key = (smin, smax, released)
+    protocol = None
+    for p, count in passes:
+        protocol = p.protocol
+        sigmas = [e.noise_multiplier for e in p.events]
+        key = (min(sigmas), max(sigmas), p.steps)
         epochs[key] = epochs.get(key, 0) + count
-
-    for sigma, _, steps in history:
-        if pos > 0:  # finish the open epoch
-            take = min(steps, T - pos)
-            pos, lo, hi, steps = pos + take, min(lo, sigma), max(hi, sigma), steps - take
-            if pos == T:
-                close(T, lo, hi)
-                pos, lo, hi = 0, math.inf, 0.0
-        if steps >= T:
-            close(T, sigma, sigma, steps // T)
-            steps %= T
-        if steps:
-            pos, lo, hi = steps, min(lo, sigma), max(hi, sigma)
-    if pos:
-        close(pos, lo, hi)
-    return EpochPlan(T, epochs)
+    return EpochPlan(protocol.steps_per_epoch, epochs, getattr(protocol, "batch_size", 1),
+                     protocol.dataset_size)
 
 
 def gaussian_epsilon(mu: float, delta: float) -> float:
@@ -157,10 +147,14 @@ def gaussian_epsilon(mu: float, delta: float) -> float:
 class ShuffleAccountant(Accountant):
     """DP-SGD on shuffled epochs: certified upper bound and Chua et al. lower bound (see module).
 
-    Options: ``batch_size`` (or its alias ``examples_per_step``; required), ``dataset_size``
-    (optional, checked against the sample rate), ``neighbouring``, ``lower_bound`` (compute the
-    lower bound; ``False`` reports 0 for it), ``value_discretization_interval`` (PLD grid step;
-    default chosen from the per-epoch noise).
+    Accounts :class:`~dpplugins.events.ShuffledEpochsEvent` with Gaussian noise (one
+    shuffled-epochs protocol per accountant; the noise may change from step to step).
+
+    Options: ``neighbouring``, ``lower_bound`` (compute the lower bound; ``False`` reports 0 for
+    it), ``value_discretization_interval`` (PLD grid step; default chosen from the per-epoch
+    noise).  ``batch_size`` (alias ``examples_per_step``) and ``dataset_size`` are the version-0.1
+    way of naming the protocol for :meth:`step` (``sample_rate = 1 / steps per epoch``); with
+    events they are not needed.
     """
 
     name: ClassVar[str] = "shuffle"
@@ -179,18 +173,18 @@ class ShuffleAccountant(Accountant):
                  value_discretization_interval: float | None = None,
                  lower_bound: bool = True) -> None:
         super().__init__(neighbouring=neighbouring)
-        if batch_size is None and examples_per_step is None:
-            raise ParameterError("batch_size", None,
-                                 "an integer >= 1 (examples per optimizer step)",
-                                 hint="the shuffle accountant needs the batch size")
         if batch_size is not None and examples_per_step is not None and \
                 batch_size != examples_per_step:
             raise ParameterError("examples_per_step", examples_per_step,
                                  f"equal to batch_size={batch_size} (they are aliases)")
-        self.batch_size = check_count("batch_size", batch_size if batch_size is not None
-                                      else examples_per_step, minimum=1)
+        if batch_size is None:
+            batch_size = examples_per_step
+        self.batch_size = None if batch_size is None else check_count("batch_size", batch_size,
+                                                                        minimum=1)
         self.dataset_size = (None if dataset_size is None
                              else check_count("dataset_size", dataset_size, minimum=2))
+        if self.dataset_size is not None and self.batch_size is None:
+            raise ParameterError("batch_size", None, "an integer >= 1 when dataset_size is given")
         if self.dataset_size is not None and self.dataset_size < self.batch_size:
             raise ParameterError("dataset_size", dataset_size, f">= batch_size={self.batch_size}")
         self.value_discretization_interval = (
@@ -206,16 +200,44 @@ class ShuffleAccountant(Accountant):
         """L2 sensitivity of one step's noisy sum between neighbours (clipping norm 1)."""
         return 2.0 if self.neighbouring == "replace_one" else 1.0
 
+    # -- events -------------------------------------------------------------------------------
+    def _supports_leaf(self, event: Event) -> bool | str:
+        if isinstance(event, ShuffledEpochsEvent) and isinstance(event.event, GaussianEvent):
+            return True
+        return ("shuffled epochs with Gaussian noise (ShuffledEpochsEvent); for Poisson "
+                "sampling use 'pld'")
+
+    def _check_history(self, history: tuple) -> None:
+        keys = {leaf.protocol_key() for leaf, _ in private_leaves(history)
+                if isinstance(leaf, ProtocolEvent)}
+        if len(keys) > 1:
+            raise UnsupportedEventError(history[-1], self.name, "one shuffled-epochs protocol "
+                                        "(dataset size, batch size, drop_last) per accountant; "
+                                        "use one accountant per phase", ())
+
+    def step_event(self, noise_multiplier: float, sample_rate: float) -> Event:
+        """Version 0.1: with ``batch_size`` set, one step of shuffled epochs with ``sample_rate
+        = 1 / steps per epoch`` (:func:`legacy_shuffled_step`); without it there is no protocol
+        to name and the step is Opacus' Poisson step, which this accountant refuses."""
+        if self.batch_size is None:
+            event = super().step_event(noise_multiplier, sample_rate)
+            raise UnsupportedEventError(
+                event, self.name, "step() is a Poisson step unless the accountant was created "
+                "with batch_size (version 0.1); compose a ShuffledEpochsEvent, e.g. "
+                "sampler.event(noise_multiplier, epochs)")
+        sigma = check_positive("noise_multiplier", noise_multiplier)
+        return legacy_shuffled_step(sigma, sample_rate, self.batch_size, self.dataset_size)
+
     def plan(self, history=None) -> EpochPlan:
         """The epochs of ``history`` (default: the recorded one)."""
         history = self._history if history is None else history
-        return epoch_plan(history, self.batch_size, self.dataset_size)
+        return epoch_plan(cut_passes(private_leaves(history)))
 
     def _users_per_epoch(self, plan: EpochPlan) -> int | None:
         """n of the shuffle theorems (batch size 1 only), or None when they do not apply."""
-        if self.batch_size != 1:
+        if plan.batch_size != 1:
             return None
-        n = plan.steps_per_epoch if self.dataset_size is None else self.dataset_size
+        n = plan.dataset_size
         return n if n >= 2 else None
 
     def _mu_total(self, plan: EpochPlan) -> float:
@@ -294,8 +316,7 @@ class ShuffleAccountant(Accountant):
         "example not used" distribution), so the lower bound stays valid.  With ``dataset_size``
         N it is ``min(released b, N) / N``; without it, N may be as large as ``T b + b - 1``
         (``drop_last``), and we use that."""
-        b, T = self.batch_size, plan.steps_per_epoch
-        n = self.dataset_size if self.dataset_size is not None else T * b + b - 1
+        b, n = plan.batch_size, plan.dataset_size
         return min(released * b, n) / n
 
     def _lower_plds(self, plan: EpochPlan) -> list[PrivacyLossDistribution]:
@@ -343,7 +364,7 @@ class ShuffleAccountant(Accountant):
         """A short report: lower bound, upper bound, no-amplification value, and advice."""
         lower, upper = self.get_epsilon_bounds(delta)
         plain = self.no_amplification_epsilon(delta)
-        lines = [f"shuffled epochs ({self.neighbouring}, batch size {self.batch_size}), "
+        lines = [f"shuffled epochs ({self.neighbouring}, batch size {self.plan().batch_size}), "
                  f"delta={delta:g}: epsilon in [{lower:.4g}, {upper:.4g}] "
                  f"(no amplification: {plain:.4g})"]
         if upper >= 0.95 * plain:

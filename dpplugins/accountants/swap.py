@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from dpplugins.accountants.shuffle import ShuffleAccountant
+from dpplugins.events import Event, GaussianEvent, ShuffledEpochsEvent, SwapEvent
 
 __all__ = ["SwapAccountant"]
 
@@ -56,3 +57,12 @@ class SwapAccountant(ShuffleAccountant):
         super().__init__(batch_size=1, neighbouring=neighbouring, dataset_size=dataset_size,
                          value_discretization_interval=value_discretization_interval,
                          lower_bound=lower_bound)
+
+    def _supports_leaf(self, event: Event) -> bool | str:
+        if isinstance(event, SwapEvent) and isinstance(event.event, GaussianEvent):
+            return True
+        if (isinstance(event, ShuffledEpochsEvent) and event.batch_size == 1
+                and isinstance(event.event, GaussianEvent)):
+            return True
+        return ("batch size 1 on shuffled epochs with Gaussian noise (ShuffledEpochsEvent with "
+                "batch_size=1, or SwapEvent); for larger batches use 'shuffle'")

@@ -32,6 +32,7 @@ from scipy import stats
 
 from dpplugins.amplification.checkin import expected_dummy_updates
 from dpplugins.errors import ParameterError, check_choice, check_count, check_probability
+from dpplugins.events import GaussianEvent, RandomCheckInEvent
 from dpplugins.samplers.shuffled import make_generator
 
 __all__ = ["RandomCheckIn", "SlidingWindowCheckIn"]
@@ -118,6 +119,15 @@ class RandomCheckIn:
         return expected_dummy_updates(self.num_examples, self.num_slots,
                                       self.checkin_probability, variant=self.variant)
 
+    def event(self, noise_multiplier: float, epochs=1) -> RandomCheckInEvent:
+        """What training with this sampler releases: ``epochs`` passes of the check-in protocol
+        with Gaussian noise ``noise_multiplier`` added once to every step's sum (an empty slot:
+        the noise alone).  With ``variant="averaged"``, check-in probability 1 and no cap this is
+        random allocation (the ``balls_and_bins`` accountant)."""
+        return RandomCheckInEvent(self.num_examples, GaussianEvent(noise_multiplier),
+                                  self.variant, self.num_slots, None, self.checkin_probability,
+                                  self._cap, False, epochs)
+
     def draw_checkins(self) -> np.ndarray:
         """One round of check-ins: the slot of every example (``-1``: it abstains)."""
         n, m, p0 = self.num_examples, self.num_slots, self.checkin_probability
@@ -199,6 +209,13 @@ class SlidingWindowCheckIn:
         """Expected dummy updates per pass, ``(n - m + 1)(1 - 1/m)^m <= (n - m + 1)/e``
         (Balle et al. 2020, Thm 4.4)."""
         return expected_dummy_updates(self.num_examples, self.window, variant="sliding")
+
+    def event(self, noise_multiplier: float, epochs=1) -> RandomCheckInEvent:
+        """What training with this sampler releases: ``epochs`` passes of the sliding-window
+        protocol with Gaussian noise ``noise_multiplier`` on every step (an empty slot: a dummy,
+        noise-only update)."""
+        return RandomCheckInEvent(self.num_examples, GaussianEvent(noise_multiplier), "sliding",
+                                  None, self.window, 1.0, None, False, epochs)
 
     def draw_checkins(self) -> np.ndarray:
         """One round of check-ins: the (0-based) time slot chosen by every example."""

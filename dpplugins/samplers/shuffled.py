@@ -12,6 +12,7 @@ from typing import Iterator
 import numpy as np
 
 from dpplugins.errors import ParameterError, check_count
+from dpplugins.events import GaussianEvent, ShuffledEpochsEvent
 
 __all__ = ["ShuffledEpochs", "make_generator"]
 
@@ -76,6 +77,13 @@ class ShuffledEpochs:
 
     def __len__(self) -> int:
         return self.steps_per_epoch
+
+    def event(self, noise_multiplier: float, epochs=1) -> ShuffledEpochsEvent:
+        """What training with this sampler releases: ``epochs`` epochs (an int, a Fraction, or
+        :meth:`~dpplugins.events.ProtocolEvent.with_steps`) of Gaussian noise
+        ``noise_multiplier`` on every batch sum."""
+        return ShuffledEpochsEvent(self.num_examples, self.batch_size, epochs,
+                                   GaussianEvent(noise_multiplier), self.drop_last)
 
     def __iter__(self) -> Iterator[np.ndarray]:
         order = self._rng.permutation(self.num_examples).astype(np.int64)

@@ -1,0 +1,178 @@
+"""One contract test over every registered accountant (events issue, item 6).
+
+Modelled on dp_accounting's abstract ``privacy_accountant_test.py``: each accountant is driven
+only through events, and the properties checked are the contract's (DESIGN.md, "The accountant
+contract").  Which events an accountant supports is asked of the accountant itself; the
+catalogue below is a list of events, not of accountant names.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import pickle
+
+import pytest
+
+from dpplugins.accountants import (Accountant, PLDAccountant, UnsupportedEventError, available,
+                                   create, register, supporting)
+from dpplugins.errors import ParameterError
+from dpplugins.events import (ComposedEvent, GaussianEvent, NoOpEvent, NonPrivateEvent,
+                              PNSGDEvent, PoissonSampledEvent, SelfComposedEvent,
+                              UnsupportedEvent, from_dict)
+from dpplugins.samplers import (RandomCheckIn, ShuffledEpochs, SlidingWindowCheckIn,
+                                balls_and_bins)
+
+SIGMA = 2.0
+CATALOGUE = {
+    "poisson": SelfComposedEvent(PoissonSampledEvent(0.05, GaussianEvent(SIGMA)), 40),
+    "gaussian": SelfComposedEvent(GaussianEvent(SIGMA * 4), 3),
+    "shuffled": ShuffledEpochs(200, 20).event(SIGMA, 2),
+    "shuffled_b1": ShuffledEpochs(50, 1).event(SIGMA * 4, 1),
+    "allocation": balls_and_bins(200, 10).event(SIGMA, 2),
+    "checkin_fixed": RandomCheckIn(200, 20, 0.5).event(SIGMA, 1),
+    "sliding": SlidingWindowCheckIn(40, 10).event(SIGMA, 1),
+    "pnsgd": PNSGDEvent(100, 2, GaussianEvent(SIGMA), lipschitz=1.0, diameter=1.0,
+                        learning_rate=0.5),
+}
+NAMES = available()
+
+
+def supported(name: str) -> list[str]:
+    acc = create(name)
+    return [key for key, event in CATALOGUE.items() if acc.supports(event)]
+
+
+def cases():
+    for name in NAMES:
+        for key in supported(name):
+            yield name, key
+
+
+CASES = list(cases())
+
+
+def test_every_accountant_supports_something_and_refuses_the_rest():
+    for name in NAMES:
+        keys = supported(name)
+        assert keys, f"{name} supports none of the catalogue"
+        for key, event in CATALOGUE.items():
+            assert (name in supporting(event)) == (key in keys)
+
+
+def test_unsupported_event_is_refused_ledger_untouched_and_names_who_can():
+    for name in NAMES:
+        acc = create(name)
+        keys = supported(name)
+        acc.compose(CATALOGUE[keys[0]])
+        before = acc.state_dict()
+        for key, event in CATALOGUE.items():
+            if key in keys:
+                continue
+            with pytest.raises(UnsupportedEventError) as info:
+                acc.compose(event)
+            assert acc.state_dict() == before
+            assert info.value.supported_by == supporting(event)
+            for other in info.value.supported_by:
+                assert other in str(info.value)
+            # nested inside a composition: still refused, ledger still untouched
+            with pytest.raises(UnsupportedEventError):
+                acc.compose(ComposedEvent([CATALOGUE[keys[0]], event]))
+            assert acc.state_dict() == before
+        with pytest.raises(UnsupportedEventError, match="mystery loader"):
+            acc.compose(UnsupportedEvent("mystery loader"))
+        assert acc.state_dict() == before
+        with pytest.raises(ParameterError, match="event"):
+            acc.compose("not an event")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_empty_noop_and_non_private(name):
+    acc = create(name)
+    assert acc.get_epsilon(1e-5) == 0.0 and acc.get_delta(1.0) == 0.0 and len(acc) == 0
+    acc.compose(NoOpEvent())
+    assert acc.get_epsilon(1e-5) == 0.0
+    acc.compose(NonPrivateEvent())
+    assert acc.get_epsilon(1e-5) == math.inf and acc.get_delta(10.0) == 1.0
+
+
+@pytest.mark.parametrize("name,key", CASES)
+def test_state_round_trip_and_queries(name, key):
+    acc = create(name)
+    acc.compose(CATALOGUE[key])
+    assert len(acc) == CATALOGUE[key].steps
+    state = json.loads(json.dumps(acc.state_dict()))
+    again = create(name)
+    again.load_state_dict(state)
+    assert again.history == acc.history
+    assert [from_dict(e) for e in state["events"]] == acc.history
+    lower, upper = acc.get_epsilon_bounds(1e-5)
+    assert 0.0 <= lower <= upper and math.isfinite(upper)
+    assert again.get_epsilon(1e-5) == upper
+    # get_delta(get_epsilon(d)) <= d: the certified epsilon certifies delta
+    assert acc.get_delta(upper) <= 1e-5 * (1 + 1e-6)
+    # a no-op changes nothing
+    before = acc.get_epsilon_bounds(1e-5)
+    acc.compose(NoOpEvent())
+    assert acc.get_epsilon_bounds(1e-5) == before
+
+
+@pytest.mark.parametrize("name,key", CASES)
+def test_pickle_and_deepcopy(name, key):
+    acc = create(name)
+    acc.compose(CATALOGUE[key])
+    eps = acc.get_epsilon(1e-5)
+    for clone in (pickle.loads(pickle.dumps(acc)), copy.deepcopy(acc)):
+        assert clone.history == acc.history and clone.get_epsilon(1e-5) == eps
+
+
+@pytest.mark.parametrize("name,key", CASES)
+def test_accumulation_is_decided_by_the_event(name, key):
+    """Two batches per noisy step: the event says what that is, or refuses; the accountant
+    then accounts for it or refuses -- never a silent number for another protocol."""
+    acc = create(name)
+    try:
+        merged = CATALOGUE[key].accumulate(2)
+    except ParameterError:
+        return
+    assert isinstance(merged.steps, int)
+    if acc.supports(merged):
+        acc.compose(merged)
+        assert 0.0 <= acc.get_epsilon(1e-5)
+
+
+def test_a_user_accountant_gets_the_same_contract():
+    """Adding an accountant is one class and one registry line: it is then named wherever
+    its events are refused by others, and it refuses what it does not support."""
+
+    class HalfPoisson(Accountant):
+        name = "toy_half_poisson"
+
+        def _supports_leaf(self, event):
+            return isinstance(event, PoissonSampledEvent) and event.sample_rate <= 0.5 or \
+                "Poisson steps with q <= 0.5"
+
+        def _epsilon_bounds(self, history, delta):
+            return PLDAccountant()._epsilon_bounds(history, delta)
+
+        def _delta_bounds(self, history, epsilon):
+            return PLDAccountant()._delta_bounds(history, epsilon)
+
+    from dpplugins.accountants import registry
+    register("toy_half_poisson", HalfPoisson)
+    try:
+        _check_toy()
+    finally:
+        registry._REGISTRY.pop("toy_half_poisson", None)
+
+
+def _check_toy():
+    assert "toy_half_poisson" in supporting(CATALOGUE["poisson"])
+    with pytest.raises(UnsupportedEventError) as info:
+        create("shuffle").compose(CATALOGUE["poisson"])
+    assert "toy_half_poisson" in str(info.value)
+    toy = create("toy_half_poisson").compose(CATALOGUE["poisson"])
+    assert toy.get_epsilon(1e-5) == create("pld").compose(CATALOGUE["poisson"]).get_epsilon(1e-5)
+    with pytest.raises(UnsupportedEventError, match="q <= 0.5"):
+        toy.compose(PoissonSampledEvent(0.9, GaussianEvent(1.0)))

@@ -25,7 +25,6 @@ new, independent run.  A step is one check-in slot and yields an ``int64`` index
 
 from __future__ import annotations
 
-from typing import Iterator
 
 import numpy as np
 from scipy import stats
@@ -33,7 +32,7 @@ from scipy import stats
 from dpplugins.amplification.checkin import expected_dummy_updates
 from dpplugins.errors import ParameterError, check_choice, check_count, check_probability
 from dpplugins.events import GaussianEvent, RandomCheckInEvent
-from dpplugins.samplers.shuffled import make_generator
+from dpplugins.samplers.base import SeededSampler
 
 __all__ = ["RandomCheckIn", "SlidingWindowCheckIn"]
 
@@ -57,7 +56,7 @@ def _one_per_slot(slots: np.ndarray, num_slots: int, rng: np.random.Generator) -
     return chosen
 
 
-class RandomCheckIn:
+class RandomCheckIn(SeededSampler):
     """Random check-ins with a fixed window ``[m]`` (A_fix, Alg. 1) or averaged updates (A_avg).
 
     Every example independently checks in with probability ``checkin_probability`` (``p0``) into a
@@ -82,14 +81,15 @@ class RandomCheckIn:
     scheme = "random_checkin"
 
     def __init__(self, num_examples: int, num_slots: int, checkin_probability: float = 1.0,
-                 variant: str = "fixed", max_batch_size: int | None = None, rng=None) -> None:
+                 variant: str = "fixed", max_batch_size: int | None = None, rng=None, *,
+                 num_replicas: int | None = None, rank: int | None = None) -> None:
         self.num_examples = check_count("num_examples", num_examples, minimum=1)
         self.num_slots = check_count("num_slots", num_slots, minimum=1)
         self.checkin_probability = check_probability("checkin_probability", checkin_probability)
         self.variant = check_choice("variant", variant, ("fixed", "averaged"))
         self._cap = (None if max_batch_size is None
                      else check_count("max_batch_size", max_batch_size, minimum=1))
-        self._rng = make_generator(rng)
+        self._init_schedule(rng, num_replicas, rank)
         self.last_pass_overflow = 0
 
     @property
@@ -128,25 +128,32 @@ class RandomCheckIn:
                                   self.variant, self.num_slots, None, self.checkin_probability,
                                   self._cap, False, epochs)
 
-    def draw_checkins(self) -> np.ndarray:
-        """One round of check-ins: the slot of every example (``-1``: it abstains)."""
+    def draw_checkins(self, generator: np.random.Generator | None = None) -> np.ndarray:
+        """One round of check-ins: the slot of every example (``-1``: it abstains); from
+        ``generator``, or from an independent stream of the sampler's seed."""
+        rng = self._stream if generator is None else generator
         n, m, p0 = self.num_examples, self.num_slots, self.checkin_probability
-        slots = self._rng.integers(0, m, size=n, dtype=np.int64)
+        slots = rng.integers(0, m, size=n, dtype=np.int64)
         if p0 < 1.0:
-            slots[self._rng.random(n) >= p0] = -1
+            slots[rng.random(n) >= p0] = -1
         return slots
 
-    def __iter__(self) -> Iterator[np.ndarray]:
-        slots = self.draw_checkins()
-        if self.variant == "fixed":
-            chosen = _one_per_slot(slots, self.num_slots, self._rng)
-            self.last_pass_overflow = 0
-            return iter([_batch(c) for c in chosen])
-        return iter(self._averaged_batches(slots))
+    def _params(self) -> dict:
+        return {"num_examples": self.num_examples, "num_slots": self.num_slots,
+                "checkin_probability": self.checkin_probability, "variant": self.variant,
+                "max_batch_size": self._cap}
 
-    def _averaged_batches(self, slots: np.ndarray) -> list[np.ndarray]:
+    def _global_pass(self, generator: np.random.Generator) -> list[np.ndarray]:
+        slots = self.draw_checkins(generator)
+        if self.variant == "fixed":
+            chosen = _one_per_slot(slots, self.num_slots, generator)
+            self.last_pass_overflow = 0
+            return [_batch(c) for c in chosen]
+        return self._averaged_batches(slots, generator)
+
+    def _averaged_batches(self, slots: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
         idx = np.flatnonzero(slots >= 0)
-        order = np.lexsort((self._rng.random(idx.size), slots[idx]))
+        order = np.lexsort((rng.random(idx.size), slots[idx]))
         s, i = slots[idx][order], idx[order]
         bounds = np.searchsorted(s, np.arange(self.num_slots + 1))
         cap = self.max_batch_size
@@ -164,7 +171,7 @@ class RandomCheckIn:
                 f"max_batch_size={self._cap})")
 
 
-class SlidingWindowCheckIn:
+class SlidingWindowCheckIn(SeededSampler):
     """Random check-ins into a sliding window (A_sldw, Balle et al. 2020, Sec. 4.2, Thm 4.3).
 
     Example ``j`` (``0 <= j < n``) checks in, with probability 1, into a uniform slot of
@@ -186,13 +193,14 @@ class SlidingWindowCheckIn:
     scheme = "sliding_window"
     max_batch_size = 1
 
-    def __init__(self, num_examples: int, window: int, rng=None) -> None:
+    def __init__(self, num_examples: int, window: int, rng=None, *,
+                 num_replicas: int | None = None, rank: int | None = None) -> None:
         self.num_examples = check_count("num_examples", num_examples, minimum=1)
         self.window = check_count("window", window, minimum=1)
         if self.window > self.num_examples:
             raise ParameterError("window", window, f"<= num_examples={self.num_examples} "
                                  "(Thm 4.3 needs the window m in [n])")
-        self._rng = make_generator(rng)
+        self._init_schedule(rng, num_replicas, rank)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -217,22 +225,27 @@ class SlidingWindowCheckIn:
         return RandomCheckInEvent(self.num_examples, GaussianEvent(noise_multiplier), "sliding",
                                   None, self.window, 1.0, None, False, epochs)
 
-    def draw_checkins(self) -> np.ndarray:
+    def draw_checkins(self, generator: np.random.Generator | None = None) -> np.ndarray:
         """One round of check-ins: the (0-based) time slot chosen by every example."""
+        rng = self._stream if generator is None else generator
         n = self.num_examples
-        return np.arange(n, dtype=np.int64) + self._rng.integers(0, self.window, size=n,
-                                                                  dtype=np.int64)
+        return np.arange(n, dtype=np.int64) + rng.integers(0, self.window, size=n,
+                                                           dtype=np.int64)
 
-    def __iter__(self) -> Iterator[np.ndarray]:
-        slots = self.draw_checkins() - (self.window - 1)   # step index; out of range = unused
-        chosen = _one_per_slot(slots, self.steps_per_epoch, self._rng)
-        return iter([_batch(c) for c in chosen])
+    def _params(self) -> dict:
+        return {"num_examples": self.num_examples, "window": self.window}
+
+    def _global_pass(self, generator: np.random.Generator) -> list[np.ndarray]:
+        slots = self.draw_checkins(generator) - (self.window - 1)  # step index; out = unused
+        chosen = _one_per_slot(slots, self.steps_per_epoch, generator)
+        return [_batch(c) for c in chosen]
 
     def __repr__(self) -> str:
         return f"SlidingWindowCheckIn(num_examples={self.num_examples}, window={self.window})"
 
 
-def balls_and_bins(num_examples: int, steps_per_epoch: int, rng=None) -> RandomCheckIn:
+def balls_and_bins(num_examples: int, steps_per_epoch: int, rng=None, *,
+                   num_replicas: int | None = None, rank: int | None = None) -> RandomCheckIn:
     """The random-allocation (balls-and-bins) sampler: every example goes into exactly one
     uniformly random step of each pass of ``steps_per_epoch`` steps, and every example of a step
     is used (Chua et al., AISTATS 2025).  This is ``RandomCheckIn`` with check-in probability 1,
@@ -246,4 +259,4 @@ def balls_and_bins(num_examples: int, steps_per_epoch: int, rng=None) -> RandomC
         (10, 1000)
     """
     return RandomCheckIn(num_examples, steps_per_epoch, checkin_probability=1.0,
-                         variant="averaged", rng=rng)
+                         variant="averaged", rng=rng, num_replicas=num_replicas, rank=rank)

@@ -7,12 +7,12 @@ subsampling; pair it with an accountant that is valid for shuffling (DESIGN.md, 
 from __future__ import annotations
 
 import math
-from typing import Iterator
 
 import numpy as np
 
 from dpplugins.errors import ParameterError, check_count
 from dpplugins.events import GaussianEvent, ShuffledEpochsEvent
+from dpplugins.samplers.base import SeededSampler
 
 __all__ = ["ShuffledEpochs", "make_generator"]
 
@@ -29,15 +29,16 @@ def make_generator(rng) -> np.random.Generator:
                          "numpy.random.Generator")
 
 
-class ShuffledEpochs:
+class ShuffledEpochs(SeededSampler):
     """Each pass draws a uniform permutation of ``range(num_examples)`` and yields consecutive
     batches of ``batch_size`` indices (the last one shorter unless ``drop_last``).
 
     Attributes: ``scheme = "shuffled_epochs"``, ``num_examples``, ``batch_size`` (the cap: no
     batch is larger), ``steps_per_epoch`` (``ceil(n / b)``, or ``floor(n / b)`` with
     ``drop_last``), ``expected_batch_size`` (mean batch size over a pass).  ``len(sampler)`` is
-    the number of steps per pass; iterating yields one pass of ``int64`` index arrays, with fresh
-    randomness from the sampler's generator each time.
+    the number of steps per pass; iterating yields one pass of ``int64`` index arrays and moves
+    to the next epoch (a fresh permutation).  Seeds, ranks (``num_replicas``, ``rank``),
+    ``set_epoch`` and ``state_dict``: :mod:`dpplugins.samplers.base`.
 
     Example::
 
@@ -49,7 +50,7 @@ class ShuffledEpochs:
     scheme = "shuffled_epochs"
 
     def __init__(self, num_examples: int, batch_size: int, drop_last: bool = False,
-                 rng=None) -> None:
+                 rng=None, *, num_replicas: int | None = None, rank: int | None = None) -> None:
         self.num_examples = check_count("num_examples", num_examples, minimum=1)
         self.batch_size = check_count("batch_size", batch_size, minimum=1)
         if not isinstance(drop_last, (bool, np.bool_)):
@@ -59,7 +60,7 @@ class ShuffledEpochs:
             raise ParameterError("batch_size", batch_size,
                                  f"<= num_examples={self.num_examples} with drop_last=True "
                                  "(otherwise a pass has no batch)")
-        self._rng = make_generator(rng)
+        self._init_schedule(rng, num_replicas, rank)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -85,11 +86,14 @@ class ShuffledEpochs:
         return ShuffledEpochsEvent(self.num_examples, self.batch_size, epochs,
                                    GaussianEvent(noise_multiplier), self.drop_last)
 
-    def __iter__(self) -> Iterator[np.ndarray]:
-        order = self._rng.permutation(self.num_examples).astype(np.int64)
+    def _params(self) -> dict:
+        return {"num_examples": self.num_examples, "batch_size": self.batch_size,
+                "drop_last": self.drop_last}
+
+    def _global_pass(self, generator: np.random.Generator) -> list[np.ndarray]:
+        order = generator.permutation(self.num_examples).astype(np.int64)
         b = self.batch_size
-        for step in range(self.steps_per_epoch):
-            yield order[step * b:(step + 1) * b]
+        return [order[step * b:(step + 1) * b] for step in range(self.steps_per_epoch)]
 
     def __repr__(self) -> str:
         return (f"ShuffledEpochs(num_examples={self.num_examples}, batch_size={self.batch_size}, "

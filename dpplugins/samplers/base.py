@@ -1,0 +1,144 @@
+"""What every sampler shares: a schedule from (seed, epoch), ranks, and resumable state.
+
+* **Schedule.**  Pass ``e`` of a sampler is drawn from ``numpy.random.default_rng(
+  SeedSequence(seed, spawn_key=(e,)))``, so it depends only on the seed and the epoch: a sampler
+  rebuilt from the same seed, or another process with the same seed, draws the same pass.
+  Iterating the sampler runs the current pass and then moves to the next epoch (a fresh,
+  independent pass -- what the accountants assume); ``set_epoch(e)`` jumps to pass ``e`` like
+  ``torch.utils.data.DistributedSampler.set_epoch``.
+* **Ranks.**  With ``num_replicas = R`` and ``rank = r`` every rank draws the same *global* pass
+  and yields its shard of every global step: the step's index array split into ``R`` contiguous
+  pieces by ``numpy.array_split`` (the first ``len % R`` ranks get one index more), piece ``r``.
+  The union over ranks is exactly the single-process step; a shard may be empty (then that rank
+  contributes nothing to the step, and a step empty on every rank stays a noise-only step).
+  ``len(sampler)`` and ``sampler.event(...)`` describe the global steps.  Defaults: the world
+  size and rank of an initialised ``torch.distributed`` process group if one exists (looked up
+  without importing torch), else 1 and 0.
+* **State.**  ``state_dict()`` holds the seed, the epoch and the position in the pass (steps
+  already yielded); ``load_state_dict`` on a sampler with the same parameters continues the same
+  schedule from there -- a run resumed mid-epoch replays exactly the protocol that was accounted.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Iterator
+
+import numpy as np
+
+from dpplugins.errors import ParameterError, check_count
+
+__all__ = ["SeededSampler", "make_seed", "default_replicas"]
+
+
+def make_seed(rng) -> int:
+    """An int seed from ``None`` (fresh entropy, recorded so the run can be resumed), an int, a
+    ``SeedSequence`` (its entropy) or a ``Generator`` (one draw from it)."""
+    if rng is None:
+        return int(np.random.SeedSequence().entropy) % (1 << 63)
+    if isinstance(rng, np.random.Generator):
+        return int(rng.integers(1 << 63))
+    if isinstance(rng, np.random.SeedSequence):
+        return int(rng.entropy) % (1 << 63)
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool) and rng >= 0:
+        return int(rng)
+    raise ParameterError("rng", rng, "None, a non-negative int seed, a numpy SeedSequence or a "
+                         "numpy.random.Generator")
+
+
+def default_replicas() -> tuple[int, int]:
+    """(world size, rank) of an initialised torch.distributed group, else (1, 0); torch is not
+    imported here (only looked up if the program already imported it)."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_world_size()), int(dist.get_rank())
+    except Exception:  # pragma: no cover - a broken torch install
+        pass
+    return 1, 0
+
+
+class SeededSampler:
+    """Base class (module docstring).  Subclasses implement ``_global_pass(generator)``
+    returning the list of the pass's global index arrays, and ``_params()`` (the constructor
+    parameters that a saved state must match)."""
+
+    scheme: str = ""
+
+    def _init_schedule(self, rng, num_replicas: int | None, rank: int | None) -> None:
+        self.seed = make_seed(rng)
+        self.epoch = 0
+        self._position = 0
+        world, own = default_replicas()
+        if num_replicas is None and rank is not None:
+            raise ParameterError("num_replicas", None, "given together with rank")
+        self.num_replicas = world if num_replicas is None else check_count(
+            "num_replicas", num_replicas, minimum=1)
+        self.rank = (own if num_replicas is None else 0) if rank is None else check_count(
+            "rank", rank, minimum=0)
+        if self.rank >= self.num_replicas:
+            raise ParameterError("rank", rank, f"in [0, num_replicas - 1] = [0, "
+                                 f"{self.num_replicas - 1}]")
+        self._stream = np.random.default_rng(np.random.SeedSequence(self.seed,
+                                                                   spawn_key=(1 << 32,)))
+
+    def _global_pass(self, generator: np.random.Generator) -> list[np.ndarray]:
+        raise NotImplementedError  # pragma: no cover
+
+    def _params(self) -> dict[str, Any]:
+        raise NotImplementedError  # pragma: no cover
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next iteration run pass ``epoch`` from its start."""
+        self.epoch = check_count("epoch", epoch, minimum=0)
+        self._position = 0
+
+    def generator_for_epoch(self, epoch: int) -> np.random.Generator:
+        """The generator pass ``epoch`` is drawn from."""
+        return np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(int(epoch),)))
+
+    def global_pass(self, epoch: int | None = None) -> list[np.ndarray]:
+        """The global index arrays of pass ``epoch`` (default: the current one)."""
+        return self._global_pass(self.generator_for_epoch(self.epoch if epoch is None
+                                                          else epoch))
+
+    def shard(self, batch: np.ndarray) -> np.ndarray:
+        """This rank's part of a global step (module docstring)."""
+        if self.num_replicas == 1:
+            return batch
+        return np.array_split(batch, self.num_replicas)[self.rank]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        batches = self.global_pass()
+        start = self._position
+        for i in range(start, len(batches)):
+            self._position = i + 1
+            yield self.shard(batches[i])
+        self.epoch += 1
+        self._position = 0
+
+    @property
+    def position(self) -> int:
+        """Steps of the current pass already yielded."""
+        return self._position
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable state: parameters, seed, epoch and position in the pass."""
+        return {"scheme": self.scheme, "params": self._params(), "seed": self.seed,
+                "epoch": self.epoch, "position": self._position}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the schedule saved by :meth:`state_dict` (same parameters required)."""
+        if not isinstance(state, dict) or "seed" not in state:
+            raise ParameterError("state", type(state).__name__,
+                                 "a dict produced by sampler.state_dict()")
+        if state.get("scheme") != self.scheme or state.get("params") != self._params():
+            raise ParameterError("state['params']", state.get("params"),
+                                 f"{self._params()} (the parameters of this {self.scheme} "
+                                 "sampler)", "rebuild the sampler with the saved parameters")
+        self.seed = make_seed(state["seed"])
+        self.epoch = check_count("state['epoch']", state["epoch"], minimum=0)
+        position = check_count("state['position']", state["position"], minimum=0)
+        if position > len(self):
+            raise ParameterError("state['position']", position, f"<= {len(self)} steps per pass")
+        self._position = position

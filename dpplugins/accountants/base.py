@@ -31,7 +31,7 @@ import threading
 from typing import Any, ClassVar, Iterable
 
 from dpplugins.errors import (ParameterError, check_choice, check_count, check_nonnegative,
-                              check_open_unit, check_positive, check_probability)
+                              check_probability, check_real)
 from dpplugins.events import (Event, GaussianEvent, NonPrivateEvent, PoissonSampledEvent,
                               SelfComposedEvent, UnsupportedEvent, from_dict, leaves)
 from dpplugins.pld import Bounds
@@ -287,15 +287,25 @@ class Accountant:
                 return None
         return history
 
+    def _pure_epsilon_bounds(self, history: tuple) -> Bounds:
+        """Bounds on epsilon at delta = 0 (pure DP); by default only ``[0, inf]`` is known."""
+        return Bounds(0.0, math.inf)
+
     def get_epsilon_bounds(self, delta: float) -> Bounds:
-        """Certified ``(lower, upper)`` bounds on epsilon at ``delta`` for the recorded history."""
-        delta = check_open_unit("delta", delta)
+        """Certified ``(lower, upper)`` bounds on epsilon at ``delta`` (``0 <= delta < 1``; at
+        ``delta = 0`` the pure-DP epsilon, ``inf`` when the accountant cannot certify one) for
+        the recorded history."""
+        delta = check_real("delta", delta)
+        if not 0.0 <= delta < 1.0:
+            raise ParameterError("delta", delta, "in [0, 1)")
 
         def compute(history):
             if not private_leaves(history):
                 return Bounds(0.0, 0.0)
             if self._private_history(history) is None:
                 return Bounds(math.inf, math.inf)
+            if delta == 0.0:
+                return self._pure_epsilon_bounds(history)
             return self._epsilon_bounds(history, delta)
         return self._cached(("eps", delta), compute)
 

@@ -9,11 +9,13 @@ import numpy as np
 
 from dpplugins.accountants.base import Accountant, private_leaves
 from dpplugins.errors import NumericalError, check_positive
-from dpplugins.events import Event, GaussianEvent, PoissonSampledEvent
+from dpplugins import mechanisms
+from dpplugins.events import (EpsilonDeltaEvent, Event, GaussianEvent, LaplaceEvent,
+                              PoissonSampledEvent, RandomizedResponseEvent)
 from dpplugins.pld import Bounds, PrivacyLossDistribution
 
 __all__ = ["PLDAccountant", "poisson_gaussian_pld", "loss_scale", "poisson_gaussian_runs",
-           "is_poisson_gaussian"]
+           "is_poisson_gaussian", "epsilon_delta_pair"]
 
 _MIN_H, _MAX_H = 1e-6, 2e-2
 
@@ -49,6 +51,15 @@ def poisson_gaussian_runs(history) -> list[tuple[float, float, int]]:
         else:
             runs.append((sigma, q, count))
     return runs
+
+
+def epsilon_delta_pair(epsilon: float, delta: float) -> tuple[list[float], list[float]]:
+    """The dominating pair of every (epsilon, delta)-DP mechanism (Kairouz, Oh, Viswanath 2015,
+    Thm 2.1 / Murtagh & Vadhan 2016): four outcomes with
+    ``P = (delta, (1-delta) e^eps / (1+e^eps), (1-delta) / (1+e^eps), 0)`` and ``Q`` its mirror."""
+    a = (1 - delta) / (1 + math.exp(-epsilon)) if epsilon < 700 else 1 - delta
+    b = (1 - delta) - a
+    return [delta, a, b, 0.0], [0.0, b, a, delta]
 
 
 def poisson_gaussian_pld(history, h: float, *, neighbouring: str = "add_remove",
@@ -117,10 +128,91 @@ class PLDAccountant(Accountant):
         self.memory_limit = int(check_positive("memory_limit", memory_limit))
 
     def _supports_leaf(self, event: Event) -> bool | str:
-        if is_poisson_gaussian(event):
+        if is_poisson_gaussian(event) or isinstance(
+                event, (LaplaceEvent, RandomizedResponseEvent, EpsilonDeltaEvent)):
             return True
-        return ("Gaussian noise, on a Poisson subsample or on the whole data "
-                "(PoissonSampledEvent(q, GaussianEvent(sigma)) or GaussianEvent(sigma))")
+        if isinstance(event, PoissonSampledEvent) and isinstance(event.event, LaplaceEvent):
+            if self.neighbouring == "add_remove":
+                return True
+            return "Poisson-subsampled Laplace is accounted for add/remove neighbours"
+        return ("Gaussian or Laplace noise, on a Poisson subsample or on the whole data, "
+                "randomized response or an (epsilon, delta) mechanism")
+
+    # -- mechanisms other than the (subsampled) Gaussian ------------------------------------------
+    def _sensitivity(self) -> float:
+        """L2 (Gaussian) or L1 (Laplace) sensitivity of a step whose noise is given relative to
+        the add/remove sensitivity: replacing one example moves the sum twice as far."""
+        return 2.0 if self.neighbouring == "replace_one" else 1.0
+
+    def _pairs(self, leaf: Event):
+        """Worst-case pairs of one leaf event (:mod:`dpplugins.mechanisms`)."""
+        if is_poisson_gaussian(leaf):
+            sigma, q = ((leaf.noise_multiplier, 1.0) if isinstance(leaf, GaussianEvent)
+                        else (leaf.event.noise_multiplier, leaf.sample_rate))
+            return mechanisms.poisson_subsampled_gaussian(sigma, q, 1.0,
+                                                          neighbouring=self.neighbouring)
+        if isinstance(leaf, LaplaceEvent):
+            d = self._sensitivity()
+            return mechanisms.laplace(leaf.scale * d, d)
+        if isinstance(leaf, PoissonSampledEvent):
+            return mechanisms.poisson_subsampled_laplace(leaf.event.scale, leaf.sample_rate, 1.0)
+        if isinstance(leaf, RandomizedResponseEvent):
+            return mechanisms.k_randomized_response(leaf.epsilon0, leaf.num_buckets)
+        return mechanisms.discrete_pair(*epsilon_delta_pair(leaf.epsilon, leaf.delta),
+                                        symmetric=True)
+
+    def _max_loss(self, leaf: Event) -> float:
+        """The largest privacy loss of one leaf (its pure-DP epsilon; inf if none)."""
+        if is_poisson_gaussian(leaf):
+            return math.inf
+        if isinstance(leaf, LaplaceEvent):
+            return 1.0 / leaf.scale  # (2 / (2 scale)) for replace-one: the same
+        if isinstance(leaf, PoissonSampledEvent):
+            return math.log1p(leaf.sample_rate * math.expm1(1.0 / leaf.event.scale))
+        if isinstance(leaf, RandomizedResponseEvent):
+            return leaf.epsilon0
+        return leaf.epsilon if leaf.delta == 0 else math.inf
+
+    def _pure_epsilon_bounds(self, history) -> Bounds:
+        """Exact epsilon at delta = 0: the sum of the per-step largest losses (for these
+        mechanisms the largest losses of all steps occur together, in the remove direction, so
+        the sum is attained; Dwork & Roth 2014, Thm 3.16 gives it as an upper bound)."""
+        total = math.fsum(self._max_loss(leaf) * count for leaf, count in private_leaves(history))
+        if math.isinf(total):
+            return Bounds(math.inf, math.inf)
+        return Bounds(total * (1 - 1e-12), total * (1 + 1e-12))
+
+    def _generic(self, history, evaluate) -> Bounds:
+        """Bounds for histories with Laplace, randomized-response or (eps, delta) steps: one
+        PLD component per distinct leaf, composed by FFT, on grids refined until the relative
+        gap is within ``eps_tolerance`` (or the best certified bounds reached)."""
+        counts: dict[Event, int] = {}
+        for leaf, count in private_leaves(history):
+            counts[leaf] = counts.get(leaf, 0) + count
+        scale = min(min(self._max_loss(leaf), 1.0) if math.isfinite(self._max_loss(leaf))
+                    else 1.0 for leaf in counts)
+        h = self.value_discretization_interval or float(np.clip(scale / 40.0, _MIN_H, _MAX_H))
+        best = None
+        for _ in range(4):
+            total = None
+            try:
+                for leaf, count in counts.items():
+                    part = PrivacyLossDistribution.from_mechanism(
+                        self._pairs(leaf), value_discretization_interval=h,
+                        tail_mass=self.tail_mass, memory_limit=self.memory_limit
+                    ).self_compose(count)
+                    total = part if total is None else total.compose(part)
+                bounds, gap = evaluate(total)
+            except NumericalError:
+                if best is not None:
+                    return best
+                raise
+            if best is None or bounds.upper - bounds.lower < best.upper - best.lower:
+                best = bounds
+            if self.value_discretization_interval is not None or gap <= self.eps_tolerance:
+                return bounds
+            h = max(h / 4.0, _MIN_H)
+        return best
 
     # -- grid ---------------------------------------------------------------------------------
     def initial_grid_step(self, history) -> float:
@@ -165,11 +257,20 @@ class PLDAccountant(Accountant):
             f"the certified gap stayed above eps_tolerance={self.eps_tolerance:g} at grid step "
             f"{h:.3g}", "raise eps_tolerance or pass a smaller value_discretization_interval")
 
+    def _only_gaussian(self, history) -> bool:
+        return all(is_poisson_gaussian(leaf) for leaf, _ in private_leaves(history))
+
     def _epsilon_bounds(self, history, delta: float) -> Bounds:
+        if delta == 0:
+            return self._pure_epsilon_bounds(history)
+        if not self._only_gaussian(history):
+            return self._generic(history, lambda pld: _with_gap(pld.epsilon_for_delta(delta)))
         runs = poisson_gaussian_runs(history)
         return self._refine(runs, lambda pld: _with_gap(pld.epsilon_for_delta(delta)))
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
+        if not self._only_gaussian(history):
+            return self._generic(history, lambda pld: _with_gap(pld.delta_for_epsilon(epsilon)))
         runs = poisson_gaussian_runs(history)
         return self._refine(runs, lambda pld: _with_gap(pld.delta_for_epsilon(epsilon)))
 

@@ -15,8 +15,9 @@ from dpplugins.mechanisms.discrete import discrete_pair
 from dpplugins.mechanisms.gaussian import gaussian
 from dpplugins.mechanisms.laplace import laplace
 from dpplugins.mechanisms.randomized_response import k_randomized_response, randomized_response
-from dpplugins.mechanisms.subsampled import poisson_subsampled_gaussian
+from dpplugins.mechanisms.subsampled import poisson_subsampled_gaussian, poisson_subsampled_laplace
 from dpplugins.mechanisms.types import MechanismPairs
 
 __all__ = ["MechanismPairs", "gaussian", "laplace", "randomized_response",
-           "k_randomized_response", "binomial", "poisson_subsampled_gaussian", "discrete_pair"]
+           "k_randomized_response", "binomial", "poisson_subsampled_gaussian", "poisson_subsampled_laplace",
+           "discrete_pair"]

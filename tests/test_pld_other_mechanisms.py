@@ -1,0 +1,103 @@
+"""The pld accountant beyond the Gaussian: Laplace, Poisson-subsampled Laplace, randomized
+response, (epsilon, delta) mechanisms and delta = 0 (events issue, item 7), each against an
+independent computation: closed forms, exact enumeration, quadrature, dp_accounting."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import integrate, stats
+
+from dpplugins.accountants import create
+from dpplugins.events import (EpsilonDeltaEvent, GaussianEvent, LaplaceEvent,
+                              PoissonSampledEvent, RandomizedResponseEvent, SelfComposedEvent)
+
+
+def pld_with(*events):
+    acc = create("pld")
+    for event in events:
+        acc.compose(event)
+    return acc
+
+
+def test_one_laplace_step_matches_the_closed_form():
+    # Laplace with scale b (sensitivity 1): delta(eps) = 1 - exp((eps - 1/b) / 2), eps < 1/b
+    b = 0.8
+    acc = pld_with(LaplaceEvent(b))
+    for eps in (0.0, 0.3, 1.0):
+        exact = 1 - math.exp((eps - 1 / b) / 2)
+        lower, upper = acc.get_delta_bounds(eps)
+        assert lower <= exact <= upper and upper - lower <= 2e-3 * exact
+    assert acc.get_epsilon_bounds(0.0).lower <= 1 / b <= acc.get_epsilon_bounds(0.0).upper
+
+
+def _hockey(p_pdf, q_pdf, eps, lo, hi, points):
+    f = lambda x: max(p_pdf(x) - math.exp(eps) * q_pdf(x), 0.0)   # noqa: E731
+    return integrate.quad(f, lo, hi, points=points, limit=400, epsabs=1e-13)[0]
+
+
+def test_one_poisson_subsampled_laplace_step_matches_quadrature():
+    b, q = 1.0, 0.3
+    lap = lambda m: (lambda x: stats.laplace.pdf(x, loc=m, scale=b))   # noqa: E731
+    mix_plus = lambda x: q * lap(1.0)(x) + (1 - q) * lap(0.0)(x)        # noqa: E731
+    mix_minus = lambda x: q * lap(-1.0)(x) + (1 - q) * lap(0.0)(x)      # noqa: E731
+    acc = pld_with(PoissonSampledEvent(q, LaplaceEvent(b)))
+    for eps in (0.05, 0.2, 0.4):
+        remove = _hockey(mix_plus, lap(0.0), eps, -40, 40, [-1, 0, 1])
+        add = _hockey(lap(0.0), mix_minus, eps, -40, 40, [-1, 0, 1])
+        exact = max(remove, add)
+        lower, upper = acc.get_delta_bounds(eps)
+        assert lower <= exact * (1 + 1e-9) and exact <= upper * (1 + 1e-9)
+        assert upper - lower <= 2e-2 * exact   # the lower construction is first order at atoms
+    pure = acc.get_epsilon_bounds(0.0)
+    assert pure.lower <= math.log1p(q * math.expm1(1 / b)) <= pure.upper
+
+
+@pytest.mark.parametrize("eps0,steps", [(1.0, 5), (0.5, 12)])
+def test_randomized_response_matches_exact_enumeration(eps0, steps):
+    p = math.exp(eps0) / (1 + math.exp(eps0))
+    k = np.arange(steps + 1)
+    P, Q = stats.binom.pmf(k, steps, p), stats.binom.pmf(k, steps, 1 - p)
+    acc = pld_with(SelfComposedEvent(RandomizedResponseEvent(eps0, 2), steps))
+    for eps in (0.5, 1.5, 3.0):
+        exact = float(np.sum(np.maximum(P - math.exp(eps) * Q, 0.0)))
+        lower, upper = acc.get_delta_bounds(eps)
+        assert lower <= exact * (1 + 1e-9) + 1e-15 and exact <= upper * (1 + 1e-9) + 1e-15
+    pure = acc.get_epsilon_bounds(0.0)
+    assert pure.lower <= steps * eps0 <= pure.upper
+
+
+def test_epsilon_delta_mechanism_alone_is_its_own_guarantee():
+    acc = pld_with(EpsilonDeltaEvent(1.0, 1e-6))
+    # its dominating pair has delta(1) = 1e-6 exactly and delta(0) = 1e-6 + tanh(1/2)(1 - 1e-6)
+    lower, upper = acc.get_delta_bounds(1.0)
+    assert lower <= 1e-6 <= upper and upper <= 1e-6 * (1 + 1e-3) + 1e-12
+    assert acc.get_epsilon_bounds(0.0).upper == math.inf
+    assert pld_with(EpsilonDeltaEvent(0.5)).get_epsilon_bounds(0.0).lower == pytest.approx(0.5)
+
+
+def test_delta_zero_for_gaussian_is_infinite_and_for_no_events_is_zero():
+    assert create("pld").get_epsilon(0.0) == 0.0
+    acc = pld_with(SelfComposedEvent(PoissonSampledEvent(0.01, GaussianEvent(1.0)), 10))
+    assert acc.get_epsilon(0.0) == math.inf
+
+
+@pytest.mark.anchor
+def test_laplace_and_rr_against_dp_accounting():
+    dp_accounting = pytest.importorskip("dp_accounting")
+    from dp_accounting.pld import pld_privacy_accountant
+
+    cases = [
+        (SelfComposedEvent(LaplaceEvent(2.0), 10),
+         dp_accounting.SelfComposedDpEvent(dp_accounting.LaplaceDpEvent(2.0), 10)),
+        (SelfComposedEvent(PoissonSampledEvent(0.2, LaplaceEvent(1.0)), 30),
+         dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
+             0.2, dp_accounting.LaplaceDpEvent(1.0)), 30)),
+    ]
+    for ours, theirs in cases:
+        anchor = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+        anchor.compose(theirs)
+        lower, upper = pld_with(ours).get_epsilon_bounds(1e-5)
+        value = anchor.get_epsilon(1e-5)
+        assert lower <= value * (1 + 1e-3) and value <= upper * (1 + 1e-2)
+        assert abs(upper - value) <= 1e-2 * value

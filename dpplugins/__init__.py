@@ -13,14 +13,14 @@ Quick start::
 
 from dpplugins.errors import NumericalError, ParameterError  # noqa: F401
 
-__version__ = "0.1.0.dev0"
+__version__ = "0.2.0.dev0"
 
 
 def __getattr__(name):  # lazy subpackages keep `import dpplugins` cheap
     import importlib
 
     if name in {"accountants", "pld", "mechanisms", "calibration", "errors", "fdp", "samplers",
-                "amplification", "report"}:
+                "amplification", "report", "events", "passes"}:
         return importlib.import_module(f"dpplugins.{name}")
     if name == "find_noise_multiplier":
         from dpplugins.calibration import find_noise_multiplier

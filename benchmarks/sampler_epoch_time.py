@@ -2,8 +2,9 @@
 
 One run, same model and data: a plain shuffled ``DataLoader`` (``poisson_sampling=False``),
 Opacus' Poisson ``DPDataLoader``, our ``ShuffledEpochs`` and ``RandomCheckIn`` through
-``make_data_loader``.  Prints the median epoch time of each and the ratio to the plain loader
-(target: our samplers within 5 % of it).
+``make_data_loader``.  Epochs of the four loaders alternate (one epoch each per round, rotated order); prints each
+loader's median epoch time, its spread and the ratio of medians to the plain loader (target:
+our samplers within 5 % of it; read the spread before calling a difference real).
 
     python benchmarks/sampler_epoch_time.py [--epochs 5] [--quick]
 """
@@ -11,9 +12,9 @@ Opacus' Poisson ``DPDataLoader``, our ``ShuffledEpochs`` and ``RandomCheckIn`` t
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import sys
 import warnings
+from pathlib import Path
 
 import torch
 from opacus import PrivacyEngine
@@ -21,6 +22,9 @@ from sklearn.datasets import load_digits
 
 from dpplugins.integrations.opacus import make_data_loader
 from dpplugins.samplers import RandomCheckIn, ShuffledEpochs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _ab import alternate, report  # noqa: E402
 
 BATCH = 64
 
@@ -31,7 +35,8 @@ def dataset():
     return torch.utils.data.TensorDataset(x, torch.tensor(data.target))
 
 
-def epoch_times(loader_kind: str, epochs: int) -> list[float]:
+def make_epoch(loader_kind: str):
+    """A function that trains one epoch with the given loader (model and engine built once)."""
     torch.manual_seed(0)
     data = dataset()
     n = len(data)
@@ -50,36 +55,30 @@ def epoch_times(loader_kind: str, epochs: int) -> list[float]:
                                                    data_loader=loader, noise_multiplier=1.0,
                                                    max_grad_norm=1.0, poisson_sampling=poisson)
     criterion = torch.nn.CrossEntropyLoss()
-    times = []
-    for _ in range(epochs):
-        start = time.perf_counter()
+
+    def epoch() -> None:
         for x, y in loader:
             optimizer.zero_grad()
             out = model(x)
             (criterion(out, y) if len(y) else out.sum()).backward()
             optimizer.step()
-        times.append(time.perf_counter() - start)
-    return times
+    return epoch
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="3 epochs")
+    parser.add_argument("--epochs", type=int, default=7, help="rounds: epochs per loader")
+    parser.add_argument("--quick", action="store_true", help="3 rounds")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
-    epochs = 3 if args.quick else args.epochs
+    rounds = 3 if args.quick else args.epochs
     kinds = ["plain shuffled", "opacus poisson", "ours: ShuffledEpochs", "ours: RandomCheckIn"]
-    epoch_times(kinds[0], 1)  # warm-up
-    medians = {kind: statistics.median(epoch_times(kind, epochs)) for kind in kinds}
-    base = medians["plain shuffled"]
-    print(f"{'loader':24s} {'median epoch s':>15s} {'ratio to plain':>15s}")
-    for kind, value in medians.items():
-        print(f"{kind:24s} {value:15.3f} {value / base:15.3f}")
-    for kind in kinds[2:]:
-        ok = medians[kind] <= 1.05 * base
-        print(f"{kind}: ratio to plain loader {medians[kind] / base:.3f} "
-              f"(target <= 1.05 -> {'met' if ok else 'NOT met'})")
+    epochs = {kind: make_epoch(kind) for kind in kinds}
+    for epoch in epochs.values():  # warm-up
+        epoch()
+    samples = alternate(epochs, rounds)
+    print(f"per-epoch time, {rounds} alternating rounds (ratio: median / plain shuffled median)")
+    print(report(samples, "plain shuffled"))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Errors and input validation shared by every module.
 
-Two error types, one place for their messages (DESIGN.md, "Errors"):
+Two error types, one place for their messages:
 
 * :class:`ParameterError` (a ``ValueError``) names the parameter, the value it got and the valid
   range, so a user can fix the call without reading our code.

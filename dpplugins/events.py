@@ -1,4 +1,4 @@
-"""Events: frozen, hashable descriptions of what a training run released (DESIGN.md, "Events").
+"""Events: frozen, hashable descriptions of what a training run released.
 
 An event says *what happened*, completely and nothing else; an accountant *interprets* it
 (``accountant.supports(event)``, ``accountant.compose(event)``).  Samplers emit their event

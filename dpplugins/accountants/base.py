@@ -1,4 +1,4 @@
-"""The accountant contract shared by every accountant (DESIGN.md, "The accountant contract").
+"""The accountant contract shared by every accountant.
 
 An accountant keeps a ledger of :mod:`dpplugins.events` -- what the training released -- and
 interprets it:

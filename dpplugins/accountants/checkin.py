@@ -5,7 +5,7 @@ variants, ``num_examples - window + 1`` for the sliding window; the samplers in
 :mod:`dpplugins.samplers.checkin` produce exactly these runs).  Each pass is bounded by the
 privacy profile of :func:`dpplugins.amplification.checkin.pass_privacy_profile` (Balle et al.
 2020, Thm 3.2 / 4.1 / 4.3, minimum with the single-participation bound), turned into a dominating
-PLD and composed over passes by FFT (DESIGN.md, "Composition across epochs").
+PLD and composed over passes by FFT (Koskela et al. 2021; Doroshenko et al. 2022).
 """
 
 from __future__ import annotations

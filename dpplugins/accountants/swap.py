@@ -8,7 +8,7 @@ the exact Gaussian profile with sensitivity 2 (any two clipped gradients), and t
 approximate-DP version of the theorem (every eps0 -> 8 eps0, ``delta' = delta + n (e^eps' + 1)
 delta1``) gives a per-epoch profile for every admissible (eps0, delta0) on a grid; their minimum,
 and the minimum with the no-amplification Gaussian profile, is turned into a dominating PLD and
-composed over epochs by FFT (DESIGN.md, "Composition across epochs").  The same guarantee holds
+composed over epochs by FFT.  The same guarantee holds
 for the A_swap protocol itself with respect to the record at index 1.
 
 This is :class:`~dpplugins.accountants.shuffle.ShuffleAccountant` with ``batch_size=1`` (whose

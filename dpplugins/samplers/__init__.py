@@ -1,4 +1,4 @@
-"""Framework-free index schedules (DESIGN.md, "Samplers").
+"""Framework-free index schedules.
 
 A sampler declares its ``scheme`` (``"shuffled_epochs"``, ``"random_checkin"``,
 ``"sliding_window"``), its ``num_examples``, ``steps_per_epoch`` (= ``len(sampler)``, the steps of

@@ -1,7 +1,7 @@
 """Shuffled epochs: a fresh uniform permutation every pass, cut into consecutive batches.
 
 This is what most DP-SGD code runs with ``poisson_sampling=False``.  It is *not* Poisson
-subsampling; pair it with an accountant that is valid for shuffling (DESIGN.md, "Samplers").
+subsampling; pair it with an accountant that is valid for shuffling.
 """
 
 from __future__ import annotations

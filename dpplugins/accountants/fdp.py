@@ -6,8 +6,9 @@ central-limit estimate of Bu, Dong, Long, Su (2020) / Dong, Roth, Su (2022, Cor.
 an approximation and is labelled so (a :class:`~dpplugins.fdp.CLTEstimateWarning` says by how much
 it differs from the certified value).
 
-Sampling schemes and neighbouring relations (replacing one example moves the clipped sum by up to 2C, adding or removing one by up to C:
-for replace-one with fixed-size batches, C for Poisson add/remove):
+Sampling schemes and neighbouring relations (sensitivity 2C for replace-one with fixed-size
+batches -- replacing one example moves the clipped sum by up to 2C -- and C for Poisson
+add/remove):
 
 * ``sampling="poisson"``, ``neighbouring="add_remove"`` (default; Opacus): each record is in the
   batch with probability q; a neighbour adds or removes one record, which moves the clipped sum by

@@ -28,8 +28,8 @@ from sklearn.datasets import load_digits  # noqa: E402
 from tensorflow_privacy.privacy.analysis import compute_dp_sgd_privacy_lib  # noqa: E402
 
 from dpplugins.integrations.tf_keras import PrivacyCallback, as_tf_dataset  # noqa: E402
-from dpplugins.integrations.tf_privacy import (STATEMENT_ACCOUNTANTS,  # noqa: E402
-                                               compute_dp_sgd_privacy_statement)
+from dpplugins.integrations.tf_privacy import (  # noqa: E402
+    compute_dp_sgd_privacy_statement, statement_accountants)
 from dpplugins.samplers import ShuffledEpochs  # noqa: E402
 
 
@@ -66,11 +66,11 @@ def main() -> None:
     parser.add_argument("--l2-norm-clip", type=float, default=1.0)
     parser.add_argument("--learning-rate", type=float, default=0.5)
     parser.add_argument("--delta", type=float, default=1e-5)
-    # balls_and_bins accounts sampler="checkin" (random allocation), not the shuffled epochs here
+    # any registered accountant that supports shuffled epochs or Poisson sampling (or "rdp")
     parser.add_argument("--accountant", default="shuffle",
-                        choices=[a for a in STATEMENT_ACCOUNTANTS if a != "balls_and_bins"],
-                        help="accountant of our statement's Poisson comparison line ('shuffle': "
-                             "pld); the shuffled-epochs line always uses our shuffle accountant")
+                        help="accountant of our statement: of the shuffled-epochs line if it "
+                             "supports shuffled epochs ('shuffle'), else of the Poisson "
+                             "comparison line ('pld', 'fdp', 'rdp')")
     parser.add_argument("--tf-accountant", choices=("RDP", "PLD"), default="RDP",
                         help="accountant of TF-Privacy's statement")
     parser.add_argument("--max-examples-per-user", type=int, default=None,
@@ -81,6 +81,9 @@ def main() -> None:
 
     (x_train, y_train), (x_test, y_test) = digits_arrays(args.seed)
     n = len(x_train)
+    # which accountant computes which line of the statement (refuses a wrong one before training)
+    lines = statement_accountants(n, args.batch_size, args.epochs, args.noise_multiplier,
+                                  accountant=args.accountant, sampler="shuffled_epochs")
     sampler = ShuffledEpochs(n, args.batch_size, rng=args.seed)
     model = dp_model(args.noise_multiplier, args.l2_norm_clip, args.learning_rate)
     # dataset size, batch size and steps per epoch come from the sampler, the noise multiplier
@@ -102,7 +105,8 @@ def main() -> None:
     common = (n, args.batch_size, args.epochs, args.noise_multiplier, args.delta, False,
               args.max_examples_per_user)
     print("\n== dpplugins: compute_dp_sgd_privacy_statement(..., "
-          f"accountant={args.accountant!r}, sampler='shuffled_epochs') ==\n")
+          f"accountant={args.accountant!r}, sampler='shuffled_epochs') "
+          f"[lines: {', '.join(f'{k}={v}' for k, v in lines.items())}] ==\n")
     print(compute_dp_sgd_privacy_statement(*common, accountant=args.accountant,
                                            sampler="shuffled_epochs"))
     print(f"== TF-Privacy: compute_dp_sgd_privacy_statement(..., "

@@ -19,6 +19,10 @@ and tf.data pipelines that train with our samplers.
 
        sampler = RandomCheckIn(60000, num_slots=600, checkin_probability=0.01)
        callback = PrivacyCallback(delta=1e-5, sampler=sampler)      # accountant "checkin"
+
+   The callback composes each epoch's event (``sampler.event(noise_multiplier, 1)``; Poisson
+   steps for ``"poisson"``) in the accountant, and any registered accountant that supports the
+   event may be named (``create(name).supports(event)``).
        model.fit(as_tf_dataset(sampler, x, y, empty="dummy"), epochs=3, callbacks=[callback])
 
 2. :func:`as_tf_dataset` turns one pass of a :class:`~dpplugins.samplers.ShuffledEpochs`,
@@ -46,20 +50,21 @@ except ImportError as _error:  # pragma: no cover - exercised only without Tenso
     raise ImportError("the Keras integration needs TensorFlow: pip install tensorflow==2.15.1 "
                       "tensorflow-privacy==0.9.0") from _error
 
-from dpplugins.accountants import create
+from dpplugins.accountants import create, supporting
+from dpplugins.accountants.checkin import CheckInAccountant as _CoreCheckIn
 from dpplugins.errors import ParameterError, check_choice, check_count, check_open_unit, \
     check_positive
+from dpplugins.events import Event, GaussianEvent, PoissonSampledEvent
+from dpplugins.samplers import ShuffledEpochs
 
 __all__ = ["PrivacyCallback", "as_tf_dataset", "noise_multiplier_of", "CALLBACK_SAMPLERS",
-           "CALLBACK_ACCOUNTANTS", "EMPTY_SLOTS"]
+           "EMPTY_SLOTS"]
 
-#: sampling schemes the callback accounts for, and the accountants valid for each (the first is
-#: the default); "random_checkin" and "sliding_window" are given as sampler objects
-CALLBACK_ACCOUNTANTS = {"poisson": ("pld", "fdp"), "shuffled_epochs": ("shuffle",),
-                        "random_checkin": ("checkin", "balls_and_bins"),
-                        "sliding_window": ("checkin",)}
-#: the samplers that may be given by name (the others need their protocol: pass the object)
+#: the samplers that may be given by name (the others carry their protocol: pass the object)
 CALLBACK_SAMPLERS = ("poisson", "shuffled_epochs")
+#: the accountant when ``accountant=None``: the first of these that supports the epoch's event
+#: (then any registered accountant that does, in registry order)
+_PREFERRED = ("pld", "shuffle", "checkin")
 #: what ``as_tf_dataset`` does with empty check-in slots
 EMPTY_SLOTS = ("keep", "skip", "dummy")
 
@@ -92,6 +97,7 @@ def noise_multiplier_of(optimizer: Any) -> float:
     return check_positive("noise_multiplier", float(sigma))
 
 
+
 class PrivacyCallback(tf.keras.callbacks.Callback):
     """Log DP-SGD's epsilon after every epoch, computed by one of our accountants.
 
@@ -108,22 +114,28 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
       - ``"poisson"``: every example enters every batch independently with probability
         ``batch_size / num_examples``; Keras ``fit`` does **not** do this by itself, so claim it
         only when the data pipeline really samples that way.
-      - a :class:`~dpplugins.samplers.RandomCheckIn` or
+      - a sampler object: anything with ``event(noise_multiplier, epochs)``, ``num_examples``,
+        ``max_batch_size`` and ``len()`` -- e.g. :class:`~dpplugins.samplers.RandomCheckIn` or
         :class:`~dpplugins.samplers.SlidingWindowCheckIn` (random check-ins; train on
         ``as_tf_dataset(sampler, ..., empty="dummy")``, see :func:`as_tf_dataset` for the empty
-        slots).  One Keras epoch is one run of the protocol.
+        slots).  One Keras epoch is one pass of the sampler.
 
     * ``batch_size``, ``num_examples``: the (expected) batch size and the dataset size; required
       with a sampler name, taken from a sampler object (if given too, they must agree).
-    * ``accountant``: for ``"poisson"`` ``"pld"`` (default) or ``"fdp"``; for shuffled epochs
-      ``"shuffle"``; for random check-ins ``"checkin"`` (default) or, for
-      ``RandomCheckIn(variant="averaged", checkin_probability=1)`` without ``max_batch_size``
-      (every example in exactly one step per epoch: random allocation), ``"balls_and_bins"``.
-      Other pairs raise :class:`ParameterError`.
+    * ``accountant``: the registry name of any accountant (:func:`dpplugins.accountants.create`,
+      including one you registered) that supports the event of an epoch
+      (:meth:`epoch_event`): ``create(accountant).supports(event)``, else
+      :class:`ParameterError` naming the accountants that do.  ``None`` (default): the first of
+      ``"pld"``, ``"shuffle"``, ``"checkin"`` that supports it, else the first registered one.
+      E.g. ``"pld"``/``"fdp"`` for Poisson, ``"shuffle"`` for shuffled epochs, ``"checkin"`` for
+      random check-ins and, for ``RandomCheckIn(variant="averaged", checkin_probability=1)``
+      without ``max_batch_size`` (every example in exactly one step per epoch: random
+      allocation), ``"balls_and_bins"``.
     * ``steps_per_epoch``: DP-SGD steps per epoch, default ``ceil(num_examples / batch_size)``
       (TF-Privacy's ``compute_dp_sgd_privacy_statement`` counts Poisson steps the same way,
       up to rounding of the total), or ``len(sampler)`` for a sampler object (then it must not
-      differ).
+      differ).  For ``"shuffled_epochs"`` it is ``ceil(n / b)``, or ``floor(n / b)`` when the
+      last short batch is dropped.
     * ``used_microbatching``: ``True`` when a microbatch holds more than one example.  ``None``
       (default) decides from the optimizer: ``True`` iff its ``num_microbatches`` is set and
       smaller than the (largest) batch size.  Under add/remove (zero-out) adjacency -- the
@@ -140,14 +152,12 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
       step ``epoch``.
     * ``accountant_options``: extra options for the accountant.
 
-    What is accounted (per finished epoch, ``T = steps_per_epoch``, ``sigma`` after microbatching):
-
-    * ``"poisson"``: ``T`` steps of the Poisson-subsampled Gaussian with ``sample_rate =
-      batch_size / num_examples``.
-    * shuffled epochs, random check-ins and random allocation: ``T`` steps recorded with
-      ``sample_rate = 1 / T``, in ``create("shuffle", batch_size=..., dataset_size=...)``,
-      ``create("checkin", num_examples=..., variant=..., num_slots=... or window=...,
-      checkin_probability=..., max_batch_size=...)`` or ``create("balls_and_bins")``.
+    What is accounted (per finished epoch, ``T = steps_per_epoch``, ``sigma`` after
+    microbatching): the epoch's event (:meth:`epoch_event`) -- ``T`` steps of
+    ``PoissonSampledEvent(batch_size / num_examples, GaussianEvent(sigma))`` for ``"poisson"``,
+    one epoch of ``ShuffledEpochs(num_examples, batch_size).event(sigma)`` for
+    ``"shuffled_epochs"``, ``sampler.event(sigma, 1)`` for a sampler object -- is composed in
+    the accountant, whose history is these events.
 
     After each epoch ``logs[log_key]`` is ``accountant.get_epsilon(delta)`` (the certified upper
     bound, see ``callback.accountant.bound_type``), also kept in :attr:`epsilons`.  The number of
@@ -183,22 +193,17 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
         if self.sampler_object is None:
             self.sampler = check_choice("sampler", sampler, CALLBACK_SAMPLERS)
         else:
-            self.sampler = getattr(sampler, "scheme", None)
-            if self.sampler not in CALLBACK_ACCOUNTANTS or self.sampler == "poisson":
+            if not callable(getattr(sampler, "event", None)):
                 raise ParameterError("sampler", type(sampler).__name__,
-                                     "'poisson', 'shuffled_epochs' or a dpplugins sampler "
-                                     "(ShuffledEpochs, RandomCheckIn, SlidingWindowCheckIn)")
+                                     "'poisson', 'shuffled_epochs' or a sampler object with "
+                                     "event(noise_multiplier, epochs) (ShuffledEpochs, "
+                                     "RandomCheckIn, SlidingWindowCheckIn)")
+            self.sampler = getattr(sampler, "scheme", type(sampler).__name__)
         self.num_examples = self._size("num_examples", num_examples, "num_examples")
         self.batch_size = self._size("batch_size", batch_size, "max_batch_size")
         if self.batch_size > self.num_examples:
             raise ParameterError("batch_size", batch_size,
                                  f"<= num_examples={self.num_examples}")
-        valid = CALLBACK_ACCOUNTANTS[self.sampler]
-        self.accountant_name = valid[0] if accountant is None else accountant
-        if self.accountant_name not in valid:
-            raise ParameterError("accountant", accountant,
-                                 " or ".join(repr(v) for v in valid)
-                                 + f" for sampler={self.sampler!r}")
         if self.sampler_object is not None:
             default_steps = len(self.sampler_object)
             if steps_per_epoch is not None and steps_per_epoch != default_steps:
@@ -208,6 +213,7 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
             default_steps = math.ceil(self.num_examples / self.batch_size)
         self.steps_per_epoch = (default_steps if steps_per_epoch is None
                                 else check_count("steps_per_epoch", steps_per_epoch, minimum=1))
+        self._shuffled = self._shuffled_sampler()
         if used_microbatching is not None and not isinstance(used_microbatching, bool):
             raise ParameterError("used_microbatching", used_microbatching, "None, True or False")
         self.used_microbatching = used_microbatching
@@ -218,10 +224,9 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
             raise ParameterError("writer", writer, "None or a tf.summary writer "
                                  "(tf.summary.create_file_writer(logdir))")
         self.writer = writer
-        options = dict(accountant_options or {})
-        for name, value in self._protocol_options().items():
-            options.setdefault(name, value)
-        self.accountant = create(self.accountant_name, **options)
+        self._options = dict(accountant_options or {})
+        self.accountant = self._make_accountant(accountant)
+        self.accountant_name = self.accountant.name
         self._check_microbatching()
         self.epsilons: list[float] = []
         self._batches_this_epoch = 0
@@ -239,32 +244,56 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
             raise ParameterError(name, given, f"None or {value} as in {self.sampler_object!r}")
         return value
 
-    def _protocol_options(self) -> dict:
-        """The accountant's constructor options that describe the sampler."""
-        s = self.sampler_object
-        if self.sampler == "shuffled_epochs":
-            return {"batch_size": self.batch_size, "dataset_size": self.num_examples}
-        if self.sampler == "poisson":
-            return {}
-        if self.accountant_name == "balls_and_bins":
-            if (s.variant != "averaged" or s.checkin_probability != 1.0
-                    or s.max_batch_size < s.num_examples):
-                raise ParameterError(
-                    "accountant", "balls_and_bins", f"'checkin' for {s!r}",
-                    "random allocation puts every example in exactly one step per epoch: "
-                    "RandomCheckIn(variant='averaged', checkin_probability=1) without "
-                    "max_batch_size")
-            return {}
-        if self.sampler == "sliding_window":
-            return {"num_examples": s.num_examples, "variant": "sliding", "window": s.window}
-        options = {"num_examples": s.num_examples, "variant": s.variant,
-                   "num_slots": s.num_slots, "checkin_probability": s.checkin_probability}
-        if s.variant == "averaged":
-            options["max_batch_size"] = s.max_batch_size
-        return options
+    def _shuffled_sampler(self) -> Optional[ShuffledEpochs]:
+        """The shuffled-epochs sampler of ``sampler="shuffled_epochs"`` (``drop_last`` when
+        ``steps_per_epoch`` is ``floor(n / b)``)."""
+        if self.sampler != "shuffled_epochs" or self.sampler_object is not None:
+            return None
+        n, b, t = self.num_examples, self.batch_size, self.steps_per_epoch
+        if t == math.ceil(n / b):
+            return ShuffledEpochs(n, b, rng=0)
+        if t == n // b:
+            return ShuffledEpochs(n, b, drop_last=True, rng=0)
+        raise ParameterError("steps_per_epoch", t, f"{math.ceil(n / b)} (or {n // b} with the "
+                             f"last short batch dropped) for shuffled epochs of {n} examples in "
+                             f"batches of {b}")
+
+    def epoch_event(self, noise_multiplier: Optional[float] = None) -> tuple[Event, int]:
+        """``(event, count)``: what one Keras epoch releases, composed ``count`` times, with
+        ``noise_multiplier`` (default: :attr:`accounted_noise_multiplier`, after microbatching)."""
+        sigma = self.accounted_noise_multiplier if noise_multiplier is None else noise_multiplier
+        if sigma is None:
+            raise ParameterError("noise_multiplier", None, "a number > 0",
+                                 "known when training starts (read from the optimizer)")
+        if self.sampler == "poisson" and self.sampler_object is None:
+            return (PoissonSampledEvent(self.batch_size / self.num_examples,
+                                        GaussianEvent(sigma)), self.steps_per_epoch)
+        sampler = self._shuffled if self._shuffled is not None else self.sampler_object
+        return sampler.event(sigma, 1), 1
+
+    def _make_accountant(self, name: Optional[str]):
+        """The accountant named ``name`` (or the default), checked against the epoch's event."""
+        event, _ = self.epoch_event(self.noise_multiplier or 1.0)
+        if name is not None:
+            accountant = create(name, **self._options)
+            if not accountant.supports(event):
+                names = ", ".join(supporting(event)) or "none"
+                raise ParameterError("accountant", name, f"an accountant that supports "
+                                     f"sampler={self.sampler!r} ({type(event).__name__})",
+                                     f"accountants that support it: {names}")
+            return accountant
+        for candidate in _PREFERRED + tuple(supporting(event)):
+            try:
+                accountant = create(candidate, **self._options)
+            except (ParameterError, TypeError):
+                continue
+            if accountant.supports(event):
+                return accountant
+        raise ParameterError("sampler", self.sampler, "a sampler some registered accountant "
+                             f"supports (its event: {event!r})")
 
     def _check_microbatching(self) -> None:
-        if self.used_microbatching and self.accountant_name == "checkin":
+        if self.used_microbatching and isinstance(self.accountant, _CoreCheckIn):
             raise ParameterError(
                 "used_microbatching", True, "False for the checkin accountant",
                 "its theorems need every example's clipped gradient to be its own local "
@@ -272,7 +301,8 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
 
     @property
     def sample_rate(self) -> float:
-        """The ``sample_rate`` recorded per step (Opacus' history format)."""
+        """The per-step sampling rate: ``batch_size / num_examples`` for Poisson, ``1 / T``
+        (each example in one step per epoch) otherwise."""
         if self.sampler == "poisson":
             return self.batch_size / self.num_examples
         return 1.0 / self.steps_per_epoch
@@ -302,6 +332,7 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
             micro = getattr(optimizer, "_num_microbatches", None) if optimizer is not None else None
             self.used_microbatching = bool(micro is not None and int(micro) < self.batch_size)
         self._check_microbatching()
+        self.accountant.check(self.epoch_event()[0])
 
     def on_epoch_begin(self, epoch, logs=None) -> None:
         self._batches_this_epoch = 0
@@ -315,8 +346,8 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
                           f"PrivacyCallback accounts {self.steps_per_epoch} steps per epoch; "
                           "pass steps_per_epoch= (epsilon would be under-counted)",
                           RuntimeWarning, stacklevel=2)
-        self.accountant.step(noise_multiplier=self.accounted_noise_multiplier,
-                             sample_rate=self.sample_rate, count=self.steps_per_epoch)
+        event, count = self.epoch_event()
+        self.accountant.compose(event, count)
         epsilon = float(self.accountant.get_epsilon(self.delta))
         self.epsilons.append(epsilon)
         if logs is not None:

@@ -16,8 +16,10 @@ tf = pytest.importorskip("tensorflow")
 tfp_opt = pytest.importorskip("tensorflow_privacy")
 dp_accounting = pytest.importorskip("dp_accounting")
 
-from dpplugins.accountants import create  # noqa: E402
+from dpplugins.accountants import create, registry  # noqa: E402
+from dpplugins.accountants.pld import PLDAccountant as CorePLD  # noqa: E402
 from dpplugins.errors import ParameterError  # noqa: E402
+from dpplugins.events import GaussianEvent, PoissonSampledEvent, SelfComposedEvent  # noqa: E402
 from dpplugins.integrations.tf_keras import (PrivacyCallback, as_tf_dataset,  # noqa: E402
                                              noise_multiplier_of)
 from dpplugins.samplers import RandomCheckIn, ShuffledEpochs, SlidingWindowCheckIn  # noqa: E402
@@ -100,7 +102,8 @@ def test_callback_microbatching_halves_noise_like_tf_privacy():
     _dp_model(num_microbatches=4).fit(x, y, batch_size=BATCH, epochs=1, verbose=0,
                                       callbacks=[callback])
     assert callback.used_microbatching is True
-    assert callback.accountant.history == [(SIGMA / 2, BATCH / N, 8)]
+    assert callback.accountant.history == [SelfComposedEvent(
+        PoissonSampledEvent(BATCH / N, GaussianEvent(SIGMA / 2)), 8)]
 
 
 def test_as_tf_dataset_yields_the_samplers_batches_in_order():
@@ -153,7 +156,8 @@ def test_callback_warns_when_keras_runs_more_batches_than_accounted():
     callback = PrivacyCallback(delta=DELTA, batch_size=BATCH, num_examples=N, steps_per_epoch=4)
     with pytest.warns(RuntimeWarning, match="under-counted"):
         _dp_model().fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[callback])
-    assert callback.accountant.history == [(SIGMA, BATCH / N, 4)]
+    assert callback.accountant.history == [SelfComposedEvent(
+        PoissonSampledEvent(BATCH / N, GaussianEvent(SIGMA)), 4)]
 
 
 def test_callback_refuses_gradient_accumulation():
@@ -263,7 +267,8 @@ def test_callback_random_checkin_trains_with_dummy_updates_and_matches_offline_c
     assert len(logged) == 2 and callback._batches_this_epoch == 64
     assert all(np.isfinite(w.numpy()).all() for w in model.weights)
     assert callback.accountant.name == "checkin" and callback.used_microbatching is False
-    assert callback.accountant.history == [(SIGMA, 1 / 64, 128)]
+    assert callback.accountant.history == [SelfComposedEvent(sampler.event(SIGMA, 1), 2)]
+    assert len(callback.accountant) == 128
     for passes, eps in enumerate(logged, start=1):
         offline = create("checkin", num_examples=N, num_slots=64, checkin_probability=0.5)
         offline.step(noise_multiplier=SIGMA, sample_rate=1 / 64, count=64 * passes)
@@ -276,8 +281,9 @@ def test_callback_random_checkin_trains_with_dummy_updates_and_matches_offline_c
 def test_callback_takes_the_protocol_from_sliding_and_averaged_samplers():
     sliding = PrivacyCallback(delta=DELTA, noise_multiplier=SIGMA,
                               sampler=SlidingWindowCheckIn(N, 8))
-    assert sliding.accountant.variant == "sliding" and sliding.accountant.window == 8
-    assert sliding.steps_per_epoch == N - 7
+    event, count = sliding.epoch_event()
+    assert (event.variant, event.window, count) == ("sliding", 8, 1)
+    assert sliding.accountant.name == "checkin" and sliding.steps_per_epoch == N - 7
     logs = {}
     sliding.on_epoch_end(0, logs)                  # one run of the protocol, no model needed
     offline = create("checkin", num_examples=N, variant="sliding", window=8)
@@ -285,7 +291,9 @@ def test_callback_takes_the_protocol_from_sliding_and_averaged_samplers():
     assert logs["epsilon"] == offline.get_epsilon(DELTA)
     averaged = PrivacyCallback(delta=DELTA, noise_multiplier=SIGMA, sampler=RandomCheckIn(
         N, 32, variant="averaged", max_batch_size=12))
-    assert (averaged.accountant.variant, averaged.accountant.max_batch_size) == ("averaged", 12)
+    event, _ = averaged.epoch_event()
+    assert (event.variant, event.max_batch_size) == ("averaged", 12)
+    assert averaged.accountant.name == "checkin"    # a cap: not random allocation
     assert averaged.batch_size == 12 and averaged.sample_rate == 1 / 32
     shuffled = PrivacyCallback(delta=DELTA, noise_multiplier=SIGMA,
                                sampler=ShuffledEpochs(N, 30, drop_last=True))
@@ -350,7 +358,7 @@ def test_balls_and_bins_callback():
     history = _dp_model(num_microbatches=None).fit(
         as_tf_dataset(sampler, x, y, empty="dummy"), epochs=2, verbose=0, callbacks=[callback])
     assert callback.used_microbatching is False and callback._batches_this_epoch == 8
-    assert callback.accountant.history == [(SIGMA, 1 / 8, 16)]
+    assert callback.accountant.history == [SelfComposedEvent(sampler.event(SIGMA, 1), 2)]
     logged = history.history["epsilon"]
     assert len(logged) == 2 and logged[0] < logged[1]
     offline = create("balls_and_bins")
@@ -360,4 +368,48 @@ def test_balls_and_bins_callback():
         # independent: one step per example and epoch, a mixture over the step, is at worst the
         # sensitivity-1 Gaussian; 8 steps per epoch amplify well below it
         assert eps < 0.75 * _gaussian_epsilon(math.sqrt(epochs) / SIGMA, DELTA)
-    assert offline.history == callback.accountant.history
+    assert len(offline) == len(callback.accountant) == 16
+
+
+def test_accountant_validity_is_supports_of_the_epoch_event():
+    """No table: an accountant is valid for the sampler iff it supports the epoch's event."""
+    common = dict(delta=DELTA, noise_multiplier=SIGMA)
+    fdp = PrivacyCallback(**common, batch_size=BATCH, num_examples=N, accountant="fdp")
+    event, count = fdp.epoch_event()
+    assert (event, count) == (PoissonSampledEvent(BATCH / N, GaussianEvent(SIGMA)), 8)
+    assert create("fdp").supports(event) and fdp.accountant.name == "fdp"
+    # batch size 1 on shuffled epochs: the swap accountant supports it, the shuffle one too
+    swap = PrivacyCallback(**common, sampler=ShuffledEpochs(N, 1), accountant="swap")
+    assert swap.accountant.name == "swap" and swap.epoch_event()[0].batch_size == 1
+    with pytest.raises(ParameterError, match="accountants that support it: shuffle") as info:
+        PrivacyCallback(**common, sampler=ShuffledEpochs(N, 16), accountant="swap")
+    assert info.value.name == "accountant"
+    # shuffled epochs by name: the steps per epoch must be those of the protocol
+    dropped = PrivacyCallback(**common, batch_size=30, num_examples=N,
+                              sampler="shuffled_epochs", steps_per_epoch=8)   # floor(256 / 30)
+    assert dropped.epoch_event()[0].drop_last is True
+    with pytest.raises(ParameterError) as info:
+        PrivacyCallback(**common, batch_size=30, num_examples=N, sampler="shuffled_epochs",
+                        steps_per_epoch=5)
+    assert info.value.name == "steps_per_epoch"
+
+
+def test_user_registered_accountant_works_in_the_callback(monkeypatch):
+    """An accountant registered in dpplugins' registry is accepted by name, without editing the
+    integration: here a PLD accountant under another name, which must give the PLD's numbers."""
+    class MyPLD(CorePLD):
+        name = "my_pld"
+
+    monkeypatch.setitem(registry._REGISTRY, "my_pld", MyPLD)
+    callback = PrivacyCallback(delta=DELTA, noise_multiplier=SIGMA, batch_size=BATCH,
+                               num_examples=N, accountant="my_pld")
+    logs = {}
+    callback.on_epoch_end(0, logs)
+    assert isinstance(callback.accountant, MyPLD) and callback.accountant_name == "my_pld"
+    offline = create("pld")
+    offline.step(noise_multiplier=SIGMA, sample_rate=BATCH / N, count=8)
+    assert logs["epsilon"] == offline.get_epsilon(DELTA)
+    with pytest.raises(ParameterError) as info:      # it does not support shuffled epochs
+        PrivacyCallback(delta=DELTA, noise_multiplier=SIGMA, sampler=ShuffledEpochs(N, BATCH),
+                        accountant="my_pld")
+    assert info.value.name == "accountant"

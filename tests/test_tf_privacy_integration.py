@@ -42,14 +42,16 @@ import attr  # noqa: E402
 from dpplugins.accountants import available, create  # noqa: E402
 from dpplugins.errors import NumericalError, ParameterError  # noqa: E402
 from dpplugins.integrations import tf_privacy  # noqa: E402
+from dpplugins.events import (ComposedEvent, GaussianEvent, NoOpEvent,  # noqa: E402
+                              PoissonSampledEvent, RandomAllocationEvent, SelfComposedEvent)
 from dpplugins.integrations.tf_privacy import (CheckInAccountant, GDPAccountant,  # noqa: E402
                                                PLDAccountant, PNSGDAccountant, PNSGDDpEvent,
                                                RandomAllocationAccountant,
                                                RandomAllocationDpEvent, RandomCheckInDpEvent,
                                                ShuffleAccountant, ShuffledEpochsDpEvent,
-                                               compute_dp_sgd_privacy,
+                                               compute_dp_sgd_privacy_numbers,
                                                compute_dp_sgd_privacy_statement,
-                                               events_to_history, group_privacy_epsilon)
+                                               group_privacy_epsilon, to_event)
 
 G = dp_accounting.GaussianDpEvent
 P = dp_accounting.PoissonSampledDpEvent
@@ -80,11 +82,19 @@ def _dp_accounting_pld_epsilon(events):
     return _dp_accounting_pld(events).get_epsilon(DELTA)
 
 
-# -- events -> history ------------------------------------------------------------------------
-def test_events_to_history_flattens_nested_compositions():
-    runs, non_private = events_to_history(C(SEQUENCES["nested"][0]), 2)
-    assert runs == [(1.2, 0.02, 400), (5.0, 1.0, 2), (1.2, 0.02, 100)]
-    assert non_private is False
+# -- events are translated, not flattened ------------------------------------------------------
+def test_nested_compositions_are_translated_as_they_are():
+    p, g = PoissonSampledEvent(0.02, GaussianEvent(1.2)), GaussianEvent(5.0)
+    assert to_event(C(SEQUENCES["nested"][0])) == ComposedEvent((
+        ComposedEvent((SelfComposedEvent(ComposedEvent((p, NoOpEvent())), 200), g)), NoOpEvent(),
+        SelfComposedEvent(SelfComposedEvent(p, 10), 5)))
+    # the wrapper's ledger is the core accountant's: the translated event, composed twice
+    wrapper = PLDAccountant().compose(C(SEQUENCES["nested"][0]), 2)
+    assert wrapper.history == [SelfComposedEvent(to_event(C(SEQUENCES["nested"][0])), 2)]
+    core = create("pld")
+    for sigma, q, steps in [(1.2, 0.02, 400), (5.0, 1.0, 2), (1.2, 0.02, 100)]:
+        core.step(noise_multiplier=sigma, sample_rate=q, count=steps)
+    assert wrapper.get_epsilon(DELTA) == core.get_epsilon(DELTA)
 
 
 @pytest.mark.parametrize("name", sorted(SEQUENCES))
@@ -122,7 +132,9 @@ def test_gdp_wrapper_matches_dp_accounting_pld():
 def test_compose_count_argument_multiplies_steps():
     a = PLDAccountant().compose(P(0.01, G(1.0)), 500)
     b = PLDAccountant().compose(S(P(0.01, G(1.0)), 500))
-    assert a.history == b.history == [(1.0, 0.01, 500)]
+    assert a.history == b.history == [SelfComposedEvent(PoissonSampledEvent(0.01,
+                                                                            GaussianEvent(1.0)),
+                                                        500)]
     assert a.get_epsilon(DELTA) == b.get_epsilon(DELTA)
 
 
@@ -137,14 +149,12 @@ def test_replace_one_gaussian_uses_sensitivity_two():
 
 
 # -- unsupported and special events -------------------------------------------------------------
-UNSUPPORTED = [
-    dp_accounting.LaplaceDpEvent(1.0),
-    P(0.1, dp_accounting.LaplaceDpEvent(1.0)),
+UNSUPPORTED = [   # by both wrappers (add/remove): no core accountant of theirs accounts them
     dp_accounting.SampledWithoutReplacementDpEvent(1000, 10, G(1.0)),
     dp_accounting.SampledWithReplacementDpEvent(1000, 10, G(1.0)),
     dp_accounting.SingleEpochTreeAggregationDpEvent(1.0, 10),
     dp_accounting.UnsupportedDpEvent(),
-    C([P(0.01, G(1.0)), dp_accounting.LaplaceDpEvent(1.0)]),
+    C([P(0.01, G(1.0)), dp_accounting.SampledWithReplacementDpEvent(1000, 10, G(1.0))]),
     S(dp_accounting.SampledWithoutReplacementDpEvent(1000, 10, G(1.0)), 3),
 ]
 
@@ -166,9 +176,26 @@ def test_unsupported_events_rejected_like_dp_accounting(accountant_class, event)
         assert dp_accounting.rdp.RdpAccountant().supports(event) is False
 
 
+@pytest.mark.parametrize("accountant_class", [PLDAccountant, GDPAccountant])
+@pytest.mark.parametrize("event", [dp_accounting.LaplaceDpEvent(1.0),
+                                   P(0.1, dp_accounting.LaplaceDpEvent(1.0)),
+                                   C([P(0.01, G(1.0)), dp_accounting.LaplaceDpEvent(1.0)])],
+                         ids=["Laplace", "Poisson Laplace", "composed"])
+def test_laplace_is_supported_exactly_when_the_core_accountant_supports_it(accountant_class,
+                                                                          event):
+    acc = accountant_class()
+    assert acc.supports(event) is acc.inner.supports(to_event(event))
+    if not acc.supports(event):
+        with pytest.raises(dp_accounting.UnsupportedEventError):
+            acc.compose(event)
+        assert acc.history == [] and acc.get_epsilon(DELTA) == 0.0
+
+
 def test_noop_and_empty_give_zero():
     acc = PLDAccountant().compose(NOOP).compose(C([])).compose(P(0.0, G(1.0)), 100)
-    assert acc.history == [] and acc.get_epsilon(DELTA) == 0.0 and acc.get_delta(1.0) == 0.0
+    assert acc.history == [NoOpEvent(), ComposedEvent(()), SelfComposedEvent(
+        PoissonSampledEvent(0.0, GaussianEvent(1.0)), 100)]      # released nothing
+    assert acc.get_epsilon(DELTA) == 0.0 and acc.get_delta(1.0) == 0.0
     assert pld_privacy_accountant.PLDAccountant().compose(P(0.0, G(1.0)), 100).get_epsilon(
         DELTA) == 0.0
 
@@ -195,9 +222,15 @@ def test_invalid_event_parameters_raise_parameter_error(event, name):
 
 def test_invalid_delta_raises_parameter_error():
     acc = PLDAccountant().compose(G(1.0))
-    for bad in (0.0, 1.0, -1e-5, float("nan")):
+    for bad in (1.5, -1e-5, float("nan")):
         with pytest.raises(ParameterError, match="delta"):
             acc.get_epsilon(bad)
+    # dp_accounting's range is [0, 1]: every mechanism is (0, 1)-DP; the Gaussian has no finite
+    # pure-DP epsilon
+    assert acc.get_epsilon(1.0) == 0.0 and acc.get_epsilon(0.0) == math.inf
+    for bad in (-1.0, float("nan"), "1"):
+        with pytest.raises(ParameterError, match="target_epsilon"):
+            acc.get_delta(bad)
 
 
 # -- the privacy statement ----------------------------------------------------------------------
@@ -255,7 +288,7 @@ def test_statement_poisson_pld_line_matches_tf_privacy(case):
     # shuffled epochs with batches > 1 get no amplification: our certified upper bound is the
     # Gaussian composition TF-Privacy's once-per-epoch line computes (integer epochs)
     assert _float_after("once per epoch:", text) == pytest.approx(tf_shuffled, rel=REL)
-    numbers = compute_dp_sgd_privacy(n, b, epochs, sigma, DELTA, micro)
+    numbers = compute_dp_sgd_privacy_numbers(n, b, epochs, sigma, DELTA, micro)
     assert 0 < numbers.shuffled_lower <= numbers.shuffled_upper
     assert numbers.effective_noise_multiplier == (sigma / 2 if micro else sigma)
 
@@ -298,7 +331,7 @@ def test_statement_checkin_line_equals_the_balls_and_bins_accountant():
     core = create("balls_and_bins")
     core.step(noise_multiplier=1.0, sample_rate=1 / 40, count=60)
     lower, upper = core.get_epsilon_bounds(DELTA)
-    numbers = compute_dp_sgd_privacy(n, b, epochs, sigma, DELTA, micro,
+    numbers = compute_dp_sgd_privacy_numbers(n, b, epochs, sigma, DELTA, micro,
                                      accountant="balls_and_bins", sampler="checkin")
     assert (numbers.allocation_lower, numbers.allocation_upper) == (lower, upper)
     assert numbers.steps_per_epoch == 40 and numbers.shuffled_steps == 60
@@ -332,13 +365,13 @@ def test_statement_checkin_with_one_step_per_epoch_is_the_gaussian_mechanism():
     assert _float_after("once per epoch:", text) == pytest.approx(exact, abs=1.5e-3)
     assert "balls_and_bins accountant" in text and "; 1 step per epoch;" in _flat(text)
     # accountant="pld" with sampler="checkin": the Poisson line is pld, the check-in line the same
-    numbers = compute_dp_sgd_privacy(1000, 1000, 3, 2.0, DELTA, False, sampler="checkin")
+    numbers = compute_dp_sgd_privacy_numbers(1000, 1000, 3, 2.0, DELTA, False, sampler="checkin")
     assert numbers.poisson_accountant == "pld"
     assert exact * (1 - 1e-9) <= numbers.allocation_upper <= exact * (1 + 1e-4)
 
 
 def test_fractional_epochs_count_steps_like_tf_privacy():
-    numbers = compute_dp_sgd_privacy(1000, 30, 1.5, 1.0, DELTA, False)
+    numbers = compute_dp_sgd_privacy_numbers(1000, 30, 1.5, 1.0, DELTA, False)
     assert numbers.poisson_steps == math.ceil(1.5 / (30 / 1000))  # TF-Privacy's count: 50
     assert numbers.steps_per_epoch == 34 and numbers.shuffled_steps == 51
     # a partial epoch cannot cost more than TF-Privacy's ceil(epochs) whole epochs
@@ -347,8 +380,8 @@ def test_fractional_epochs_count_steps_like_tf_privacy():
 
 
 def test_max_examples_per_user_one_is_example_level():
-    a = compute_dp_sgd_privacy(10000, 100, 2, 0.8, DELTA, False, 1)
-    b = compute_dp_sgd_privacy(10000, 100, 2, 0.8, DELTA, False, None)
+    a = compute_dp_sgd_privacy_numbers(10000, 100, 2, 0.8, DELTA, False, 1)
+    b = compute_dp_sgd_privacy_numbers(10000, 100, 2, 0.8, DELTA, False, None)
     assert (a.poisson_epsilon, a.shuffled_upper) == (b.poisson_epsilon, b.shuffled_upper)
 
 
@@ -421,11 +454,15 @@ def test_dp_accountings_accountants_and_ours_reject_foreign_events(event):
         assert theirs.supports(event) is False
         with pytest.raises(dp_accounting.UnsupportedEventError):
             theirs.compose(event)
-    # each of our accountants accepts exactly its own event
+    # each of our accountants accepts exactly its own event: the core accountants decide
     ours = [PLDAccountant(), GDPAccountant(), ShuffleAccountant(), CheckInAccountant(),
             PNSGDAccountant(), RandomAllocationAccountant()]
+    home = {SHUFFLED: ShuffleAccountant, CHECKIN: CheckInAccountant,
+            ALLOCATION: RandomAllocationAccountant, PNSGD: PNSGDAccountant}[event]
     for accountant in ours:
-        if accountant._event_class is type(event):
+        assert accountant.supports(event) is accountant.inner.supports(event.to_event())
+        if type(accountant) is home:
+            assert accountant.supports(event)
             continue
         assert accountant.supports(event) is False
         with pytest.raises(dp_accounting.UnsupportedEventError, match="Unsupported event"):
@@ -491,7 +528,8 @@ def test_shuffle_wrapper_matches_core_and_gaussian_closed_form():
         for event in events:
             assert acc.supports(event)
             acc.compose(event)
-        assert acc.history == [(1.0, 0.1, 20), (2.0, 0.1, 10)]
+        assert acc.history == [event.to_event() for event in events]
+        assert [e.steps for e in acc.history] == [20, 10]
         mu = sensitivity * math.sqrt(2 / 1.0 ** 2 + 1 / 2.0 ** 2)
         exact = _gaussian_epsilon_exact(mu, DELTA)
         assert exact * (1 - 1e-9) <= acc.get_epsilon(DELTA) <= exact * (1 + 1e-6)
@@ -510,29 +548,35 @@ def test_shuffle_wrapper_matches_core_and_gaussian_closed_form():
 
 def test_shuffle_wrapper_lower_bound_and_self_composition():
     acc = ShuffleAccountant().compose(ShuffledEpochsDpEvent(1.0, 1000, 100, 1), 2)
-    assert acc.history == [(1.0, 0.1, 20)]
+    assert acc.history == [SelfComposedEvent(ShuffledEpochsDpEvent(1.0, 1000, 100, 1).to_event(),
+                                             2)] and len(acc.inner) == 20
     lower, upper = acc.get_epsilon_bounds(DELTA)
     assert 0 < lower <= upper
     assert upper == ShuffleAccountant().compose(SHUFFLED).get_epsilon(DELTA)
     assert acc.bound_type == "certified upper bound" and "Chua" in acc.theorem
 
 
-def test_shuffle_wrapper_partial_epoch_only_last():
+def test_shuffle_wrapper_consecutive_events_continue_the_epoch():
+    # the core accountant's contract: consecutive events of one protocol continue its step
+    # sequence, so 2 + 0.5 + 1 epochs are the first 119 = 3.5 * 34 steps of one run, whichever
+    # way they are composed (the old wrapper refused an event after a partial epoch)
     acc = ShuffleAccountant(lower_bound=False)
     acc.compose(ShuffledEpochsDpEvent(1.0, 1000, 30, 2)).compose(
         ShuffledEpochsDpEvent(1.0, 1000, 30, 0.5))
-    assert acc.history == [(1.0, 1 / 34, 85)]
-    before = acc.ledger
+    assert [e.steps for e in acc.history] == [68, 17]
     nxt = ShuffledEpochsDpEvent(1.0, 1000, 30, 1)
-    assert acc.supports(nxt) is False
-    with pytest.raises(dp_accounting.UnsupportedEventError, match="partial epoch"):
-        acc.compose(nxt)
-    assert acc.history == [(1.0, 1 / 34, 85)] and acc.ledger == before
-    with pytest.raises(dp_accounting.UnsupportedEventError, match="self-composed"):
-        ShuffleAccountant().compose(ShuffledEpochsDpEvent(1.0, 1000, 30, 0.5), 2)
-    # a partial epoch inside a composition must also come last
-    with pytest.raises(dp_accounting.UnsupportedEventError, match="partial epoch"):
-        ShuffleAccountant().compose(C([ShuffledEpochsDpEvent(1.0, 1000, 30, 0.5), nxt]))
+    assert acc.supports(nxt) and acc.compose(nxt).history[-1] == nxt.to_event()
+    whole = ShuffleAccountant(lower_bound=False).compose(ShuffledEpochsDpEvent(1.0, 1000, 30,
+                                                                               3.5))
+    assert whole.history[0].steps == len(acc.inner) == 119
+    assert acc.get_epsilon(DELTA) == whole.get_epsilon(DELTA)
+    # two half epochs self-composed are one epoch, as in a composition
+    halves = ShuffleAccountant(lower_bound=False).compose(
+        ShuffledEpochsDpEvent(1.0, 1000, 30, 0.5), 2)
+    assert halves.get_epsilon(DELTA) == ShuffleAccountant(lower_bound=False).compose(
+        ShuffledEpochsDpEvent(1.0, 1000, 30, 1)).get_epsilon(DELTA)
+    assert halves.get_epsilon(DELTA) == ShuffleAccountant(lower_bound=False).compose(
+        C([ShuffledEpochsDpEvent(1.0, 1000, 30, 0.5)] * 2)).get_epsilon(DELTA)
 
 
 def test_shuffle_wrapper_one_protocol_per_accountant():
@@ -540,9 +584,10 @@ def test_shuffle_wrapper_one_protocol_per_accountant():
     for other in (ShuffledEpochsDpEvent(1.0, 1000, 50), ShuffledEpochsDpEvent(1.0, 999, 100),
                   ShuffledEpochsDpEvent(1.0, 1050, 100, drop_last=True)):
         assert acc.supports(other) is False
-        with pytest.raises(dp_accounting.UnsupportedEventError, match="one protocol"):
+        with pytest.raises(dp_accounting.UnsupportedEventError,
+                           match="one shuffled-epochs protocol"):
             acc.compose(other)
-    assert acc.history == [(1.0, 0.1, 20)]
+    assert acc.history == [SHUFFLED.to_event()]
 
 
 @pytest.mark.parametrize("event", [dp_accounting.NonPrivateDpEvent(),
@@ -576,7 +621,8 @@ def test_checkin_wrapper_matches_core_and_single_participation_bound():
     acc = CheckInAccountant()
     assert acc.neighboring_relation == dp_accounting.NeighboringRelation.REPLACE_ONE
     acc.compose(CHECKIN).compose(attr.evolve(CHECKIN, num_passes=2))
-    assert acc.history == [(4.0, 0.01, 300)]
+    assert acc.history == [CHECKIN.to_event(), attr.evolve(CHECKIN, num_passes=2).to_event()]
+    assert len(acc.inner) == 300
     core = create("checkin", num_examples=1000, num_slots=100, checkin_probability=0.1)
     core.step(noise_multiplier=4.0, sample_rate=0.01, count=300)
     assert acc.get_epsilon(DELTA) == core.get_epsilon(DELTA)
@@ -590,17 +636,21 @@ def test_checkin_wrapper_matches_core_and_single_participation_bound():
     assert acc.bound_type == "certified upper bound" and "Thm 3.2" in acc.theorem
 
 
-def test_checkin_wrapper_names_the_event_field_the_core_refuses():
+def test_checkin_wrapper_refuses_what_the_core_refuses():
+    # averaged updates need every example to check in (Balle et al. 2020, Thm 4.1): a valid
+    # event that the check-in accountant refuses, ledger untouched
     event = RandomCheckInDpEvent(4.0, 1000, 100, checkin_probability=0.1, variant="averaged")
-    with pytest.raises(ParameterError) as info:
-        CheckInAccountant().compose(event)
-    assert info.value.name == "RandomCheckInDpEvent.checkin_probability"
     acc = CheckInAccountant().compose(CHECKIN)
-    with pytest.raises(dp_accounting.UnsupportedEventError, match="one protocol"):
-        acc.compose(attr.evolve(CHECKIN, num_slots=50))
+    before = (acc.ledger, acc.history)
+    assert acc.supports(event) is False is acc.inner.supports(event.to_event())
+    with pytest.raises(dp_accounting.UnsupportedEventError, match="checkin_probability=1"):
+        acc.compose(event)
+    assert (acc.ledger, acc.history) == before
+    other = attr.evolve(CHECKIN, num_slots=50)      # another protocol: the core decides
+    assert acc.supports(other) is acc.inner.supports(other.to_event())
     sliding = CheckInAccountant().compose(
         RandomCheckInDpEvent(4.0, 100, variant="sliding", window=10))
-    assert sliding.history == [(4.0, 1 / 91, 91)] and sliding.inner.variant == "sliding"
+    assert sliding.history[0].steps == 91 and sliding.history[0].variant == "sliding"
 
 
 # -- PNSGDAccountant ------------------------------------------------------------------------------
@@ -614,7 +664,7 @@ def test_pnsgd_wrapper_one_pass_equals_closed_form():
     # Sordello, Bu, Dong 2021, Thm 2: A (1 - B^n) / (n (1 - B)), A = theta(2 / sigma),
     # B = theta(D / (eta sigma L)) (L = 1, M = 1)
     acc = PNSGDAccountant().compose(PNSGD)
-    assert acc.history == [(2.0, 0.001, 1000)]
+    assert acc.history == [PNSGD.to_event()] and len(acc.inner) == 1000
     for eps in (0.1, 0.5, 1.0):
         gamma = math.exp(eps)
         a, b = _theta(gamma, 2 / 2.0), _theta(gamma, 2.0 / (0.5 * 2.0))
@@ -624,9 +674,10 @@ def test_pnsgd_wrapper_one_pass_equals_closed_form():
     core = create("pnsgd", lipschitz=1.0, diameter=2.0, learning_rate=0.5, dataset_size=1000)
     core.step(noise_multiplier=2.0, sample_rate=0.001, count=2000)
     assert two.get_epsilon(DELTA) == core.get_epsilon(DELTA) > acc.get_epsilon(DELTA)
-    with pytest.raises(ParameterError) as info:   # the core's smoothness precondition
+    # the core's smoothness precondition: learning rate 0.5 > 2 / 10
+    assert PNSGDAccountant().supports(attr.evolve(PNSGD, smoothness=10.0)) is False
+    with pytest.raises(dp_accounting.UnsupportedEventError, match="learning_rate <= 2/smoothness"):
         PNSGDAccountant().compose(attr.evolve(PNSGD, smoothness=10.0))
-    assert info.value.name == "PNSGDDpEvent.learning_rate"
 
 
 # -- RandomAllocationAccountant ------------------------------------------------------------------
@@ -637,7 +688,8 @@ def test_random_allocation_wrapper():
     acc = RandomAllocationAccountant()
     assert acc.supports(ALLOCATION)
     acc.compose(ALLOCATION).compose(attr.evolve(ALLOCATION, noise_multiplier=2.0, num_epochs=1))
-    assert acc.history == [(1.0, 0.1, 30), (2.0, 0.1, 10)]
+    second = RandomAllocationEvent(10, 1, GaussianEvent(2.0))
+    assert acc.history == [RandomAllocationEvent(10, 3, GaussianEvent(1.0)), second]
     core = create("balls_and_bins")
     core.step(noise_multiplier=1.0, sample_rate=0.1, count=30)
     core.step(noise_multiplier=2.0, sample_rate=0.1, count=10)
@@ -660,7 +712,7 @@ def test_random_allocation_wrapper():
         assert acc.supports(event) is False
         with pytest.raises(dp_accounting.UnsupportedEventError, match="Unsupported event"):
             acc.compose(event)
-    assert acc.history == [(1.0, 0.1, 30), (2.0, 0.1, 10)]
+    assert acc.history == [ALLOCATION.to_event(), second]
 
 
 def test_random_allocation_wrapper_one_step_per_epoch_is_the_gaussian_mechanism():
@@ -668,7 +720,7 @@ def test_random_allocation_wrapper_one_step_per_epoch_is_the_gaussian_mechanism(
     # Gaussian mechanism with sensitivity 1: mu = sqrt(E) / sigma, profile in closed form
     # (Balle & Wang 2018, Thm 8)
     single = RandomAllocationAccountant().compose(RandomAllocationDpEvent(1.0, 1, 4))
-    assert single.history == [(1.0, 1.0, 4)]
+    assert single.history == [RandomAllocationEvent(1, 4, GaussianEvent(1.0))]
     exact = _gaussian_epsilon_exact(math.sqrt(4) / 1.0, DELTA)
     lower, upper = single.get_epsilon_bounds(DELTA)
     assert lower <= exact * (1 + 1e-9) and exact * (1 - 1e-9) <= upper <= exact * (1 + 1e-4)
@@ -682,7 +734,8 @@ def test_random_allocation_wrapper_steps_per_epoch_may_change_between_events():
     # every event is whole epochs, and the core accountant accepts a new t between epochs
     acc = RandomAllocationAccountant(dp_accounting.NeighboringRelation.REPLACE_SPECIAL)
     acc.compose(RandomAllocationDpEvent(2.0, 4, 1)).compose(RandomAllocationDpEvent(2.0, 1))
-    assert acc.history == [(2.0, 0.25, 4), (2.0, 1.0, 1)]
+    assert acc.history == [RandomAllocationEvent(4, 1, GaussianEvent(2.0)),
+                           RandomAllocationEvent(1, 1, GaussianEvent(2.0))]
     assert acc.inner.neighbouring == "add_remove"
     core = create("balls_and_bins")
     core.step(noise_multiplier=2.0, sample_rate=0.25, count=4)
@@ -702,7 +755,7 @@ def test_random_allocation_wrapper_steps_per_epoch_may_change_between_events():
 def test_random_allocation_event_is_rejected_by_the_other_accountants():
     for accountant in (PLDAccountant(), ShuffleAccountant(), CheckInAccountant()):
         with pytest.raises(dp_accounting.UnsupportedEventError,
-                           match="accounted by RandomAllocationAccountant"):
+                           match="support it: RandomAllocationAccountant"):
             accountant.compose(ALLOCATION)
 
 
@@ -815,7 +868,7 @@ def test_user_level_rdp_statement_equals_tf_privacys(case, k):
 
 def test_user_level_pld_statement_matches_dp_accounting_pld_with_vadhans_conversion():
     n, b, epochs, sigma, micro, k = 10000, 100, 2, 0.8, False, 2
-    numbers = compute_dp_sgd_privacy(n, b, epochs, sigma, DELTA, micro, k)
+    numbers = compute_dp_sgd_privacy_numbers(n, b, epochs, sigma, DELTA, micro, k)
     # independent: dp_accounting's PLD for the example-level epsilon, Vadhan's conversion solved
     # here by root finding on the example-level delta
     theirs = pld_privacy_accountant.PLDAccountant().compose(
@@ -823,7 +876,7 @@ def test_user_level_pld_statement_matches_dp_accounting_pld_with_vadhans_convers
     reference = _vadhan_by_root(theirs.get_epsilon, k, DELTA)
     assert numbers.user_poisson_epsilon == pytest.approx(reference, rel=REL)
     # the PLD route gives less than the RDP route of TF-Privacy
-    rdp = compute_dp_sgd_privacy(n, b, epochs, sigma, DELTA, micro, k, accountant="rdp")
+    rdp = compute_dp_sgd_privacy_numbers(n, b, epochs, sigma, DELTA, micro, k, accountant="rdp")
     assert numbers.user_poisson_epsilon < rdp.user_poisson_epsilon
     text = compute_dp_sgd_privacy_statement(n, b, epochs, sigma, DELTA, micro, k)
     assert _float_after("Poisson sampling (*):", _user_level(text)) == round(
@@ -840,7 +893,7 @@ def test_user_level_shuffled_line_is_group_privacy_of_gaussian_dp():
     assert _float_after("once per epoch:", user) == pytest.approx(exact, abs=1e-3)
     assert "<= Epsilon with each example occurring once per epoch" in user
     assert "mu -> 3 mu (Dong, Roth, Su 2022, Thm 2.14)" in _flat(user)
-    numbers = compute_dp_sgd_privacy(n, b, epochs, sigma, DELTA, micro, k,
+    numbers = compute_dp_sgd_privacy_numbers(n, b, epochs, sigma, DELTA, micro, k,
                                      accountant="shuffle", sampler="shuffled_epochs")
     assert numbers.shuffled_mu == pytest.approx(math.sqrt(2) / 0.8)
     assert exact * (1 - 1e-9) <= numbers.user_shuffled_upper <= exact * (1 + 1e-6)
@@ -848,7 +901,8 @@ def test_user_level_shuffled_line_is_group_privacy_of_gaussian_dp():
 
 def test_user_level_checkin_line_vadhan_on_balls_and_bins():
     n, b, epochs, sigma, k = 4000, 100, 2, 1.0, 2          # t = 40 steps per epoch
-    numbers = compute_dp_sgd_privacy(n, b, epochs, sigma, DELTA, False, k, sampler="checkin")
+    numbers = compute_dp_sgd_privacy_numbers(n, b, epochs, sigma, DELTA, False, k,
+                                             sampler="checkin")
     # independent conversion: Vadhan's condition solved here by root finding on the core
     # accountant's epsilon curve
     core = create("balls_and_bins")
@@ -874,7 +928,7 @@ def test_user_level_checkin_line_vadhan_on_balls_and_bins():
 def test_user_level_checkin_line_takes_the_gaussian_bound_when_smaller():
     # t = 1 (batch = dataset): the example-level bound is the Gaussian with mu = sqrt(3) / 2;
     # exact group privacy of Gaussian DP (mu -> 2 mu) beats Vadhan's conversion of it
-    numbers = compute_dp_sgd_privacy(1000, 1000, 3, 2.0, DELTA, False, 2, sampler="checkin")
+    numbers = compute_dp_sgd_privacy_numbers(1000, 1000, 3, 2.0, DELTA, False, 2, sampler="checkin")
     mu = math.sqrt(3) / 2.0
     gaussian = _gaussian_epsilon_exact(2 * mu, DELTA)
     vadhan = _vadhan_by_grid(mu, 2, DELTA)                 # the conversion on the exact profile
@@ -891,7 +945,7 @@ def test_user_level_checkin_line_takes_the_gaussian_bound_when_smaller():
 
 
 def test_user_level_one_example_per_user_is_the_example_level():
-    numbers = compute_dp_sgd_privacy(10000, 100, 2, 0.8, DELTA, False, 1)
+    numbers = compute_dp_sgd_privacy_numbers(10000, 100, 2, 0.8, DELTA, False, 1)
     assert numbers.user_shuffled_upper == numbers.shuffled_upper
     assert numbers.user_poisson_epsilon == numbers.poisson_epsilon
 

@@ -9,90 +9,94 @@ Usage (the only change to an existing Opacus script)::
     privacy_engine.get_epsilon(delta=1e-5)        # certified upper bound
 
 ``register()`` adds an adapter (a subclass of ``opacus.accountants.IAccountant``) for every
-accountant in :func:`dpplugins.accountants.available` through Opacus' own
-``register_accountant``, which ``PrivacyEngine``, ``get_noise_multiplier`` and
-``make_private_with_epsilon`` all read.  Opacus' ``rdp``, ``gdp`` and ``prv`` are left untouched.
-Where Opacus asks for a noise multiplier for one of our accountants (``make_private_with_epsilon``,
-``opacus.accountants.utils.get_noise_multiplier``) our calibration is used
-(:func:`dpplugins.calibration.find_noise_multiplier`: Brent's method, result verified <= target).
+accountant in :func:`dpplugins.accountants.available` -- the built-in ones and any the user
+registered with :func:`dpplugins.accountants.register` -- through Opacus' own
+``register_accountant``.  Opacus' ``rdp``, ``gdp`` and ``prv`` are left untouched.
 
-Opacus calls accountants with no constructor arguments, so adapters are created with our
-defaults; accountants that need protocol parameters get them with :func:`configure`.
+Events, not ``(sigma, q)`` tuples (:mod:`dpplugins.events`).  What one optimizer step released is
+read from the data loader ``make_private`` really returns (:func:`loader_event`):
 
-Random allocation (``balls_and_bins``).  The accountant needs no options, but its guarantee holds
-only for the protocol it describes: every example in exactly one uniformly random step of each
-epoch, all examples of a step summed, one noise draw per step, empty steps released as noise-only
-steps (never skipped: under add/remove the number of released steps would depend on the data).
-Our sampler for it is ``RandomCheckIn(n, num_slots=t, checkin_probability=1.0,
-variant="averaged")`` without ``max_batch_size`` (a cap would let an added example push another
-one out of its step); :func:`make_data_loader` turns its empty slots into zero-length batches, on
-which Opacus' optimizer adds the noise alone.  Call :func:`attach` after ``make_private``: it
-checks the sampler (:func:`check_sampler`) and the step hook then checks Opacus' sample rate
-against ``1 / num_slots``; training with this accountant without :func:`attach` warns once.
+* Opacus' ``DPDataLoader`` (``poisson_sampling=True``, or passed in) samples Poisson batches:
+  ``PoissonSampledEvent(sample_rate, GaussianEvent(sigma))``;
+* a loader over one of our samplers (:func:`make_data_loader`, :func:`torch_batch_sampler`):
+  the sampler's own event, one step (``sampler.event(sigma).with_steps(1)``);
+* a plain ``torch.utils.data.DataLoader`` with a ``batch_size`` and ``shuffle=True``
+  (``RandomSampler`` without replacement) or ``shuffle=False`` (``SequentialSampler``):
+  ``ShuffledEpochsEvent(len(dataset), batch_size, ..., drop_last)``.  A fixed order is one
+  permutation: every shuffled-epochs *upper* bound that holds for each permutation (the
+  no-amplification profile the ``shuffle`` accountant uses for batches of more than one example)
+  holds for it, and every shuffled-epochs *lower* bound (the Chua et al. 2024 pair) is a lower
+  bound for it too (the shuffled mechanism is a mixture over permutations of the fixed-order one,
+  so by joint convexity its privacy loss is at most the fixed order's worst case).  Amplification
+  by shuffling or swapping (batch size 1) needs a fresh random order, so a fixed order with batch
+  size 1 is *not* described (see the last item);
+* anything else -- another sampler, an iterable dataset, a batch size of 1 in a fixed order --
+  is :class:`~dpplugins.events.UnsupportedEvent` with the reason, which every accountant refuses
+  (unknown means refuse).
+
+Refusal at set-up.  ``register()`` wraps ``PrivacyEngine.make_private`` and
+``make_private_with_epsilon`` (signatures unchanged): with one of our accountants the loader's
+event is checked with the accountant (``accountant.inner.check(event)``) *before* Opacus touches
+the model, and an :class:`~dpplugins.accountants.UnsupportedEventError` (a ``ValueError``) names
+the accountants that do support it (:func:`dpplugins.accountants.supporting`).  No table of
+accountant names is involved: every accountant -- ours or a user's -- decides from the event.
+With one of Opacus' own accountants (which read every step as a Poisson-subsampled Gaussian,
+the meaning of Opacus' ``(noise_multiplier, sample_rate)`` interface) a loader that is not
+Poisson gets a warning naming the valid accountants (:func:`check_sampler`); a Poisson loader
+gets a watcher that warns once when an optimizer step accumulates several Poisson batches
+(Opacus records them as one step at rate ``k q``, which under-reports).
 
 Gradient accumulation.  Opacus adds the noise once per ``optimizer.step()`` to the clipped
-gradients of every physical batch since the last ``zero_grad`` (``optim.accumulated_iterations``
-of them), so one *logical* step is the union of ``k`` consecutive physical batches.  For the
-accountants whose guarantee is per pass of a sampler (``shuffle``, ``checkin``,
-``balls_and_bins``) the step hook learns ``k`` from the optimizer on the first step (no second
-source of truth), re-describes the sampler's protocol in logical batches
-(:func:`logical_sampler`), configures the accountant with it and records one logical step per
-optimizer step (sample rate ``1 / logical steps per pass``).
-Every later step must follow :func:`accumulation_plan` -- ``k`` batches per step and, when ``k``
-does not divide the batches per pass, the remaining ``r`` at the end of each pass -- otherwise
-the hook raises :class:`~dpplugins.errors.ParameterError` (a step that mixes two passes, or a
-changed ``k``, is not a protocol these accountants describe).  What is supported:
+gradients of all ``k = optim.accumulated_iterations`` batches since the last ``zero_grad``.
+The step hook records ``event.accumulate(k)``: the event type decides or refuses
+(:meth:`dpplugins.events.Event.accumulate`).  Poisson batches become ``k`` steps at
+``sigma / sqrt(k)`` (the merged step is a post-processing of their composition); shuffled batches
+of ``b`` become shuffled batches of ``k b``; random check-ins / allocation merge slots (``k``
+dividing the slots, every example checking in); swapping and PNSGD refuse.  For per-pass
+protocols the hook learns ``k`` on the first step and every later step must follow
+:func:`accumulation_plan` (``k`` batches per step, the last step of a pass the remaining
+``T mod k``), otherwise it raises :class:`~dpplugins.errors.ParameterError`.
 
-* ``ShuffledEpochs(n, b)`` -> ``ShuffledEpochs(n, k b)``, ``ceil(T / k)`` logical steps per
-  epoch (with ``drop_last=True`` only when ``k`` divides ``T``);
-* ``RandomCheckIn`` with ``checkin_probability=1`` and ``k`` dividing ``num_slots`` ->
-  the averaged protocol (Balle et al. 2020, Alg. 2 / Thm 4.1) with ``num_slots / k`` slots; for
-  ``balls_and_bins`` (uncapped averaged sampler) the merged steps are exactly random allocation
-  into ``num_slots / k`` steps;
-* not supported (refused): check-ins with ``checkin_probability < 1``, the sliding window, and
-  any accumulation with ``swap`` / ``pnsgd`` (one example per noisy step).
+Calibration (``make_private_with_epsilon`` with our accountants):
+:func:`dpplugins.calibration.find_noise_multiplier` on the loader's event for the whole run
+(``epochs`` passes), verified ``<= target``; ``opacus.accountants.utils.get_noise_multiplier``
+called directly with one of our names calibrates the Poisson event it describes.
 
-Poisson sampling with accumulation (``pld``, ``fdp``).  Opacus' own hook records ``k`` Poisson
-batches merged into one step as one step at rate ``k q``, which under-reports: an example can be
-in several of the ``k`` batches, so the merged step is not a Poisson subsample at rate ``k q``
-with sensitivity 1.  Our adapters record ``k`` steps ``(sigma / sqrt(k), q)`` instead: the merged
-step (sum of the clipped gradients of ``k`` independent Poisson batches plus one
-``N(0, sigma^2 C^2 I)``) has the law of the sum of ``k`` independent Poisson-subsampled Gaussian
-steps with noise ``N(0, sigma^2 C^2 / k I)`` each, so it is a post-processing of their
-composition (post-processing and composition: Dwork & Roth 2014, Prop. 2.1 and Thm 3.16).  With
-Opacus' ``rdp``/``prv``/``gdp`` we cannot change what is recorded; :func:`attach` given the
-optimizer warns once when such an accountant sees accumulated Poisson batches.  (Opacus'
-``make_private(poisson_sampling=True)`` itself refuses accumulation; it happens with a Poisson
-``DPDataLoader`` passed with ``poisson_sampling=False``.)
+Also: ``noise_multiplier=0`` records non-private steps (epsilon ``inf``); state dicts carry our
+events (and load the ``(sigma, q, steps)`` histories of version 0.1 with the meaning they had);
+adapters pickle and deep-copy (``torch.save(privacy_engine.accountant)``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
+import math
 import warnings
+from collections import OrderedDict
+from fractions import Fraction
 from typing import Any
 
-from dpplugins.accountants import available, create, get_class
+from dpplugins.accountants import UnsupportedEventError, available, create, get_class, supporting
 from dpplugins.errors import ParameterError, check_count
+from dpplugins.events import (Event, GaussianEvent, NonPrivateEvent, PNSGDEvent,
+                              PoissonSampledEvent, ProtocolEvent, SelfComposedEvent,
+                              ShuffledEpochsEvent, UnsupportedEvent, leaves)
 
 __all__ = ["register", "configure", "attach", "check_sampler", "valid_accountants",
-           "is_random_allocation", "make_data_loader", "torch_batch_sampler",
+           "loader_event", "is_random_allocation", "make_data_loader", "torch_batch_sampler",
            "make_private_pnsgd", "logical_sampler", "accumulation_plan",
            "poisson_accumulation_noise", "steps_for_epochs", "OURS", "DPPluginsAccountant"]
 
 #: registry names of our accountants that Opacus users can pass to PrivacyEngine
 OURS: tuple[str, ...] = ()
 _ORIGINAL_GET_NOISE_MULTIPLIER = None
+_ORIGINAL_MAKE_PRIVATE = None
+_ORIGINAL_MAKE_PRIVATE_WITH_EPSILON = None
 _MIN_OPACUS = (1, 5)
-#: our accountants whose guarantee is per pass of a sampler: the step hook records logical steps
-_PASS_ACCOUNTANTS = frozenset({"shuffle", "checkin", "balls_and_bins"})
-#: our accountants whose theorem needs one example per noisy step (no accumulation)
-_ONE_EXAMPLE_PER_STEP = frozenset({"swap", "pnsgd"})
-#: our Poisson-sampling accountants: k accumulated batches are recorded as k steps (sigma/sqrt(k))
-_POISSON_ACCOUNTANTS = frozenset({"pld", "fdp"})
-#: our accountants whose guarantee depends on a sampler that only attach() can check
-_NEEDS_ATTACH = frozenset({"balls_and_bins"})
-#: relative tolerance for "Opacus' sample_rate is 1 / (batches per pass)"
-_RATE_TOLERANCE = 1e-9
+#: adapter classes by registry name (one class per name, so pickles find it again)
+_ADAPTERS: dict[str, type] = {}
 
 
 def _opacus():
@@ -109,23 +113,183 @@ def _opacus():
     return opacus
 
 
+# -- what a data loader releases ------------------------------------------------------------------
+def _with_noise(event: Event, noise_multiplier: float) -> Event:
+    """``event`` (one sampled step or protocol step) with Gaussian noise ``noise_multiplier``."""
+    inner = getattr(event, "event", None)
+    if isinstance(inner, GaussianEvent) and dataclasses.is_dataclass(event):
+        return dataclasses.replace(event, event=GaussianEvent(noise_multiplier))
+    return event
+
+
+def _same_protocol(a: Event | None, b: Event | None) -> bool:
+    """Whether two one-step events describe the same sampling (the noise may differ)."""
+    if a is None or b is None:
+        return a is b
+    return _with_noise(a, 1.0) == _with_noise(b, 1.0)
+
+
+def _unsupported(reason: str) -> tuple[Event, int]:
+    return UnsupportedEvent(reason), 0
+
+
+def _step_of(data_loader, noise: GaussianEvent, poisson_sampling: bool) -> tuple[Event, int]:
+    """(the event of one step of ``data_loader``, steps per epoch) -- see :func:`loader_event`."""
+    import torch.utils.data as tud
+
+    dataset = getattr(data_loader, "dataset", None)
+    if dataset is None or isinstance(dataset, tud.IterableDataset):
+        return _unsupported("a data loader over an iterable dataset (or without one): its "
+                            "sampling cannot be described")
+    try:
+        n = len(dataset)
+    except TypeError:
+        return _unsupported(f"a dataset without len(): {type(dataset).__name__}")
+    if n < 1:
+        return _unsupported("an empty dataset")
+    try:
+        steps = len(data_loader)
+    except TypeError:
+        return _unsupported(f"a data loader without len(): {type(data_loader).__name__}")
+    if poisson_sampling:
+        # make_private replaces the loader by DPDataLoader.from_data_loader(loader): Poisson
+        # batches at sample rate 1 / len(loader)
+        if steps < 1:
+            return _unsupported("a data loader without batches")
+        return PoissonSampledEvent(1.0 / steps, noise), steps
+
+    from opacus.utils.batch_memory_manager import BatchSplittingSampler
+    from opacus.utils.uniform_sampler import (DistributedUniformWithReplacementSampler,
+                                              UniformWithReplacementSampler)
+
+    batch_sampler = getattr(data_loader, "batch_sampler", None)
+    if isinstance(batch_sampler, BatchSplittingSampler):
+        # BatchMemoryManager: physical batches of the logical ones, one optimizer step each
+        batch_sampler = batch_sampler.sampler
+        steps = len(batch_sampler)
+    if isinstance(batch_sampler, (UniformWithReplacementSampler,
+                                  DistributedUniformWithReplacementSampler)):
+        return PoissonSampledEvent(batch_sampler.sample_rate, noise), steps
+
+    emit = getattr(batch_sampler, "event", None)
+    if callable(emit):  # one of our samplers (or any batch sampler that emits its event)
+        event = emit(noise.noise_multiplier)
+        num = getattr(batch_sampler, "num_examples", None)
+        if not isinstance(event, ProtocolEvent):
+            return _unsupported(f"the sampler's event is a {type(event).__name__}, not a "
+                                "per-pass protocol event")
+        if num is not None and num != n:
+            return _unsupported(f"a sampler over {num} examples for a dataset of {n}")
+        if event.steps_per_epoch != steps:
+            return _unsupported(f"a sampler whose pass has {event.steps_per_epoch} steps while "
+                                f"the loader has {steps} batches")
+        return event.with_steps(1), steps
+
+    if type(batch_sampler) is tud.BatchSampler:
+        sampler, b = batch_sampler.sampler, batch_sampler.batch_size
+        drop_last = bool(batch_sampler.drop_last)
+        if type(sampler) is tud.RandomSampler:
+            if sampler.replacement or sampler.num_samples != n:
+                return _unsupported("a RandomSampler with replacement or num_samples != "
+                                    "len(dataset): not one permutation per epoch")
+        elif type(sampler) is tud.SequentialSampler:
+            if len(sampler) != n:
+                return _unsupported("a SequentialSampler over another data source")
+            if b == 1:
+                return _unsupported(
+                    "batch size 1 in a fixed order (shuffle=False): amplification by shuffling "
+                    "or swapping needs a fresh random order every epoch; use shuffle=True")
+        else:
+            return _unsupported(f"a {type(sampler).__name__}: only RandomSampler (shuffle=True) "
+                                "and SequentialSampler (shuffle=False) batches are described")
+        if drop_last and b > n:
+            return _unsupported("drop_last=True with batch_size > len(dataset): no batches")
+        event = ShuffledEpochsEvent(n, b, 1, noise, drop_last)
+        if event.steps_per_epoch != steps:  # pragma: no cover - torch's len(BatchSampler)
+            return _unsupported(f"{steps} batches where shuffled epochs have "
+                                f"{event.steps_per_epoch}")
+        return event.with_steps(1), steps
+    return _unsupported(f"a data loader with batch sampler {type(batch_sampler).__name__}, "
+                        "whose sampling is not described (use Opacus' DPDataLoader, one of "
+                        "dpplugins' samplers via make_data_loader, or a DataLoader with "
+                        "batch_size and shuffle)")
+
+
+def loader_event(data_loader, noise_multiplier: float, *, epochs=None,
+                 poisson_sampling: bool = False) -> Event:
+    """What training on ``data_loader`` with noise ``noise_multiplier`` releases.
+
+    Without ``epochs``: one optimizer step (one batch); with it, the whole run of ``epochs``
+    passes (a partial last pass counted in full, :func:`steps_for_epochs`).
+    ``poisson_sampling=True`` describes the loader ``make_private(poisson_sampling=True)`` makes
+    of ``data_loader`` (Opacus' ``DPDataLoader`` at sample rate ``1 / len(data_loader)``).  The
+    rules are in the module docstring; an undescribed loader gives an ``UnsupportedEvent``.
+
+    Example (``dataset`` of 256 examples)::
+
+        >>> loader_event(DataLoader(dataset, batch_size=32, shuffle=True), 1.0)
+        ShuffledEpochsEvent(dataset_size=256, batch_size=32, epochs=Fraction(1, 8), ...)
+        >>> loader_event(DataLoader(dataset, batch_size=32), 1.0, epochs=3,
+        ...              poisson_sampling=True)
+        SelfComposedEvent(event=PoissonSampledEvent(sample_rate=0.125, ...), count=24)
+    """
+    noise = GaussianEvent(noise_multiplier)
+    step, steps_per_epoch = _step_of(data_loader, noise, poisson_sampling)
+    if epochs is None or isinstance(step, UnsupportedEvent):
+        return step
+    steps = steps_for_epochs(epochs, 1.0 / steps_per_epoch)
+    if isinstance(step, ProtocolEvent):
+        return step.with_steps(steps)
+    return SelfComposedEvent(step, steps)
+
+
+def _opacus_reads(event: Event) -> bool:
+    """Whether Opacus' own accountants (Poisson-subsampled Gaussian steps) describe ``event``."""
+    return all(isinstance(leaf, PoissonSampledEvent) and isinstance(leaf.event, GaussianEvent)
+               for leaf, _ in leaves(event)) and not isinstance(event, UnsupportedEvent)
+
+
+def _describe(event: Event) -> str:
+    if isinstance(event, UnsupportedEvent):
+        return f"a data loader whose sampling is not described ({event.reason})"
+    if isinstance(event, PoissonSampledEvent):
+        return f"a Poisson data loader (sample rate {event.sample_rate:.6g})"
+    if isinstance(event, ShuffledEpochsEvent):
+        return (f"a shuffled-batches data loader ({event.dataset_size} examples, batch size "
+                f"{event.batch_size})")
+    return f"a data loader whose steps are {type(event).__name__}s"
+
+
+# -- the adapter ---------------------------------------------------------------------------------
+class _StepHook:
+    """Opacus' optimizer step hook for one of our adapters: records the loader's event of the
+    step (``event``, bound by the wrapped ``make_private``), accumulated over
+    ``optim.accumulated_iterations`` batches."""
+
+    def __init__(self, adapter: "DPPluginsAccountant", sample_rate: float) -> None:
+        self.adapter = adapter
+        self.sample_rate = sample_rate
+        self.event: Event | None = None
+
+    def __call__(self, optim) -> None:
+        self.adapter._record_step(self.event, self.sample_rate,
+                                  float(optim.noise_multiplier),
+                                  int(optim.accumulated_iterations))
+
+
 class DPPluginsAccountant:
     """Mixin that makes one of our accountants speak Opacus' ``IAccountant`` interface.
 
     The concrete classes are built by :func:`register` as ``(DPPluginsAccountant, IAccountant)``
-    subclasses with ``_dpplugins_name`` set; the wrapped accountant is ``self.inner``.
+    subclasses with ``_dpplugins_name`` set (the registry name); the wrapped accountant is
+    ``self.inner``.  ``history`` is the inner accountant's list of events.
     """
 
     _dpplugins_name = ""
 
     def __init__(self, **options: Any) -> None:
-        # Opacus creates accountants with no arguments; accountants that need protocol
-        # parameters (shuffle: batch_size, checkin: the protocol) wait for configure()/attach()
-        self._pending: list = []
-        self._sampler = None        # our sampler, set by attach()
-        self._accumulation = None   # physical batches per optimizer step, learned on step 1
-        self._attached = False      # attach() has checked the data loader
-        self._warned_unattached = False
+        self._accumulation = None   # batches per optimizer step of a per-pass protocol
+        self._loader_event = None   # one step of the loader make_private returned (at sigma)
         try:
             self.inner = create(self._dpplugins_name, **options)
             self._missing = None
@@ -136,33 +300,49 @@ class DPPluginsAccountant:
     def _require(self):
         if self.inner is None:
             raise ValueError(
-                f"the {self._dpplugins_name!r} accountant needs protocol parameters "
-                f"({self._missing}); call dpplugins.integrations.opacus.attach(privacy_engine, "
-                f"data_loader) after make_private, or configure(privacy_engine.accountant, ...)")
+                f"the {self._dpplugins_name!r} accountant cannot be created without options "
+                f"({self._missing}); call dpplugins.integrations.opacus.configure("
+                "privacy_engine.accountant, ...)")
         return self.inner
 
-    # Opacus' history is our history (Opacus' get_noise_multiplier assigns to it)
+    # -- the ledger -------------------------------------------------------------------------
     @property
-    def history(self):
-        return self._pending if getattr(self, "inner", None) is None else self.inner.history
+    def history(self) -> list:
+        """The recorded events (Opacus' ``get_noise_multiplier`` may assign ``(sigma, q, steps)``
+        tuples: they are read with the accountant's ``step_event``)."""
+        return [] if getattr(self, "inner", None) is None else self.inner.history
 
     @history.setter
     def history(self, value) -> None:
-        from dpplugins.accountants import validate_history
-        if getattr(self, "inner", None) is None:
-            self._pending = validate_history(value)
-        else:
-            self.inner.history = value
+        self._require().history = value
+
+    @property
+    def bound_type(self) -> str:
+        return self._require().bound_type
+
+    def supports(self, event: Event) -> bool:
+        return self._require().supports(event)
+
+    def check(self, event: Event, context: str = "") -> None:
+        """Raise :class:`UnsupportedEventError` (named with this adapter's registry name and the
+        accountants that support ``event``) unless the accountant supports it."""
+        try:
+            self._require().check(event)
+        except UnsupportedEventError as error:
+            reason = "; ".join(r for r in (error.reason, context) if r)
+            raise UnsupportedEventError(error.event, self.mechanism(), reason,
+                                        error.supported_by) from None
+
+    def compose(self, event: Event, count: int = 1) -> "DPPluginsAccountant":
+        self._require().compose(event, count)
+        return self
 
     def step(self, *, noise_multiplier: float, sample_rate: float, count: int = 1) -> None:
-        """Record ``count`` steps (Opacus' interface has no ``count``; it defaults to 1)."""
-        if self.inner is None:
-            from dpplugins.accountants import validate_history
-            self._pending = validate_history(self._pending
-                                             + [(noise_multiplier, sample_rate, count)])
-        else:
-            self.inner.step(noise_multiplier=noise_multiplier, sample_rate=sample_rate,
-                            count=count)
+        """Opacus' interface: ``count`` steps of the accountant's ``step_event`` (Opacus'
+        Poisson-subsampled Gaussian unless the accountant was configured with version-0.1
+        protocol options)."""
+        self._require().step(noise_multiplier=noise_multiplier, sample_rate=sample_rate,
+                             count=count)
 
     def get_epsilon(self, delta: float, **kwargs: Any) -> float:
         if kwargs:
@@ -170,131 +350,92 @@ class DPPluginsAccountant:
                             f"got {sorted(kwargs)}")
         return self._require().get_epsilon(delta)
 
+    def get_epsilon_bounds(self, delta: float):
+        """Certified (lower, upper) epsilon bounds (our extension of Opacus' interface)."""
+        return self._require().get_epsilon_bounds(delta)
+
+    def __len__(self) -> int:
+        return 0 if getattr(self, "inner", None) is None else len(self.inner)
+
+    @classmethod
+    def mechanism(cls) -> str:
+        return cls._dpplugins_name
+
+    # -- the step hook ----------------------------------------------------------------------
     def get_optimizer_hook_fn(self, sample_rate: float):
-        """Opacus' step hook.  Poisson accountants (``pld``, ``fdp``) record an optimizer step
-        over ``k = accumulated_iterations`` batches as ``k`` steps ``(sigma / sqrt(k),
-        sample_rate)`` (module docstring; not Opacus' ``(sigma, k sample_rate)``); ``swap`` and
-        ``pnsgd`` refuse accumulation; ``shuffle``, ``checkin`` and ``balls_and_bins`` record one
-        *logical* step per optimizer step (see the module docstring and :meth:`_logical_rate`).
-        ``balls_and_bins`` warns once when it trains without :func:`attach`.
+        """Opacus' step hook.  The wrapped ``make_private`` binds it to the event of the loader
+        it returned; an unbound hook (attached by hand) records the accountant's
+        ``step_event(sigma, sample_rate)`` -- Opacus' meaning of the sample rate."""
+        return _StepHook(self, sample_rate)
 
-        A ``shuffle`` accountant that knows no sampler takes its batch size from the optimizer on
-        the first step, so ``PrivacyEngine(accountant="shuffle")`` needs nothing else: Opacus
-        only knows ``expected_batch_size = int(N / steps_per_epoch)``, which is at most the real
-        batch size; a smaller batch size keeps the shuffle bounds valid (the upper bound is the
-        same for every batch size above 1, and the lower bound assumes a smaller chance that the
-        example is used).  With accumulation the logical batch is ``k`` times that.  When the
-        number is 1 we use 2, i.e. no amplification (call :func:`attach` with the real sampler
-        to get the batch-size-1 amplification).
-        """
-        def hook_fn(optim) -> None:
-            accumulated = int(optim.accumulated_iterations)
-            name = self._dpplugins_name
-            if name in _ONE_EXAMPLE_PER_STEP and accumulated != 1:
-                raise ParameterError(
-                    "optimizer.accumulated_iterations", accumulated,
-                    f"1 for the {name!r} accountant (its theorem needs one example per noisy "
-                    "step; an accumulated step adds one noise draw to several examples)",
-                    hint="call optimizer.step() after every batch, or use accountant='shuffle'")
-            if name in _NEEDS_ATTACH and not self._attached and not self._warned_unattached:
-                self._warned_unattached = True
-                warnings.warn(
-                    f"the {name!r} accountant is training without "
-                    "dpplugins.integrations.opacus.attach(privacy_engine, data_loader): its "
-                    "epsilon holds only if every example is in exactly one uniformly random step "
-                    "of each epoch (RandomCheckIn(n, num_slots, checkin_probability=1.0, "
-                    "variant='averaged')) and empty steps are run; attach() checks the sampler",
-                    UserWarning, stacklevel=2)
-            sigma = optim.noise_multiplier
-            if name in _PASS_ACCOUNTANTS:
-                self.step(noise_multiplier=sigma,
-                          sample_rate=self._logical_rate(optim, sample_rate, accumulated))
-            elif name in _POISSON_ACCOUNTANTS and accumulated > 1:
-                self.step(noise_multiplier=poisson_accumulation_noise(sigma, accumulated),
-                          sample_rate=sample_rate, count=accumulated)
-            else:
-                self.step(noise_multiplier=sigma, sample_rate=sample_rate * accumulated)
-
-        return hook_fn
-
-    # -- gradient accumulation for per-pass accountants ---------------------------------------
-    def _protocol_sampler(self):
-        """The attached sampler, if its protocol is one this accountant describes."""
-        if self._sampler is None or _protocol_options(self._dpplugins_name,
-                                                      self._sampler) is None:
-            return None
-        return self._sampler
-
-    def _reconfigure(self, protocol: dict) -> None:
-        """Replace the protocol options of the wrapped accountant, keep its other options."""
-        options = {} if self.inner is None else self.inner.options()
-        options.update(protocol)
-        configure(self, **options)
-
-    def _apply_protocol(self) -> None:
-        """Configure the wrapped accountant from the attached sampler's logical protocol."""
-        sampler = self._protocol_sampler()
-        if sampler is not None:
-            logical = logical_sampler(sampler, self._accumulation or 1,
-                                      name="optimizer.accumulated_iterations")
-            self._reconfigure(_protocol_options(self._dpplugins_name, logical))
-
-    def _physical_steps(self, sample_rate: float) -> int:
-        """Physical batches per pass: ``len(sampler)``, checked against Opacus' sample rate
-        (``1 / len(data_loader)``), or ``1 / sample_rate`` when no sampler is attached."""
-        sampler = self._protocol_sampler()
-        steps = len(sampler) if sampler is not None else round(1.0 / sample_rate)
-        if steps < 1 or abs(steps * sample_rate - 1.0) > _RATE_TOLERANCE:
-            raise ParameterError(
-                "sample_rate", sample_rate,
-                f"1/{steps} (1 / batches per pass, as make_private sets it from "
-                "len(data_loader))", hint="pass attach() the loader that make_private returned")
-        return steps
-
-    def _learn_accumulation(self, accumulation: int, optim) -> None:
-        """First step: fix ``k`` and describe the protocol in logical batches."""
-        name = self._dpplugins_name
-        if self._protocol_sampler() is not None:
-            self._accumulation = accumulation
+    def _as_recorded(self, event: Event) -> Event:
+        """``event`` (one physical step) as the hook records it: with the accumulation learned
+        for this loader's protocol, its logical step."""
+        k = self._accumulation
+        if (k and k != 1 and isinstance(event, ProtocolEvent)
+                and (self._loader_event is None or _same_protocol(self._loader_event, event))):
             try:
-                if accumulation != 1:   # attach() already described the physical protocol
-                    self._apply_protocol()
+                return event.accumulate(k)
             except ParameterError:
-                self._accumulation = None   # nothing learned; the step is not recorded
+                return event
+        return event
+
+    def _bind(self, event: Event) -> None:
+        if self._loader_event is not None and not _same_protocol(self._loader_event, event):
+            self._accumulation = None   # a new sampler: learn its accumulation afresh
+        self._loader_event = event
+
+    def _record_step(self, template: Event | None, sample_rate: float, sigma: float,
+                     accumulated: int) -> None:
+        inner = self._require()
+        template = template if template is not None else self._loader_event
+        learned = self._accumulation
+        try:
+            if template is None:
+                event = inner.step_event(sigma, sample_rate)
+                if accumulated != 1 and isinstance(event, ProtocolEvent):
+                    raise ParameterError(
+                        "optimizer.accumulated_iterations", accumulated,
+                        "1 for a step hook that does not know its data loader",
+                        "create the optimizer with privacy_engine.make_private")
+                event = event.accumulate(accumulated)
+            else:
+                step = _with_noise(template, sigma)
+                if isinstance(step, ProtocolEvent):
+                    event, learned = self._logical_step(step, accumulated)
+                else:
+                    event = step.accumulate(accumulated)
+            self.check(event)
+        except ParameterError:
+            if sigma != 0.0:
                 raise
-        elif name == "shuffle" and self.inner is None:
-            configure(self, batch_size=max(2, accumulation * int(optim.expected_batch_size)))
-            self._accumulation = accumulation
-        elif accumulation != 1:
-            raise ParameterError(
-                "optimizer.accumulated_iterations", accumulation,
-                f"1 for the {name!r} accountant unless it knows the sampler (it cannot tell "
-                "whether its configured protocol describes physical or accumulated batches)",
-                hint="call dpplugins.integrations.opacus.attach(privacy_engine, data_loader) "
-                     "with one of our samplers before training")
-        else:
-            self._accumulation = 1
+            event, learned = NonPrivateEvent(), self._accumulation  # no noise: not private
+        inner.compose(event)
+        self._accumulation = learned
 
-    def _logical_rate(self, optim, sample_rate: float, accumulated: int) -> float:
-        """Check that this optimizer step follows :func:`accumulation_plan` and return the
-        sample rate to record, ``1 / logical steps per pass``.
-
-        The position in the pass is the number of logical steps recorded so far modulo the
-        logical steps per pass -- the same assumption the accountants make when they cut the
-        history into passes (every pass is run to its end).
-        """
-        physical = self._physical_steps(sample_rate)
-        if self._accumulation is None:
+    def _logical_step(self, step: ProtocolEvent, accumulated: int) -> tuple[Event, int]:
+        """The logical step of ``step`` (one physical batch of a per-pass protocol) for an
+        optimizer step over ``accumulated`` batches, checked against :func:`accumulation_plan`;
+        returns ``(event, k)`` with ``k`` the batches per step of this run."""
+        physical = step.steps_per_epoch
+        k = self._accumulation
+        if k is None:
             if accumulated > physical:
                 raise ParameterError(
                     "optimizer.accumulated_iterations", accumulated,
                     f"at most {physical} (the batches of one pass): this step mixes two passes",
                     hint="call optimizer.step() at least once per pass (epoch)")
-            self._learn_accumulation(accumulated, optim)
-        plan = accumulation_plan(physical, self._accumulation)
-        position = len(self) % len(plan)
+            k = accumulated
+        logical = step.accumulate(k)
+        plan = accumulation_plan(physical, k)
+        if not isinstance(logical, ProtocolEvent) or logical.steps_per_epoch != len(plan):
+            raise ParameterError(
+                "optimizer.accumulated_iterations", accumulated,
+                f"an accumulation that {type(step).__name__} describes as a pass of "
+                f"{len(plan)} steps", "do not accumulate gradients with this sampler")
+        position = _steps_in_run(self.inner.history, logical) % len(plan)
         if accumulated != plan[position]:
-            k, r = self._accumulation, physical % self._accumulation
+            r = physical % k
             tail = f"; the last step of a pass takes the remaining {r}" if r else ""
             raise ParameterError(
                 "optimizer.accumulated_iterations", accumulated,
@@ -305,52 +446,99 @@ class DPPluginsAccountant:
                      "after the last batch of every pass, with the same k throughout; a step "
                      "that mixes batches of two passes is not the protocol the accountant "
                      "describes")
-        return 1.0 / len(plan)
+        return logical, k
 
-    def get_epsilon_bounds(self, delta: float):
-        """Certified (lower, upper) epsilon bounds (our extension of Opacus' interface)."""
-        return self._require().get_epsilon_bounds(delta)
-
-    def __len__(self) -> int:
-        return sum(h[2] for h in self.history)
-
-    @classmethod
-    def mechanism(cls) -> str:
-        return cls._dpplugins_name
-
+    # -- state --------------------------------------------------------------------------------
     def state_dict(self, destination=None):
-        """Opacus' keys (``history``, ``mechanism``) plus our options and version."""
-        state = {} if destination is None else destination
+        """Opacus' keys -- ``history`` (our events as JSON dicts) and ``mechanism`` -- plus
+        ``dpplugins``: the accountant's options, the library version and the accumulation."""
+        state = OrderedDict() if destination is None else destination
         ours = self._require().state_dict()
-        state["history"] = [tuple(entry) for entry in ours["history"]]
+        state["history"] = ours["events"]
         state["mechanism"] = self.mechanism()
-        state["dpplugins"] = {"options": ours["options"], "version": ours["version"],
-                              "accumulation": self._accumulation}
+        state["dpplugins"] = {"accountant": ours["accountant"], "version": ours["version"],
+                              "options": ours["options"], "accumulation": self._accumulation}
         return state
 
     def load_state_dict(self, state_dict) -> None:
-        if not state_dict or "history" not in state_dict:
-            raise ValueError("state_dict has no 'history'; it cannot be loaded into the "
-                             f"{self.mechanism()} accountant")
-        if state_dict.get("mechanism", self.mechanism()) != self.mechanism():
+        """Load what :meth:`state_dict` saved, or a version-0.1 state (``history`` of
+        ``(noise_multiplier, sample_rate, steps)`` tuples, read with the accountant's meaning of
+        0.1).  Raises ``ValueError`` like Opacus' accountants for an empty state, a missing
+        ``history`` or ``mechanism``, or another mechanism's state."""
+        if not state_dict:
+            raise ValueError("state dict is either None or empty and hence cannot be loaded "
+                             "into Privacy Accountant.")
+        for key in ("history", "mechanism"):
+            if key not in state_dict:
+                raise ValueError(f"state_dict does not have the key `{key}`. Cannot be loaded "
+                                 "into Privacy Accountant.")
+        if state_dict["mechanism"] != self.mechanism():
             raise ValueError(f"state_dict of {state_dict['mechanism']} cannot be loaded into "
-                             f"the {self.mechanism()} accountant")
-        extra = state_dict.get("dpplugins", {})
-        if extra.get("options") and (self.inner is None or extra["options"] != self.inner.options()):
-            self.inner = create(self._dpplugins_name, **extra["options"])
-        if "accumulation" in extra:   # the history counts logical steps of this many batches
+                             f"Privacy Accountant with mechanism {self.mechanism()}")
+        extra = state_dict.get("dpplugins") or {}
+        options = extra.get("options")
+        if options is not None and (self.inner is None or options != self.inner.options()):
+            inner = create(self._dpplugins_name, **options)
+        else:
+            inner = create(self._dpplugins_name, **self._require().options())
+        history = list(state_dict["history"])
+        ours = {"accountant": extra.get("accountant", inner.name),
+                "version": extra.get("version", "0.1"), "options": options or {}}
+        if all(isinstance(entry, dict) for entry in history):
+            ours["events"] = history
+        else:
+            ours["history"] = [tuple(entry) for entry in history]
+        inner.load_state_dict(ours)
+        self.inner = inner
+        if "accumulation" in extra:   # logical steps of this many batches
             self._accumulation = extra["accumulation"]
-        self.history = [tuple(entry) for entry in state_dict["history"]]
+
+    def __reduce__(self):
+        # the adapter classes are made by register(): pickle by registry name
+        return (_rebuild_adapter, (self._dpplugins_name, dict(self.__dict__)))
+
+
+def _steps_in_run(history, logical: ProtocolEvent) -> int:
+    """Steps of the trailing run of ``logical``'s protocol in ``history`` (passes are cut from
+    the first step of that run, :mod:`dpplugins.passes`)."""
+    key = logical.protocol_key()
+    flat = [(leaf, count) for event in history for leaf, count in leaves(event)]
+    total = 0
+    for leaf, count in reversed(flat):
+        if not isinstance(leaf, ProtocolEvent) or leaf.protocol_key() != key:
+            break
+        total += leaf.steps * count
+    return total
+
+
+def _adapter_class(name: str) -> type:
+    """The Opacus adapter class of our accountant ``name`` (created once)."""
+    if name not in _ADAPTERS:
+        _opacus()
+        from opacus.accountants import IAccountant
+
+        cls_name = f"Opacus{get_class(name).__name__}"
+        _ADAPTERS[name] = type(cls_name, (DPPluginsAccountant, IAccountant),
+                               {"_dpplugins_name": name, "__doc__": get_class(name).__doc__,
+                                "__module__": __name__, "__qualname__": cls_name})
+    return _ADAPTERS[name]
+
+
+def _rebuild_adapter(name: str, state: dict) -> DPPluginsAccountant:
+    adapter = object.__new__(_adapter_class(name))
+    adapter.__dict__.update(state)
+    return adapter
 
 
 def configure(accountant, **options: Any) -> None:
-    """Re-create the wrapped accountant of an Opacus adapter with ``options`` (keeps history),
-    e.g. ``configure(privacy_engine.accountant, eps_tolerance=1e-4)``."""
+    """Re-create the wrapped accountant of an Opacus adapter with ``options`` (keeps the
+    events), e.g. ``configure(privacy_engine.accountant, eps_tolerance=1e-4)``."""
     if not isinstance(accountant, DPPluginsAccountant):
         raise TypeError(f"{type(accountant).__name__} is not a dpplugins accountant")
     history = list(accountant.history)
-    accountant.inner = create(accountant.mechanism(), **options)
-    accountant.inner.history = history
+    inner = create(accountant.mechanism(), **options)
+    inner.history = history
+    accountant.inner = inner
 
 
 def steps_for_epochs(epochs: float, sample_rate: float) -> int:
@@ -367,8 +555,6 @@ def steps_for_epochs(epochs: float, sample_rate: float) -> int:
         >>> steps_for_epochs(1, 1 / 93)
         93
     """
-    import math
-
     quotient = epochs / sample_rate
     nearest = round(quotient)
     if abs(quotient - nearest) <= 1e-9 * max(1.0, quotient):
@@ -378,7 +564,10 @@ def steps_for_epochs(epochs: float, sample_rate: float) -> int:
 
 def _get_noise_multiplier(*, target_epsilon, target_delta, sample_rate, epochs=None, steps=None,
                           accountant="rdp", epsilon_tolerance=0.01, **kwargs):
-    """Opacus' ``get_noise_multiplier`` signature; our accountants use our calibration."""
+    """Opacus' ``get_noise_multiplier`` signature; our accountants calibrate the run it
+    describes -- ``steps`` Poisson-subsampled Gaussian steps at ``sample_rate`` -- with our
+    calibration (an accountant that does not support Poisson sampling raises
+    :class:`UnsupportedEventError`)."""
     if accountant not in OURS:
         return _ORIGINAL_GET_NOISE_MULTIPLIER(
             target_epsilon=target_epsilon, target_delta=target_delta, sample_rate=sample_rate,
@@ -390,20 +579,122 @@ def _get_noise_multiplier(*, target_epsilon, target_delta, sample_rate, epochs=N
     if steps is None:
         steps = steps_for_epochs(epochs, sample_rate)
     from dpplugins.calibration import find_noise_multiplier
-    # Opacus passes no protocol parameters; for shuffled epochs calibrate on the bound that holds
-    # for every batch size above 1 (no amplification), which is valid for the real batch size
-    options = {"batch_size": 2} if accountant == "shuffle" else {}
-    return find_noise_multiplier(target_epsilon=target_epsilon, delta=target_delta,
-                                 sample_rate=sample_rate, steps=steps, accountant=accountant,
-                                 **options)
+
+    steps = check_count("steps", steps, minimum=1)
+    return find_noise_multiplier(
+        target_epsilon=target_epsilon, delta=target_delta, accountant=accountant,
+        event_for_noise=lambda s: SelfComposedEvent(
+            PoissonSampledEvent(sample_rate, GaussianEvent(s)), steps))
+
+
+# -- PrivacyEngine: refusal at set-up -------------------------------------------------------------
+def _poisson_hint(poisson_sampling: bool) -> str:
+    return ("make_private(poisson_sampling=True) replaces the loader by Opacus' Poisson "
+            "DPDataLoader; for this accountant pass poisson_sampling=False with a loader of the "
+            "sampler it describes" if poisson_sampling else "")
+
+
+def _private(engine, original, arguments: dict, step_event=None):
+    """``make_private`` with the loader's event checked before and bound after.
+
+    ``arguments``: the bound arguments of ``make_private`` (with ``kwargs``);
+    ``step_event``: a one-step event that replaces the loader's (PNSGD)."""
+    accountant = engine.accountant
+    ours = isinstance(accountant, DPPluginsAccountant)
+    call = {k: v for k, v in arguments.items() if k not in ("self", "kwargs")}
+    call.update(arguments.get("kwargs", {}))
+    sigma = arguments["noise_multiplier"]
+    poisson = arguments["poisson_sampling"]
+    if ours:
+        predicted = step_event if step_event is not None else loader_event(
+            arguments["data_loader"], sigma, poisson_sampling=poisson)
+        # before Opacus touches anything
+        accountant.check(accountant._as_recorded(predicted), _poisson_hint(poisson))
+    result = original(engine, **call)
+    optimizer, returned = result[1], result[-1]
+    event = step_event if step_event is not None else loader_event(returned, sigma)
+    if ours:
+        accountant.check(accountant._as_recorded(event))
+        hook = getattr(optimizer, "step_hook", None)
+        if isinstance(hook, _StepHook) and hook.adapter is accountant:
+            hook.event = event
+        accountant._bind(event)
+    else:
+        name = accountant.mechanism()
+        _warn_for_opacus_accountant(name, event, stacklevel=4)
+        if _opacus_reads(event):
+            _warn_on_poisson_accumulation(optimizer, name)
+    return result
+
+
+def _wrap_make_private(original):
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def make_private(self, *args, **kwargs):
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError:
+            return original(self, *args, **kwargs)   # Opacus' own error
+        bound.apply_defaults()
+        return _private(self, original, dict(bound.arguments))
+
+    make_private._dpplugins_wrapped = True
+    return make_private
+
+
+def _wrap_make_private_with_epsilon(original):
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def make_private_with_epsilon(self, *args, **kwargs):
+        accountant = self.accountant
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError:
+            return original(self, *args, **kwargs)
+        if not isinstance(accountant, DPPluginsAccountant):
+            return original(self, *args, **kwargs)  # Opacus' search; make_private warns
+        bound.apply_defaults()
+        a = dict(bound.arguments)
+        loader, poisson, epochs = a["data_loader"], a["poisson_sampling"], a["epochs"]
+
+        def run(sigma):
+            return loader_event(loader, sigma, epochs=epochs, poisson_sampling=poisson)
+
+        accountant.check(run(1.0), _poisson_hint(poisson))   # refuse before calibrating
+        if len(accountant) > 0:
+            warnings.warn(
+                "You're calling make_private_with_epsilon with non-zero privacy budget "
+                "already spent. Returned noise_multiplier assumes zero starting point, "
+                "so your overall privacy budget will be higher.", stacklevel=2)
+        from dpplugins.calibration import find_noise_multiplier
+
+        sigma = find_noise_multiplier(target_epsilon=a["target_epsilon"],
+                                      delta=a["target_delta"], accountant=accountant.mechanism(),
+                                      event_for_noise=run, **accountant.inner.options())
+        return self.make_private(
+            module=a["module"], optimizer=a["optimizer"], data_loader=loader,
+            criterion=a["criterion"], noise_multiplier=sigma, max_grad_norm=a["max_grad_norm"],
+            batch_first=a["batch_first"], loss_reduction=a["loss_reduction"],
+            noise_generator=a["noise_generator"], grad_sample_mode=a["grad_sample_mode"],
+            poisson_sampling=poisson, clipping=a["clipping"], wrap_model=a["wrap_model"],
+            **a.get("kwargs", {}))
+
+    make_private_with_epsilon._dpplugins_wrapped = True
+    return make_private_with_epsilon
 
 
 def register() -> tuple[str, ...]:
-    """Register our accountants with Opacus (idempotent); returns the names registered."""
-    global OURS, _ORIGINAL_GET_NOISE_MULTIPLIER
+    """Register our accountants with Opacus (idempotent) and wrap ``PrivacyEngine``'s
+    ``make_private`` / ``make_private_with_epsilon`` (module docstring); returns the names
+    registered.  Accountants added to :mod:`dpplugins.accountants` later are picked up by
+    calling it again."""
+    global OURS, _ORIGINAL_GET_NOISE_MULTIPLIER, _ORIGINAL_MAKE_PRIVATE
+    global _ORIGINAL_MAKE_PRIVATE_WITH_EPSILON
     _opacus()
     from opacus import privacy_engine
-    from opacus.accountants import IAccountant, registry, utils
+    from opacus.accountants import registry, utils
 
     names = []
     for name in available():
@@ -411,9 +702,7 @@ def register() -> tuple[str, ...]:
         if existing is not None and not issubclass(existing, DPPluginsAccountant):
             continue  # never shadow Opacus' own accountants
         if existing is None:
-            cls = type(f"Opacus{get_class(name).__name__}", (DPPluginsAccountant, IAccountant),
-                       {"_dpplugins_name": name, "__doc__": get_class(name).__doc__})
-            registry.register_accountant(name, cls)
+            registry.register_accountant(name, _adapter_class(name))
         names.append(name)
     OURS = tuple(names)
     if _ORIGINAL_GET_NOISE_MULTIPLIER is None:
@@ -421,195 +710,106 @@ def register() -> tuple[str, ...]:
         # privacy_engine imported the function by name; point both places at the dispatcher
         utils.get_noise_multiplier = _get_noise_multiplier
         privacy_engine.get_noise_multiplier = _get_noise_multiplier
+    engine = privacy_engine.PrivacyEngine
+    if not getattr(engine.make_private, "_dpplugins_wrapped", False):
+        _ORIGINAL_MAKE_PRIVATE = engine.make_private
+        engine.make_private = _wrap_make_private(engine.make_private)
+    if not getattr(engine.make_private_with_epsilon, "_dpplugins_wrapped", False):
+        _ORIGINAL_MAKE_PRIVATE_WITH_EPSILON = engine.make_private_with_epsilon
+        engine.make_private_with_epsilon = _wrap_make_private_with_epsilon(
+            engine.make_private_with_epsilon)
     return OURS
 
 
-#: which accountants are valid for which sampling scheme (``balls_and_bins`` only for
-#: :func:`is_random_allocation` samplers, see :func:`valid_accountants`)
-_VALID_FOR = {"poisson": {"pld", "fdp", "rdp", "gdp", "prv"},
-              "shuffled_epochs": {"shuffle", "swap", "pnsgd"},
-              "random_checkin": {"checkin", "balls_and_bins"},
-              "sliding_window": {"checkin"}}
-#: listed first in warnings: the tightest valid accountant of a scheme
-_PREFERRED = ("balls_and_bins", "pld", "shuffle", "checkin")
-
-
+# -- which accountants are valid ------------------------------------------------------------------
 def is_random_allocation(sampler) -> bool:
-    """True when ``sampler`` is the protocol of the ``balls_and_bins`` accountant: a
-    ``RandomCheckIn`` with ``checkin_probability == 1`` (every example in exactly one uniformly
-    random slot), ``variant="averaged"`` (every example of a slot is used) and no binding
-    ``max_batch_size`` (no example is ever dropped from its slot)."""
-    return (getattr(sampler, "scheme", None) == "random_checkin"
-            and sampler.checkin_probability == 1.0 and sampler.variant == "averaged"
-            and sampler.max_batch_size >= sampler.num_examples)
+    """True when ``sampler``'s event is random allocation (what ``balls_and_bins`` accounts):
+    every example in exactly one uniformly random step of each pass, all of a step's examples
+    used (:func:`dpplugins.accountants.balls_and_bins.allocation_of`)."""
+    from dpplugins.accountants.balls_and_bins import allocation_of
+    from dpplugins.events import RandomAllocationEvent
+
+    emit = getattr(sampler, "event", None)
+    return callable(emit) and isinstance(allocation_of(emit(1.0)), RandomAllocationEvent)
 
 
-def _loader_sampler_and_scheme(data_loader):
-    """(our sampler or None, scheme) of a data loader: our samplers declare their ``scheme``,
-    Opacus' ``DPDataLoader`` is Poisson, any other loader is taken to be shuffled batches."""
-    from opacus.data_loader import DPDataLoader
+def _opacus_own() -> tuple[str, ...]:
+    from opacus.accountants import registry
 
-    batch_sampler = getattr(data_loader, "batch_sampler", None)
-    scheme = getattr(batch_sampler, "scheme", None)
-    if scheme is None:
-        scheme = "poisson" if isinstance(data_loader, DPDataLoader) else "shuffled_epochs"
-        return None, scheme
-    return getattr(batch_sampler, "inner", batch_sampler), scheme
+    return tuple(sorted(name for name, cls in registry._ACCOUNTANTS.items()
+                        if not issubclass(cls, DPPluginsAccountant)))
 
 
 def valid_accountants(data_loader) -> tuple[str, ...]:
-    """Registry names of the accountants whose guarantee covers ``data_loader``'s sampling,
-    tightest first (``balls_and_bins`` only for :func:`is_random_allocation` samplers)."""
-    sampler, scheme = _loader_sampler_and_scheme(data_loader)
-    valid = set(_VALID_FOR.get(scheme, set()))
-    if scheme == "random_checkin" and not is_random_allocation(sampler):
-        valid.discard("balls_and_bins")
-    order = {name: i for i, name in enumerate(_PREFERRED)}
-    return tuple(sorted(valid, key=lambda name: (order.get(name, len(order)), name)))
+    """Registry names of the accountants that support ``data_loader``'s event
+    (:func:`dpplugins.accountants.supporting` of :func:`loader_event`), then Opacus' own
+    accountants when the loader samples Poisson batches (the steps they describe)."""
+    event = loader_event(data_loader, 1.0)
+    names = supporting(event)
+    if _opacus_reads(event):
+        names += tuple(name for name in _opacus_own() if name not in names)
+    return names
 
 
-def _allocation_mismatch(sampler) -> str:
-    """Why a random check-in ``sampler`` is not random allocation (``balls_and_bins``)."""
-    reasons = []
-    if sampler.checkin_probability != 1.0:
-        reasons.append(f"checkin_probability={sampler.checkin_probability:g} (it accounts for "
-                       "every example taking part: 1.0)")
-    if sampler.variant != "averaged":
-        reasons.append(f"variant={sampler.variant!r} keeps one example per slot, so adding an "
-                       "example can replace another (use variant='averaged')")
-    elif sampler.max_batch_size < sampler.num_examples:
-        reasons.append(f"max_batch_size={sampler.max_batch_size} drops examples from full "
-                       "slots, so adding an example can push another out (use no cap)")
-    return "; ".join(reasons)
+def _warn_for_opacus_accountant(name: str, event: Event, stacklevel: int = 3) -> None:
+    if _opacus_reads(event):
+        return
+    valid = ", ".join(supporting(event)) or "none"
+    warnings.warn(f"accountant {name!r} is not valid for {_describe(event)}: Opacus' "
+                  "accountants assume Poisson sampling, so its epsilon is not a guarantee for "
+                  f"this training. Valid: {valid}", UserWarning, stacklevel=stacklevel)
 
 
 def check_sampler(accountant_name: str, data_loader) -> None:
-    """Warn once when an accountant is used with a loader whose sampling it does not describe,
-    naming the valid ones (:func:`valid_accountants`); e.g. a Poisson accountant with
-    ``poisson_sampling=False`` or with one of our samplers.
+    """Check accountant ``accountant_name`` against ``data_loader``'s event (:func:`loader_event`).
 
-    Opacus' ``DPDataLoader`` (``poisson_sampling=True``) is Poisson; our samplers declare their
-    ``scheme``; any other loader is taken to be shuffled fixed-size batches.  A check-in
-    accountant (``checkin``, ``balls_and_bins``) with a Poisson loader raises, because its
-    guarantee would not apply.  ``balls_and_bins`` with a check-in sampler that is not random
-    allocation (:func:`is_random_allocation`) warns with the reason.
+    One of our accountants (any name in :func:`dpplugins.accountants.available`) raises
+    :class:`UnsupportedEventError` naming the accountants that support the loader; one of
+    Opacus' own (which assume Poisson sampling) warns on a loader that is not Poisson, naming
+    the valid accountants.  ``make_private`` does this by itself; this function is for loaders
+    built otherwise.
     """
-    sampler, scheme = _loader_sampler_and_scheme(data_loader)
-    valid = valid_accountants(data_loader)
-    if accountant_name in valid:
+    event = loader_event(data_loader, 1.0)
+    if accountant_name in available():
+        try:
+            create(accountant_name).check(event)
+        except UnsupportedEventError as error:
+            raise UnsupportedEventError(error.event, accountant_name, error.reason,
+                                        error.supported_by) from None
         return
-    if scheme == "poisson" and accountant_name in _VALID_FOR["random_checkin"]:
-        raise ValueError(f"the {accountant_name!r} accountant assumes random check-ins, but the "
-                         "data loader samples Poisson batches; use accountant='pld'")
-    right = ", ".join(name for name in valid if name not in ("swap", "pnsgd")) \
-        or "none available yet"
-    if scheme == "shuffled_epochs":
-        right += " (swap or pnsgd when every step uses a single example)"
-    why = ""
-    if accountant_name == "balls_and_bins" and scheme == "random_checkin":
-        why = f" ({sampler!r}: {_allocation_mismatch(sampler)})"
-    warnings.warn(f"accountant {accountant_name!r} is not valid for a {scheme} data loader{why}; "
-                  f"its epsilon is not a guarantee for this training. Valid: {right}",
-                  UserWarning, stacklevel=2)
-
-
-# -- samplers ---------------------------------------------------------------------------------
-def torch_batch_sampler(sampler):
-    """A ``torch.utils.data.Sampler`` of index lists over one of our samplers
-    (:mod:`dpplugins.samplers`): ``len`` = steps per epoch, ``scheme`` is passed through, and an
-    empty step (a check-in dummy update) is an empty list."""
-    import torch
-
-    class _BatchSampler(torch.utils.data.Sampler):
-        def __init__(self, inner):
-            self.inner = inner
-            self.scheme = inner.scheme
-
-        def __len__(self) -> int:
-            return len(self.inner)
-
-        def __iter__(self):
-            for batch in self.inner:
-                yield [int(i) for i in batch]
-
-    return _BatchSampler(sampler)
-
-
-def make_data_loader(dataset, sampler, *, collate_fn=None, **loader_options):
-    """A ``DataLoader`` that draws its batches from one of our samplers, for
-    ``make_private(..., poisson_sampling=False)``.  Empty batches (dummy updates) become
-    zero-length tensors shaped like the dataset's items, so Opacus adds noise only."""
-    import torch
-    from opacus.data_loader import wrap_collate_with_empty
-    from torch.utils.data.dataloader import default_collate
-
-    if len(dataset) != sampler.num_examples:
-        from dpplugins.errors import ParameterError
-        raise ParameterError("sampler.num_examples", sampler.num_examples,
-                             f"equal to len(dataset) = {len(dataset)}")
-    first = dataset[0]
-    items = first if isinstance(first, (tuple, list)) else (first,)
-    shapes = [(0, *torch.as_tensor(x).shape) for x in items]  # zero-length batch per item
-    dtypes = [torch.as_tensor(x).dtype for x in items]
-    wrapped = wrap_collate_with_empty(collate_fn=collate_fn or default_collate,
-                                      sample_empty_shapes=shapes, dtypes=dtypes)
-    return torch.utils.data.DataLoader(dataset, batch_sampler=torch_batch_sampler(sampler),
-                                       collate_fn=wrapped, **loader_options)
-
-
-def _protocol_options(name: str, sampler) -> dict | None:
-    """Options of our accountant ``name`` that describe ``sampler``'s protocol (one source of
-    truth), or None when that accountant does not describe this sampler's scheme."""
-    scheme = getattr(sampler, "scheme", None)
-    if name == "shuffle" and scheme == "shuffled_epochs":
-        return dict(batch_size=sampler.batch_size, dataset_size=sampler.num_examples)
-    if name == "checkin" and scheme == "random_checkin":
-        return dict(num_examples=sampler.num_examples, variant=sampler.variant,
-                    num_slots=sampler.num_slots, window=None,
-                    checkin_probability=sampler.checkin_probability,
-                    max_batch_size=(sampler.max_batch_size if sampler.variant == "averaged"
-                                    else None))
-    if name == "checkin" and scheme == "sliding_window":
-        return dict(num_examples=sampler.num_examples, variant="sliding", num_slots=None,
-                    window=sampler.window, checkin_probability=1.0, max_batch_size=None)
-    if name == "balls_and_bins" and is_random_allocation(sampler):
-        return {}  # the protocol is all in the history: sample rate 1 / num_slots
-    return None
+    _warn_for_opacus_accountant(accountant_name, event)
 
 
 def attach(privacy_engine, data_loader, optimizer=None) -> None:
-    """One-line hook-up after ``make_private``: give our accountant the protocol parameters of
-    the loader's sampler (no second source of truth) and check that the accountant is valid for
-    the sampler (:func:`check_sampler`).  Options of the accountant that do not describe the
-    protocol (e.g. ``lower_bound``) are kept.  With gradient accumulation the accountant is
-    re-described in logical batches on the first optimizer step (module docstring); every step
-    checks Opacus' sample rate against ``1 / len(sampler)``.
-
-    ``optimizer`` (the ``DPOptimizer`` from ``make_private``, optional): with one of Opacus' own
-    accountants and a Poisson loader, a step hook is chained (through Opacus' public
-    ``attach_step_hook``) that warns once when an optimizer step accumulates several Poisson
-    batches, which Opacus records as one step at rate ``k q`` (module docstring).
-
-    Example::
-
-        model, optimizer, loader = privacy_engine.make_private(
-            module=model, optimizer=optimizer, noise_multiplier=1.0, max_grad_norm=1.0,
-            data_loader=make_data_loader(dataset, RandomCheckIn(len(dataset), 100,
-                                                                variant="averaged")),
-            poisson_sampling=False)
-        attach(privacy_engine, loader)   # PrivacyEngine(accountant="balls_and_bins")
+    """A re-check, kept for scripts of version 0.1: ``make_private`` now reads the loader by
+    itself.  With our accountant the loader's event is checked (UnsupportedEventError) and must
+    be the one ``make_private`` bound (else :class:`ParameterError`: account the loader you
+    train on); a hook made without ``make_private`` is bound to it.  With Opacus' own accountant
+    :func:`check_sampler` warns for a loader that is not Poisson, and with ``optimizer`` a
+    watcher warns once about accumulated Poisson batches.
     """
     accountant = privacy_engine.accountant
+    bound = getattr(accountant, "_loader_event", None)
+    sigma = (float(optimizer.noise_multiplier) if optimizer is not None
+             else getattr(getattr(bound, "event", None), "noise_multiplier", 1.0))
+    event = loader_event(data_loader, sigma)
+    if isinstance(accountant, DPPluginsAccountant):
+        accountant.check(accountant._as_recorded(event))
+        if bound is not None and not _same_protocol(bound, event):
+            raise ParameterError(
+                "data_loader", _describe(event),
+                f"the loader make_private returned ({_describe(bound)})",
+                "the accountant records the steps of the loader make_private returned; train "
+                "on that loader")
+        if bound is None:
+            accountant._bind(event)
+        hook = getattr(optimizer, "step_hook", None)
+        if isinstance(hook, _StepHook) and hook.adapter is accountant and hook.event is None:
+            hook.event = event
+        return
     name = accountant.mechanism()
-    sampler, scheme = _loader_sampler_and_scheme(data_loader)
-    ours = isinstance(accountant, DPPluginsAccountant)
-    if ours and sampler is not None and _protocol_options(name, sampler) is not None:
-        accountant._sampler = sampler
-        accountant._apply_protocol()
-    check_sampler(name, data_loader)
-    if ours:
-        accountant._attached = True
-    elif optimizer is not None and scheme == "poisson":
+    _warn_for_opacus_accountant(name, event)
+    if optimizer is not None and _opacus_reads(event):
         _warn_on_poisson_accumulation(optimizer, name)
 
 
@@ -639,27 +839,74 @@ def _warn_on_poisson_accumulation(optimizer, accountant_name: str) -> None:
     optimizer.attach_step_hook(hook)
 
 
+# -- samplers ---------------------------------------------------------------------------------
+def torch_batch_sampler(sampler):
+    """A ``torch.utils.data.Sampler`` of index lists over one of our samplers
+    (:mod:`dpplugins.samplers`): ``len`` = steps per epoch, ``scheme``, ``num_examples`` and
+    ``event`` are passed through, and an empty step (a check-in dummy update) is an empty
+    list."""
+    import torch
+
+    class _BatchSampler(torch.utils.data.Sampler):
+        def __init__(self, inner):
+            self.inner = inner
+            self.scheme = inner.scheme
+            self.num_examples = inner.num_examples
+
+        def event(self, noise_multiplier: float, epochs=1):
+            return self.inner.event(noise_multiplier, epochs)
+
+        def __len__(self) -> int:
+            return len(self.inner)
+
+        def __iter__(self):
+            for batch in self.inner:
+                yield [int(i) for i in batch]
+
+    return _BatchSampler(sampler)
+
+
+def make_data_loader(dataset, sampler, *, collate_fn=None, **loader_options):
+    """A ``DataLoader`` that draws its batches from one of our samplers, for
+    ``make_private(..., poisson_sampling=False)``.  Empty batches (dummy updates) become
+    zero-length tensors shaped like the dataset's items, so Opacus adds noise only."""
+    import torch
+    from opacus.data_loader import wrap_collate_with_empty
+    from torch.utils.data.dataloader import default_collate
+
+    if len(dataset) != sampler.num_examples:
+        raise ParameterError("sampler.num_examples", sampler.num_examples,
+                             f"equal to len(dataset) = {len(dataset)}")
+    first = dataset[0]
+    items = first if isinstance(first, (tuple, list)) else (first,)
+    shapes = [(0, *torch.as_tensor(x).shape) for x in items]  # zero-length batch per item
+    dtypes = [torch.as_tensor(x).dtype for x in items]
+    wrapped = wrap_collate_with_empty(collate_fn=collate_fn or default_collate,
+                                      sample_empty_shapes=shapes, dtypes=dtypes)
+    return torch.utils.data.DataLoader(dataset, batch_sampler=torch_batch_sampler(sampler),
+                                       collate_fn=wrapped, **loader_options)
+
+
 # -- gradient accumulation -------------------------------------------------------------------
 def poisson_accumulation_noise(noise_multiplier: float, accumulation: int) -> float:
     """Noise multiplier ``sigma / sqrt(k)`` of each of the ``k`` Poisson steps whose composition
     dominates one optimizer step over ``k`` accumulated Poisson batches with noise multiplier
-    ``sigma``: the step's output, ``sum of the k batches' clipped gradients + N(0, sigma^2 C^2
-    I)``, has the law of the sum of ``k`` independent steps ``batch_i sum + N(0, sigma^2 C^2 / k
-    I)``, a post-processing of their composition (Dwork & Roth 2014, Prop. 2.1).  The result
-    is rounded down by one ulp (floating point never lowers the accounted noise); ``k = 1``
-    returns ``sigma`` unchanged.
+    ``sigma`` (:meth:`dpplugins.events.PoissonSampledEvent.accumulate`, which the step hook
+    uses): the step's output has the law of the sum of ``k`` independent steps with noise
+    ``N(0, sigma^2 C^2 / k I)``, a post-processing of their composition (Dwork & Roth 2014,
+    Prop. 2.1).  Rounded down by one ulp; ``k = 1`` returns ``sigma`` unchanged.
 
     Example::
 
         >>> round(poisson_accumulation_noise(1.0, 4), 12)
         0.5
     """
-    import math
-
     from dpplugins.errors import check_positive
+
     sigma = check_positive("noise_multiplier", noise_multiplier)
     k = check_count("accumulation", accumulation, minimum=1)
-    return sigma if k == 1 else math.nextafter(sigma / math.sqrt(k), 0.0)
+    merged = PoissonSampledEvent(1.0, GaussianEvent(sigma)).accumulate(k)
+    return sigma if k == 1 else merged.event.event.noise_multiplier
 
 
 def accumulation_plan(physical_steps: int, accumulation: int) -> tuple[int, ...]:
@@ -680,33 +927,19 @@ def accumulation_plan(physical_steps: int, accumulation: int) -> tuple[int, ...]
 def logical_sampler(sampler, accumulation: int, *, name: str = "accumulation"):
     """The sampler whose batches are the *logical* batches when ``accumulation`` (k) consecutive
     batches of ``sampler`` go into one noisy optimizer step (:func:`accumulation_plan`: the last
-    step of a pass takes the remaining batches).  It describes the protocol for accounting; it
-    is not used to draw batches.  Raises :class:`ParameterError` (naming ``name``) when the
-    accumulated protocol is not one our accountants describe.
+    step of a pass takes the remaining batches).  It describes the protocol; it is not used to
+    draw batches (the step hook uses the events' own
+    :meth:`~dpplugins.events.Event.accumulate`, which agrees with it).  Raises
+    :class:`ParameterError` (naming ``name``) when the accumulated protocol is not described.
 
-    * ``ShuffledEpochs(n, b)``: logical batch ``j`` is entries ``[j k b, (j+1) k b)`` of the
-      epoch's permutation (consecutive physical batches of consecutive entries), which is
-      ``ShuffledEpochs(n, k b)``; its ``ceil(n / (k b)) = ceil(ceil(n / b) / k)`` steps per
-      epoch (nested ceilings, Graham, Knuth, Patashnik, *Concrete Mathematics*, eq. (3.11)) are
-      ``len(accumulation_plan(T, k))``.  With ``drop_last=True`` this holds only when ``k``
-      divides ``T = floor(n / b)``; otherwise the last logical batch has ``(T mod k) b``
-      examples and ``n - T b`` are dropped, which is not a ``ShuffledEpochs`` pass: refused.
+    * ``ShuffledEpochs(n, b)`` -> ``ShuffledEpochs(n, k b)``, ``ceil(ceil(n / b) / k)`` steps
+      per epoch (nested ceilings, Graham, Knuth, Patashnik, *Concrete Mathematics*, eq. (3.11));
+      with ``drop_last=True`` only when ``k`` divides ``T = floor(n / b)``.
     * ``RandomCheckIn`` with ``checkin_probability = 1`` and ``k`` dividing ``m = num_slots``:
-      an example's logical slot ``floor(slot / k)`` is uniform on ``m / k`` slots, and a logical
-      step releases one noisy sum over the examples kept from its ``k`` slots -- a subset of the
-      examples checked into the logical slot chosen independently of their data (the slots'
-      uniform choice / random drop within the logical slot), i.e. a post-processing of the
-      averaged protocol (Balle et al. 2020, Alg. 2, Thm 4.1; every client checks in) with
-      ``m / k`` slots and at most ``k * max_batch_size`` examples per step (``k`` for the fixed
-      variant, one example per slot).  For the ``balls_and_bins`` accountant the sampler is
-      uncapped and averaged (:func:`is_random_allocation`), the logical step sums *every*
-      example of its ``k`` slots, and the logical protocol is exactly random allocation into
-      ``m / k`` steps (the logical sampler is again uncapped).  Refused:
-      ``checkin_probability < 1`` (Thm 4.1 needs every client to check in, and Thm 3.2 covers
-      one example per step), ``k`` not dividing ``m`` (the last logical slot would be less
-      likely than the others, not a uniform check-in).
-    * ``SlidingWindowCheckIn``: refused (Thm 4.3 covers one example per step in windows of
-      slots; merged slots are neither).
+      the averaged protocol (Balle et al. 2020, Alg. 2, Thm 4.1) with ``m / k`` slots and at most
+      ``k * max_batch_size`` examples per step; uncapped averaged (random allocation) stays
+      uncapped.  Refused: ``checkin_probability < 1``, ``k`` not dividing ``m``.
+    * ``SlidingWindowCheckIn``: refused (Thm 4.3 covers one example per step).
 
     Example::
 
@@ -759,34 +992,48 @@ def make_private_pnsgd(privacy_engine, *, module, optimizer, data_loader, noise_
                        smoothness: float | None = None):
     """Projected noisy SGD with Opacus' per-sample gradients and the ``pnsgd`` accountant.
 
-    The engine must have been created with ``PrivacyEngine(accountant="pnsgd")`` and the loader
-    must give one example per step in a shuffled order (``batch_size=1, shuffle=True``).  Opacus
-    clips the example's gradient to ``max_grad_norm`` (= L), adds ``N(0, (noise_multiplier L)^2)``
-    and the wrapped SGD steps with its ``lr`` (= eta); after every step the parameters are
-    projected onto the centred ball of diameter ``diameter`` (= D_K), which is the algorithm of
-    :mod:`dpplugins.amplification.iteration`.  The accountant is configured from these same
-    numbers (one source of truth).  Returns ``(module, optimizer, data_loader)`` like
-    ``make_private``.
+    The loader must give one example per step in a fresh random order every pass
+    (``batch_size=1, shuffle=True``: ``ShuffledEpochsEvent`` with batch size 1).  Opacus clips the
+    example's gradient to ``max_grad_norm`` (= L), adds ``N(0, (noise_multiplier L)^2)`` and the
+    wrapped SGD steps with its ``lr`` (= eta); after every step the parameters are projected
+    onto the centred ball of diameter ``diameter`` (= D_K), which is the algorithm of
+    :mod:`dpplugins.amplification.iteration`.  Every step is recorded as a
+    :class:`~dpplugins.events.PNSGDEvent` built from these same numbers (one source of truth).
+    The engine's accountant must support it (``PrivacyEngine(accountant="pnsgd")`` or a user's
+    accountant that does).  Returns ``(module, optimizer, data_loader)`` like ``make_private``.
     """
-    from dpplugins.errors import ParameterError
-    from dpplugins.integrations.pnsgd import project_onto_ball
+    import torch
 
-    if privacy_engine.accountant.mechanism() != "pnsgd":
-        raise ParameterError("privacy_engine.accountant", privacy_engine.accountant.mechanism(),
-                             "'pnsgd' (create the engine with PrivacyEngine(accountant='pnsgd'))")
-    if data_loader.batch_size != 1:
-        raise ParameterError("data_loader.batch_size", data_loader.batch_size,
-                             "1 (PNSGD processes one example per step)")
+    if _ORIGINAL_MAKE_PRIVATE is None:
+        register()
+    accountant = privacy_engine.accountant
+    if not isinstance(accountant, DPPluginsAccountant):
+        raise ParameterError("privacy_engine.accountant", accountant.mechanism(),
+                             "a dpplugins accountant that supports PNSGDEvent (create the "
+                             "engine with PrivacyEngine(accountant='pnsgd'))")
+    step = loader_event(data_loader, noise_multiplier)
+    if not (isinstance(step, ShuffledEpochsEvent) and step.batch_size == 1):
+        raise ParameterError("data_loader", _describe(step),
+                             "a loader of one example per step in a fresh random order "
+                             "(DataLoader(dataset, batch_size=1, shuffle=True))")
     learning_rates = {group["lr"] for group in optimizer.param_groups}
-    if len(learning_rates) != 1 or not isinstance(optimizer, __import__("torch").optim.SGD):
+    if len(learning_rates) != 1 or not isinstance(optimizer, torch.optim.SGD):
         raise ParameterError("optimizer", type(optimizer).__name__,
                              "torch.optim.SGD with one learning rate (the theory's eta)")
-    module, optimizer, data_loader = privacy_engine.make_private(
-        module=module, optimizer=optimizer, data_loader=data_loader,
-        noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm, poisson_sampling=False)
-    configure(privacy_engine.accountant, lipschitz=max_grad_norm, diameter=diameter,
-              learning_rate=learning_rates.pop(), dataset_size=len(data_loader.dataset),
-              variant=variant, smoothness=smoothness)
+    n = step.dataset_size
+    event = PNSGDEvent(n, Fraction(1, n), GaussianEvent(noise_multiplier),
+                       lipschitz=max_grad_norm, diameter=diameter,
+                       learning_rate=learning_rates.pop(), variant=variant,
+                       smoothness=smoothness)
+    signature = inspect.signature(_ORIGINAL_MAKE_PRIVATE)
+    bound = signature.bind(privacy_engine, module=module, optimizer=optimizer,
+                           data_loader=data_loader, noise_multiplier=noise_multiplier,
+                           max_grad_norm=max_grad_norm, poisson_sampling=False)
+    bound.apply_defaults()
+    module, optimizer, data_loader = _private(privacy_engine, _ORIGINAL_MAKE_PRIVATE,
+                                              dict(bound.arguments), step_event=event)
+    from dpplugins.integrations.pnsgd import project_onto_ball
+
     params = [p for group in optimizer.param_groups for p in group["params"]]
     original_step = optimizer.step
 

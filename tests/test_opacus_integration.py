@@ -1,7 +1,13 @@
-"""Real Opacus training (a few steps, CPU) with our accountants registered by name."""
+"""Real Opacus training (a few steps, CPU) with our accountants registered by name.
+
+The adapters record events (dpplugins.events) read from the data loader make_private returns;
+a loader an accountant cannot account for is refused at make_private.  Expected events are
+written out by hand from the loader's parameters (not read back from the adapter).
+"""
 
 import re
 import warnings
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -12,9 +18,36 @@ opacus = pytest.importorskip("opacus")
 from opacus import PrivacyEngine  # noqa: E402
 from opacus.accountants import RDPAccountant, create_accountant  # noqa: E402
 
+from dpplugins.accountants import UnsupportedEventError  # noqa: E402
+from dpplugins.events import (GaussianEvent, PoissonSampledEvent, RandomCheckInEvent,  # noqa: E402
+                              ShuffledEpochsEvent, leaves)
 from dpplugins.integrations.opacus import check_sampler, register  # noqa: E402
 
 DELTA = 1e-5
+
+
+def ledger(accountant):
+    """The adapter's events as (leaf event, count) runs in order (consecutive equal leaves
+    merged), independent of how the ledger groups them."""
+    out = []
+    for event in accountant.history:
+        for leaf, count in leaves(event):
+            if out and out[-1][0] == leaf:
+                out[-1] = (leaf, out[-1][1] + count)
+            else:
+                out.append((leaf, count))
+    return out
+
+
+def poisson_tuples(accountant):
+    """(sigma, q, steps) of a ledger of Poisson-subsampled Gaussian steps, for Opacus' RDP."""
+    return [(leaf.event.noise_multiplier, leaf.sample_rate, count)
+            for leaf, count in ledger(accountant)]
+
+
+def shuffled(n, b, sigma=1.0, drop_last=False):
+    """One step of shuffled epochs of n examples in batches of b (what a loader releases)."""
+    return ShuffledEpochsEvent(n, b, 1, GaussianEvent(sigma), drop_last).with_steps(1)
 
 
 def get_noise_multiplier(**kwargs):
@@ -84,10 +117,11 @@ def test_pld_flag_is_the_whole_change_and_is_at_most_opacus_rdp():
                                             poisson_sampling=True)
     train(model, optimizer, loader, epochs=2)
     eps = engine.get_epsilon(DELTA)
-    history = engine.accountant.history
-    assert len(engine.accountant) == sum(h[2] for h in history) > 0
+    # Opacus' DPDataLoader: Poisson batches at q = 1 / len(loader) = 1/8, one step per batch
+    assert ledger(engine.accountant) == [(PoissonSampledEvent(1 / 8, GaussianEvent(1.0)), 16)]
+    assert len(engine.accountant) == 16
     rdp = RDPAccountant()
-    rdp.history = list(history)
+    rdp.history = poisson_tuples(engine.accountant)
     assert eps <= rdp.get_epsilon(DELTA)
     lower, upper = engine.accountant.get_epsilon_bounds(DELTA)
     assert lower <= eps == upper
@@ -132,13 +166,30 @@ def test_checkpoint_resume_equals_uninterrupted(tmp_path):
     assert engine.get_epsilon(DELTA) == pytest.approx(uninterrupted, rel=1e-12)
 
 
-def test_poisson_accountant_on_a_shuffling_loader_warns():
+def test_poisson_accountant_on_a_shuffling_loader_is_refused_at_make_private():
+    """PrivacyEngine(accountant='pld') with poisson_sampling=False used to train silently; our
+    pld does not describe shuffled batches, so make_private refuses, naming the valid ones."""
     register()
     engine = PrivacyEngine(accountant="pld")
     model, optimizer, loader = tiny_setup()
-    model, optimizer, loader = make_private(engine, model, optimizer, loader)
-    with pytest.warns(UserWarning, match="not valid"):
+    with pytest.raises(UnsupportedEventError, match=r"'pld' accountant.*support it: shuffle"):
+        make_private(engine, model, optimizer, loader)
+    assert len(engine.accountant) == 0
+    assert not any(m._forward_hooks for m in model.modules())  # Opacus did not touch the model
+    with pytest.raises(UnsupportedEventError, match="support it: shuffle"):
         check_sampler("pld", loader)
+
+
+def test_opacus_accountant_on_a_shuffling_loader_warns_at_make_private():
+    """Opacus' own rdp assumes Poisson: a warning (not a refusal) at make_private, without
+    attach(), naming the valid accountants."""
+    register()
+    engine = PrivacyEngine(accountant="rdp")
+    model, optimizer, loader = tiny_setup()
+    with pytest.warns(UserWarning, match=r"accountant 'rdp' is not valid.*Valid: shuffle$"):
+        make_private(engine, model, optimizer, loader)
+    with pytest.warns(UserWarning, match="Valid: shuffle$"):
+        check_sampler("rdp", loader)
 
 
 def test_opacus_get_noise_multiplier_uses_our_calibration_for_our_names():
@@ -167,18 +218,20 @@ def test_our_shuffled_sampler_with_the_shuffle_accountant():
         warnings.simplefilter("error")  # valid pairing: no warning
         attach(engine, loader)
     train(model, optimizer, loader, epochs=2)
-    assert engine.accountant.history == [(1.0, 1 / 7, 14)]  # ceil(200/32) = 7 steps per epoch
-    reference = create("shuffle", batch_size=32, dataset_size=200)
+    assert ledger(engine.accountant) == [(shuffled(200, 32), 14)]  # ceil(200/32) = 7 per epoch
+    reference = create("shuffle", batch_size=32, dataset_size=200)  # version 0.1 meaning
     reference.step(noise_multiplier=1.0, sample_rate=1 / 7, count=14)
     assert engine.get_epsilon(DELTA) == reference.get_epsilon(DELTA)
 
 
 def test_shuffle_accountant_without_protocol_says_what_to_call():
+    """Opacus' step(noise_multiplier, sample_rate) is a Poisson step: shuffle refuses it and
+    says what to compose instead."""
     register()
     acc = create_accountant("shuffle")
-    acc.step(noise_multiplier=1.0, sample_rate=0.1)
-    with pytest.raises(ValueError, match="attach"):
-        acc.get_epsilon(DELTA)
+    with pytest.raises(UnsupportedEventError, match="ShuffledEpochsEvent"):
+        acc.step(noise_multiplier=1.0, sample_rate=0.1)
+    assert len(acc) == 0
 
 
 def test_checkin_sampler_trains_through_empty_batches():
@@ -190,7 +243,8 @@ def test_checkin_sampler_trains_through_empty_batches():
     sampler = RandomCheckIn(64, 32, checkin_probability=0.3, variant="fixed", rng=1)
     loader = make_data_loader(loader.dataset, sampler)
     engine = PrivacyEngine(accountant="rdp")
-    model, optimizer, loader = make_private(engine, model, optimizer, loader)
+    with pytest.warns(UserWarning, match="Valid: checkin$"):   # rdp assumes Poisson
+        model, optimizer, loader = make_private(engine, model, optimizer, loader)
     sizes = []
     criterion = torch.nn.CrossEntropyLoss()
     before = [p.detach().clone() for p in model.parameters()]
@@ -212,7 +266,7 @@ def test_checkin_accountant_with_a_poisson_loader_raises():
     model, optimizer, loader = tiny_setup()
     model, optimizer, loader = make_private(engine, model, optimizer, loader,
                                             poisson_sampling=True)
-    with pytest.raises(ValueError, match="pld"):
+    with pytest.raises(ValueError, match=r"support it: .*\bpld\b"):
         check_sampler("checkin", loader)
 
 
@@ -316,7 +370,7 @@ def test_gradient_accumulation_with_shuffled_sampler_accounts_logical_batches(n)
     # the ground truth of the run: each epoch's optimizer steps take 64 examples, the last the rest
     per_epoch = [min(64, n - 64 * j) for j in range(logical_steps)]
     assert sizes == per_epoch * 2
-    assert engine.accountant.history == [(1.0, 1 / logical_steps, 2 * logical_steps)]
+    assert ledger(engine.accountant) == [(shuffled(n, 64), 2 * logical_steps)]
     # the same accountant configured by hand with the logical protocol
     reference = create("shuffle", batch_size=64, dataset_size=n)
     reference.step(noise_multiplier=1.0, sample_rate=1 / logical_steps, count=2 * logical_steps)
@@ -333,7 +387,7 @@ def test_gradient_accumulation_with_shuffled_sampler_accounts_logical_batches(n)
 
 
 def test_gradient_accumulation_with_the_shuffle_flag_alone():
-    """No sampler attached: the logical batch is k times Opacus' expected batch size."""
+    """A plain loader (batch_size=32): the logical batch is k times the loader's batch size."""
     from dpplugins.accountants import create
 
     register()
@@ -341,9 +395,9 @@ def test_gradient_accumulation_with_the_shuffle_flag_alone():
     model, optimizer, loader = tiny_setup(n=256, batch=32)
     model, optimizer, loader = make_private(engine, model, optimizer, loader)
     train_accumulating(model, optimizer, loader, k=2, epochs=2)
-    assert engine.accountant.history == [(1.0, 1 / 4, 8)]
-    reference = create("shuffle", batch_size=64)
-    reference.step(noise_multiplier=1.0, sample_rate=1 / 4, count=8)
+    assert ledger(engine.accountant) == [(shuffled(256, 64), 8)]
+    reference = create("shuffle")   # the whole run, written by hand: 2 epochs of batches of 64
+    reference.compose(ShuffledEpochsEvent(256, 64, 2, GaussianEvent(1.0)))
     assert engine.accountant.get_epsilon_bounds(DELTA) == reference.get_epsilon_bounds(DELTA)
     from conftest import epsilon_from_delta_curve, gaussian_delta_exact
     exact = epsilon_from_delta_curve(lambda e: gaussian_delta_exact(e, 2 ** 0.5), DELTA)
@@ -365,7 +419,9 @@ def test_gradient_accumulation_with_checkin_sampler_is_averaged_checkin(variant,
                                                             noise_multiplier=4.0)
     sizes = train_accumulating(model, optimizer, loader, k=2, epochs=2)
     assert len(sizes) == 8 and max(sizes) <= logical_cap
-    assert engine.accountant.history == [(4.0, 1 / 4, 8)]
+    logical = RandomCheckInEvent(64, GaussianEvent(4.0), "averaged", 4, None, 1.0, logical_cap,
+                                 False, Fraction(1, 4))
+    assert ledger(engine.accountant) == [(logical, 8)]
     reference = create("checkin", num_examples=64, variant="averaged", num_slots=4,
                        checkin_probability=1.0, max_batch_size=logical_cap)
     reference.step(noise_multiplier=4.0, sample_rate=1 / 4, count=8)
@@ -396,8 +452,8 @@ def test_gradient_accumulation_resume_equals_uninterrupted(tmp_path):
     engine, model, optimizer, _ = run(epochs=1)
     saved = state(engine)
     engine.save_checkpoint(path=path, module=model, optimizer=optimizer)
-    # resume: load first, attach after (the accountant keeps k=2, so attach describes the
-    # logical batches even before the first step), then the second epoch
+    # resume: make_private, load (the accountant keeps k=2), attach (a no-op re-check), then
+    # the second epoch
     engine, model, optimizer, loader = run(epochs=0, do_attach=False)
     engine.load_checkpoint(path=path, module=model, optimizer=optimizer)
     attach(engine, loader)
@@ -425,21 +481,18 @@ def _sampler(kind):
     ("checkin_p0", "checkin", 2, "pass_end", "checkin_probability = 1", 0),
     ("checkin_m8", "checkin", 3, "pass_end", "divisor of num_slots=8", 0),
     ("allocation_m8", "balls_and_bins", 3, "pass_end", "divisor of num_slots=8", 0),
-    # the fixed variant is not random allocation: attach() warned and gave no protocol
-    ("checkin_m8", "balls_and_bins", 2, "pass_end", "unless it knows the sampler", 0),
     ("sliding", "checkin", 2, "pass_end", "Thm 4.3", 0),
 ])
 def test_gradient_accumulation_outside_the_supported_protocols_is_refused(
         kind, accountant, k, style, match, valid_steps):
     from dpplugins.errors import ParameterError
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # balls_and_bins + fixed variant warns (tested below)
-        engine, model, optimizer, loader = private_with_sampler(_sampler(kind), accountant)
+    engine, model, optimizer, loader = private_with_sampler(_sampler(kind), accountant)
     with pytest.raises(ParameterError, match=match):
         train_accumulating(model, optimizer, loader, k=k, epochs=2, style=style)
     # nothing wrong was recorded: only the steps before the offending one
-    assert engine.accountant.history == ([(1.0, 1 / 4, valid_steps)] if valid_steps else [])
+    expected = [(shuffled(200, 64), valid_steps)] if valid_steps else []
+    assert ledger(engine.accountant) == expected
 
 
 def test_gradient_accumulation_changed_midway_is_refused():
@@ -449,24 +502,27 @@ def test_gradient_accumulation_changed_midway_is_refused():
     train_accumulating(model, optimizer, loader, k=2, epochs=1)
     with pytest.raises(ParameterError, match="2 at logical step 1 of 4"):
         train_accumulating(model, optimizer, loader, k=1, epochs=1)
-    assert engine.accountant.history == [(1.0, 1 / 4, 4)]
+    assert ledger(engine.accountant) == [(shuffled(200, 64), 4)]
 
 
 def test_gradient_accumulation_is_refused_for_one_example_per_step_accountants():
-    from dpplugins.errors import ParameterError
-
+    """swap: two accumulated batches of 1 are a batch of 2, which swapping does not describe;
+    a fixed order with batch size 1 is not described at all (no amplification by shuffling)."""
     register()
     engine = PrivacyEngine(accountant="swap")
     model, optimizer, loader = tiny_setup(n=16, batch=1)
+    with pytest.raises(UnsupportedEventError, match="batch size 1 in a fixed order"):
+        make_private(engine, model, optimizer, loader)
+    loader = torch.utils.data.DataLoader(loader.dataset, batch_size=1, shuffle=True)
     model, optimizer, loader = make_private(engine, model, optimizer, loader)
-    with pytest.raises(ParameterError, match="one example per noisy step"):
+    with pytest.raises(UnsupportedEventError, match=r"batch size 1 .*support it: shuffle"):
         train_accumulating(model, optimizer, loader, k=2, epochs=1)
     assert len(engine.accountant) == 0
 
 
-def test_gradient_accumulation_without_the_sampler_is_refused_when_configured_by_hand():
-    """A shuffle accountant configured by hand cannot tell physical from logical batches."""
-    from dpplugins.errors import ParameterError
+def test_configured_by_hand_the_loader_still_decides():
+    """configure() changes the accountant's options (e.g. its version-0.1 protocol for step());
+    what the hook records is still the loader's event, accumulated."""
     from dpplugins.integrations.opacus import configure
 
     register()
@@ -474,8 +530,8 @@ def test_gradient_accumulation_without_the_sampler_is_refused_when_configured_by
     model, optimizer, loader = tiny_setup(n=256, batch=32)
     model, optimizer, loader = make_private(engine, model, optimizer, loader)
     configure(engine.accountant, batch_size=32, dataset_size=256)
-    with pytest.raises(ParameterError, match="attach"):
-        train_accumulating(model, optimizer, loader, k=2, epochs=1)
+    train_accumulating(model, optimizer, loader, k=2, epochs=1)
+    assert ledger(engine.accountant) == [(shuffled(256, 64), 4)]
 
 
 def test_accumulation_plan_and_logical_sampler():
@@ -530,6 +586,10 @@ def test_pnsgd_under_opacus_per_sample_gradients():
             norm = torch.sqrt(sum(torch.sum(p.detach() ** 2) for p in model.parameters()))
             assert float(norm) <= 0.5  # inside the ball after every step
     assert len(engine.accountant) == 2 * n
+    from dpplugins.events import PNSGDEvent
+    step = PNSGDEvent(n, Fraction(1, n), GaussianEvent(3.0), lipschitz=1.0, diameter=1.0,
+                      learning_rate=0.5)
+    assert ledger(engine.accountant) == [(step, 2 * n)]
     offline = create("pnsgd", lipschitz=1.0, diameter=1.0, learning_rate=0.5, dataset_size=n)
     offline.step(noise_multiplier=3.0, sample_rate=1 / n, count=2 * n)
     assert engine.get_epsilon(DELTA) == offline.get_epsilon(DELTA)
@@ -537,6 +597,12 @@ def test_pnsgd_under_opacus_per_sample_gradients():
 
 # -- balls_and_bins (random allocation) --------------------------------------------------------
 ALLOCATION_N, ALLOCATION_SLOTS = 32, 16   # about 2 empty slots per pass: noise-only steps
+
+
+def allocation_step(sigma=1.0, n=ALLOCATION_N, slots=ALLOCATION_SLOTS):
+    """One step of RandomCheckIn(n, slots, checkin_probability=1.0, variant="averaged")."""
+    return RandomCheckInEvent(n, GaussianEvent(sigma), "averaged", slots,
+                              passes=Fraction(1, slots))
 
 
 def allocation_engine(do_attach=True, seed=5):
@@ -592,7 +658,7 @@ def test_balls_and_bins_training_runs_empty_steps_and_is_below_rdp_on_poisson(
     assert len(sizes) == 2 * T
     assert sum(sizes[:T]) == sum(sizes[T:]) == ALLOCATION_N  # each example once per epoch
     assert empty_step_moved and all(empty_step_moved)         # noise-only steps were run
-    assert engine.accountant.history == [(1.0, 1 / T, 2 * T)]  # ... and accounted
+    assert ledger(engine.accountant) == [(allocation_step(), 2 * T)]  # ... and accounted
     eps = engine.get_epsilon(DELTA)
     assert eps == allocation_two_epochs_epsilon
 
@@ -622,7 +688,9 @@ def test_balls_and_bins_checkpoint_resume_equals_uninterrupted(tmp_path,
     train_accumulating(model, optimizer, loader, k=1, epochs=1)
     state = engine.accountant.state_dict()
     assert state["mechanism"] == "balls_and_bins"
-    assert state["history"] == [(1.0, 1 / ALLOCATION_SLOTS, ALLOCATION_SLOTS)]
+    from dpplugins.events import SelfComposedEvent, from_dict
+    assert [from_dict(e) for e in state["history"]] == [
+        SelfComposedEvent(allocation_step(), ALLOCATION_SLOTS)]
     engine.save_checkpoint(path=path, module=model, optimizer=optimizer)
 
     engine, model, optimizer, loader = allocation_engine(do_attach=False, seed=6)
@@ -630,7 +698,7 @@ def test_balls_and_bins_checkpoint_resume_equals_uninterrupted(tmp_path,
     attach(engine, loader)
     assert engine.accountant.inner.eps_tolerance == 5e-3
     train_accumulating(model, optimizer, loader, k=1, epochs=1)
-    assert engine.accountant.history == [(1.0, 1 / ALLOCATION_SLOTS, 2 * ALLOCATION_SLOTS)]
+    assert ledger(engine.accountant) == [(allocation_step(), 2 * ALLOCATION_SLOTS)]
     # the uninterrupted run's epsilon (previous test: engine == offline accountant)
     assert engine.get_epsilon(DELTA) == allocation_two_epochs_epsilon
 
@@ -652,7 +720,7 @@ def test_balls_and_bins_make_private_with_epsilon_reaches_target():
     attach(engine, loader)
     train_accumulating(model, optimizer, loader, k=1, epochs=2)
     sigma = optimizer.noise_multiplier
-    assert engine.accountant.history == [(sigma, 1 / 4, 8)]
+    assert ledger(engine.accountant) == [(allocation_step(sigma, 64, 4), 8)]
     assert engine.get_epsilon(DELTA) <= 4.0
     # close to the smallest sigma that meets the target
     below = create("balls_and_bins")
@@ -672,42 +740,47 @@ def _mismatch_sampler(kind):
 
 
 @pytest.mark.parametrize("accountant,kind,match", [
-    ("balls_and_bins", "shuffled", r"shuffled_epochs data loader;.*Valid: shuffle \("),
-    ("balls_and_bins", "p_half", r"checkin_probability=0\.5 .*Valid: checkin$"),
-    ("balls_and_bins", "fixed", r"variant='fixed' keeps one example.*Valid: checkin$"),
-    ("balls_and_bins", "capped", r"max_batch_size=4 drops.*Valid: checkin$"),
-    # a Poisson accountant on our random-allocation sampler: balls_and_bins is named first
-    ("pld", "allocation", r"random_checkin data loader;.*Valid: balls_and_bins, checkin$"),
-    ("rdp", "allocation", r"Valid: balls_and_bins, checkin$"),
-    ("pld", "p_half", r"Valid: checkin$"),
+    ("balls_and_bins", "shuffled", r"random allocation .*support it: shuffle$"),
+    # averaged check-ins with checkin_probability < 1: no theorem here covers them
+    ("balls_and_bins", "p_half", r"checkin_probability=0\.5: random allocation .*no "
+                                 r"registered accountant supports it$"),
+    ("balls_and_bins", "fixed", r"variant='fixed' uses one example .*support it: checkin$"),
+    ("balls_and_bins", "capped", r"max_batch_size=4 drops .*support it: checkin$"),
+    # a Poisson accountant on our random-allocation sampler: both valid ones are named
+    ("pld", "allocation", r"'pld' accountant.*support it: balls_and_bins, checkin$"),
+    ("pld", "p_half", r"no registered accountant supports it$"),
+    ("checkin", "p_half", r"checkin_probability=1 for variant='averaged'"),
 ])
-def test_sampler_mismatch_warns_once_naming_the_valid_accountants(accountant, kind, match):
+def test_sampler_mismatch_is_refused_at_make_private_naming_the_valid_accountants(
+        accountant, kind, match):
+    with pytest.raises(UnsupportedEventError, match=match):
+        private_with_sampler(_mismatch_sampler(kind), accountant, do_attach=False)
+
+
+def test_opacus_accountant_on_our_sampler_warns_once_naming_the_valid_accountants():
     from dpplugins.integrations.opacus import attach
 
-    engine, model, optimizer, loader = private_with_sampler(_mismatch_sampler(kind), accountant,
-                                                            do_attach=False)
     with pytest.warns(UserWarning) as record:
-        attach(engine, loader)
+        engine, model, optimizer, loader = private_with_sampler(
+            _mismatch_sampler("allocation"), "rdp", do_attach=False)
     ours = [str(w.message) for w in record if "is not valid for" in str(w.message)]
-    assert len(ours) == 1 and re.search(match, ours[0])
-    assert f"accountant {accountant!r}" in ours[0]
+    assert len(ours) == 1 and re.search(r"Valid: balls_and_bins, checkin$", ours[0])
+    assert "accountant 'rdp'" in ours[0]
+    with pytest.warns(UserWarning, match="Valid: balls_and_bins, checkin$"):
+        attach(engine, loader)   # the re-check says the same
 
 
 def test_balls_and_bins_with_a_poisson_loader_raises():
-    from dpplugins.integrations.opacus import attach
-
     register()
     engine = PrivacyEngine(accountant="balls_and_bins")
     model, optimizer, loader = tiny_setup()
-    model, optimizer, loader = make_private(engine, model, optimizer, loader,
-                                            poisson_sampling=True)  # Poisson
-    with pytest.raises(ValueError, match="Poisson batches; use accountant='pld'"):
-        attach(engine, loader)
+    with pytest.raises(ValueError, match=r"poisson_sampling=False.*support it: .*pld"):
+        make_private(engine, model, optimizer, loader, poisson_sampling=True)  # Poisson
 
 
-def test_balls_and_bins_checks_opacus_sample_rate_against_the_sampler():
-    """make_private saw 8 slots (q = 1/8), attach() gets a loader with 4: the first step
-    refuses to record, instead of accounting 1/8 for a protocol with 4 steps per epoch."""
+def test_attach_refuses_a_loader_other_than_the_one_make_private_returned():
+    """make_private saw 8 slots, attach() gets a loader with 4: refused, instead of accounting
+    a protocol the training does not run."""
     from dpplugins.errors import ParameterError
     from dpplugins.integrations.opacus import attach, make_data_loader
     from dpplugins.samplers import RandomCheckIn
@@ -715,19 +788,20 @@ def test_balls_and_bins_checks_opacus_sample_rate_against_the_sampler():
     engine, model, optimizer, loader = private_with_sampler(_mismatch_sampler("allocation"),
                                                             "balls_and_bins", do_attach=False)
     other = make_data_loader(loader.dataset, RandomCheckIn(64, 4, variant="averaged", rng=1))
-    attach(engine, other)   # a valid sampler, but not the one make_private saw
-    with pytest.raises(ParameterError, match=r"sample_rate.*1/4"):
-        train_accumulating(model, optimizer, loader, k=1, epochs=1)
+    with pytest.raises(ParameterError, match=r"data_loader=.*the loader make_private returned"):
+        attach(engine, other)   # a valid sampler, but not the one make_private saw
+    attach(engine, loader)      # the right one: a no-op re-check
     assert engine.accountant.history == []
 
 
-def test_balls_and_bins_training_without_attach_warns_once():
+def test_balls_and_bins_training_without_attach_is_accounted():
+    """The loader is known from make_private: no attach(), no warning, the right events."""
     engine, model, optimizer, loader = allocation_engine(do_attach=False)
-    with pytest.warns(UserWarning) as record:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.filterwarnings("ignore", message=".*Full backward hook.*")
         train_accumulating(model, optimizer, loader, k=1, epochs=1)
-    ours = [w for w in record if "without dpplugins.integrations.opacus.attach" in str(w.message)]
-    assert len(ours) == 1
-    assert engine.accountant.history == [(1.0, 1 / ALLOCATION_SLOTS, ALLOCATION_SLOTS)]
+    assert ledger(engine.accountant) == [(allocation_step(), ALLOCATION_SLOTS)]
 
 
 def test_gradient_accumulation_with_balls_and_bins_is_allocation_into_merged_slots():
@@ -739,7 +813,9 @@ def test_gradient_accumulation_with_balls_and_bins_is_allocation_into_merged_slo
                                                             "balls_and_bins")
     sizes = train_accumulating(model, optimizer, loader, k=2, epochs=2)
     assert len(sizes) == 8 and sum(sizes[:4]) == sum(sizes[4:]) == 64
-    assert engine.accountant.history == [(1.0, 1 / 4, 8)]
+    merged = RandomCheckInEvent(64, GaussianEvent(1.0), "averaged", 4, None, 1.0,
+                                max_batch_size=64, passes=Fraction(1, 4))   # 64 = no cap
+    assert ledger(engine.accountant) == [(merged, 8)]
     reference = create("balls_and_bins")
     reference.step(noise_multiplier=1.0, sample_rate=1 / 4, count=8)
     assert engine.get_epsilon(DELTA) == reference.get_epsilon(DELTA)
@@ -774,7 +850,7 @@ def test_poisson_accumulation_is_recorded_as_k_steps_with_sigma_over_sqrt_k():
     sigma_k = poisson_accumulation_noise(1.0, 2)
     assert sigma_k <= 2 ** -0.5 and sigma_k == pytest.approx(2 ** -0.5, rel=1e-15)
     # not Opacus' (1.0, 2/8, 4)
-    assert engine.accountant.history == [(sigma_k, 1 / 8, 8)]
+    assert ledger(engine.accountant) == [(PoissonSampledEvent(1 / 8, GaussianEvent(sigma_k)), 8)]
     reference = create("pld")
     reference.history = [(sigma_k, 1 / 8, 8)]
     assert engine.get_epsilon(DELTA) == reference.get_epsilon(DELTA)
@@ -819,7 +895,7 @@ def test_poisson_accumulation_bound_is_above_the_merged_step_by_quadrature(k):
 def test_opacus_accountant_with_accumulated_poisson_batches_warns_once_naming_pld():
     from dpplugins.integrations.opacus import attach
 
-    engine, model, optimizer, loader = poisson_accumulating_engine("rdp")
+    engine, model, optimizer, loader = poisson_accumulating_engine("rdp")  # watches already
     attach(engine, loader, optimizer=optimizer)
     attach(engine, loader, optimizer=optimizer)   # idempotent: one watcher
     with pytest.warns(UserWarning) as record:

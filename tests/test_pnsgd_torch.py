@@ -109,7 +109,13 @@ def test_accountant_records_one_step_per_call_with_rate_one_over_n():
         w.grad = torch.ones(3)
         opt.step()
         assert len(accountant) == calls
-    assert accountant.history == [(2.0, 1 / 40, 100)]
+    # the PNSGD step of these constants, written out: one record of 40 per step, 100 steps
+    from fractions import Fraction
+
+    from dpplugins.events import GaussianEvent, PNSGDEvent, SelfComposedEvent
+    step = PNSGDEvent(40, Fraction(1, 40), GaussianEvent(2.0), lipschitz=1.0, diameter=2.0,
+                      learning_rate=0.1)
+    assert accountant.history == [SelfComposedEvent(step, 100)]
 
 
 def test_make_pnsgd_accountant_copies_the_optimizer_constants():

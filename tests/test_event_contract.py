@@ -159,12 +159,12 @@ def test_a_user_accountant_gets_the_same_contract():
         def _delta_bounds(self, history, epsilon):
             return PLDAccountant()._delta_bounds(history, epsilon)
 
-    from dpplugins.accountants import registry
+    from dpplugins.accountants import unregister
     register("toy_half_poisson", HalfPoisson)
     try:
         _check_toy()
     finally:
-        registry._REGISTRY.pop("toy_half_poisson", None)
+        unregister("toy_half_poisson")
 
 
 def _check_toy():

@@ -12,11 +12,12 @@ from dpplugins.accountants.checkin import CheckInAccountant
 from dpplugins.accountants.fdp import GDPAccountant
 from dpplugins.accountants.pld import PLDAccountant
 from dpplugins.accountants.pnsgd import PNSGDAccountant
-from dpplugins.accountants.registry import available, create, get_class, register, supporting
+from dpplugins.accountants.registry import (available, create, get_class, register,
+                                            registered_name, supporting, unregister)
 from dpplugins.accountants.shuffle import ShuffleAccountant
 from dpplugins.accountants.swap import SwapAccountant
 
 __all__ = ["Accountant", "UnsupportedEventError", "PLDAccountant", "GDPAccountant",
            "ShuffleAccountant", "SwapAccountant", "CheckInAccountant",
            "RandomAllocationAccountant", "PNSGDAccountant", "available", "create", "get_class",
-           "register", "supporting", "validate_history"]
+           "register", "registered_name", "supporting", "unregister", "validate_history"]

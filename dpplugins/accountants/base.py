@@ -191,7 +191,8 @@ class Accountant:
         try:
             self._verify(event)
         except UnsupportedEventError as error:
-            raise UnsupportedEventError(error.event, self.name, error.reason,
+            from dpplugins.accountants.registry import registered_name
+            raise UnsupportedEventError(error.event, registered_name(type(self)), error.reason,
                                         None) from None
 
     def supports(self, event: Event) -> bool:

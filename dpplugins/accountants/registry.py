@@ -11,7 +11,8 @@ from typing import Any
 
 from dpplugins.errors import ParameterError
 
-__all__ = ["register", "create", "available", "get_class", "supporting"]
+__all__ = ["register", "unregister", "create", "available", "get_class", "supporting",
+           "registered_name"]
 
 _REGISTRY: dict[str, type] = {}
 #: registry name -> (module, class) of the built-in accountants, imported on first use
@@ -36,6 +37,22 @@ def register(name: str, cls: type) -> None:
     if existing is not None and existing is not cls:
         raise ParameterError("name", name, f"a name not already taken by {existing.__name__}")
     _REGISTRY[name] = cls
+
+
+def unregister(name: str) -> None:
+    """Remove a name added with :func:`register` (built-in names cannot be removed)."""
+    if name in _BUILT_IN:
+        raise ParameterError("name", name, "a name registered with register(), not a built-in")
+    _REGISTRY.pop(name, None)
+
+
+def registered_name(cls: type) -> str:
+    """The registry name of accountant class ``cls`` (its ``name`` attribute if unregistered);
+    a subclass registered under its own name is called by that name."""
+    for name, registered in _REGISTRY.items():
+        if registered is cls:
+            return name
+    return getattr(cls, "name", cls.__name__)
 
 
 def available() -> list[str]:

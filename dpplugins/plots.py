@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+from pathlib import Path
+
 import numpy as np
 
-from dpplugins.report import OURS, REFERENCES, TrainingConfig
+from dpplugins.errors import ParameterError, check_count
+from dpplugins.report import TrainingConfig, compare
 
-__all__ = ["plot_epsilon_against_epochs"]
+__all__ = ["plot_epsilon_against_epochs", "check_output_path"]
 
 
 def _matplotlib():
@@ -19,39 +24,76 @@ def _matplotlib():
     return plt
 
 
-def plot_epsilon_against_epochs(config: TrainingConfig, accountants: list[str], path: str, *,
-                                points: int = 10, size=(6.4, 4.0), dpi: int = 100) -> None:
-    """Epsilon (upper bound; certified bounds shaded where known) against epochs, one line per
-    accountant; invalid accountants for the sampler are drawn dashed and labelled."""
-    from dataclasses import replace
+def check_output_path(path) -> Path:
+    """``path`` as a :class:`~pathlib.Path` whose directory exists (ParameterError otherwise),
+    checked before anything is computed."""
+    out = Path(path)
+    if out.name == "" or out.is_dir():
+        raise ParameterError("output", str(path), "a file name (e.g. eps.png), not a directory")
+    if not out.parent.is_dir():
+        raise ParameterError("output", str(path), f"a path in an existing directory (no "
+                             f"directory {str(out.parent)!r})", "create the directory first")
+    return out
 
+
+def plot_epsilon_against_epochs(config: TrainingConfig, accountants: list[str], path, *,
+                                points: int = 10, size=(6.4, 4.0), dpi: int = 100) -> Path:
+    """Epsilon (upper bound; certified bounds shaded where a positive lower bound is known)
+    against epochs, one line per accountant, from the rows of
+    :func:`dpplugins.report.compare`.  Accountants that are not valid for the sampler but give
+    a Poisson number are drawn dashed and labelled "not valid for <sampler>"; an accountant with
+    no number for this configuration, or one whose computation fails, raises (nothing is drawn
+    for it silently).  Returns the path written."""
+    out = check_output_path(path)
+    points = check_count("points", points, minimum=1)
+    if config.epochs is None:
+        raise ParameterError("epochs", None, "given for a plot against epochs (not steps)")
+    if not accountants:
+        raise ParameterError("accountants", accountants, "at least one accountant name")
     plt = _matplotlib()
     epochs = np.linspace(config.epochs / points, config.epochs, points)
+    uppers = {name: [] for name in accountants}
+    lowers = {name: [] for name in accountants}
+    valid = {}
+    for e in epochs:
+        rows = compare(replace(config, epochs=float(e)), accountants=list(accountants),
+                       references=False)
+        for row in rows:
+            if row.error:
+                raise ParameterError("accountants", row.accountant,
+                                     f"an accountant that can compute this configuration "
+                                     f"({row.error})")
+            if row.epsilon is None:
+                raise ParameterError("accountants", row.accountant,
+                                     f"an accountant with a number for this configuration "
+                                     f"({row.reason})")
+            valid[row.accountant] = row.valid
+            upper = row.epsilon if math.isfinite(row.epsilon) else np.nan
+            lower = row.lower if row.lower is not None and math.isfinite(row.lower) else np.nan
+            uppers[row.accountant].append(upper)
+            lowers[row.accountant].append(lower if lower > 0 else np.nan)
+    what = "projected noisy SGD" if config.is_pnsgd else config.sampler
     fig, ax = plt.subplots(figsize=size, dpi=dpi)
-    for name in accountants:
-        if name in OURS:
-            samplers, runner, _ = OURS[name]
-            valid = config.sampler in samplers
-        elif name in REFERENCES:
-            runner, valid = REFERENCES[name][1], config.sampler == "poisson"
-        else:
-            from dpplugins.errors import ParameterError
-            raise ParameterError("accountants", name, "one of " + ", ".join([*OURS, *REFERENCES]))
-        uppers, lowers = [], []
-        for e in epochs:
-            eps, lower, _, _ = runner(replace(config, epochs=float(e)))
-            uppers.append(eps)
-            lowers.append(lower if lower is not None else np.nan)
-        label = name if valid else f"{name} (not valid for {config.sampler})"
-        line, = ax.plot(epochs, uppers, "--" if not valid else "-", marker="o", ms=3, label=label)
-        if not np.all(np.isnan(lowers)):
-            ax.fill_between(epochs, lowers, uppers, color=line.get_color(), alpha=0.2)
-    ax.set_xlabel("epochs")
-    ax.set_ylabel(f"epsilon at delta={config.delta:g}")
-    ax.set_title(f"n={config.dataset_size}, batch={config.batch_size}, "
-                 f"sigma={config.noise_multiplier:g}, sampler={config.sampler}")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        for name in accountants:
+            label = name if valid[name] else f"{name} (not valid for {what})"
+            line, = ax.plot(epochs, uppers[name], "-" if valid[name] else "--", marker="o",
+                            ms=3, label=label)
+            low = np.asarray(lowers[name], dtype=float)
+            if not np.all(np.isnan(low)):
+                ax.fill_between(epochs, low, uppers[name], color=line.get_color(), alpha=0.2)
+        ax.set_xlabel("epochs")
+        ax.set_ylabel(f"epsilon at delta={config.delta:g}")
+        parts = [f"n={config.dataset_size}" if config.dataset_size is not None else
+                 f"q={config.sample_rate:g}"]
+        if config.batch_size is not None:
+            parts.append(f"batch={config.batch_size}")
+        parts += [f"sigma={config.noise_multiplier:g}", f"sampler={what}"]
+        ax.set_title(", ".join(parts))
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out)
+    finally:
+        plt.close(fig)
+    return out

@@ -1,80 +1,353 @@
 """Compare accountants for one training configuration: which are valid, and what they report.
 
-``compare(config)`` computes epsilon with every accountant we have *and* the built-in references
-that are installed (dp-accounting's RDP and PLD, Opacus' RDP and PRV), and marks each row valid or
-invalid for the configured sampler -- invalid rows are shown, not hidden: a Poisson accountant on a
-shuffled loader is the common mistake this table exposes (Chua et al. 2024).
+The configuration (:class:`TrainingConfig`: sampler, noise, epochs) becomes **one event**
+(:meth:`TrainingConfig.event`, built with our samplers' ``sampler.event(noise_multiplier,
+epochs)``).  An accountant is *valid* for the configuration when it supports that event --
+``create(name).supports(event)`` for every name in ``dpplugins.accountants.available()``, so an
+accountant registered with ``dpplugins.accountants.register`` shows up without any change here.
+
+Every accountant gets a row:
+
+* it supports the event: its epsilon for the event, ``valid=True``;
+* it does not, but it supports the **Poisson event** of the same configuration
+  (:meth:`TrainingConfig.poisson_event`: sample rate ``batch_size / dataset_size``): its Poisson
+  number, ``valid=False`` and the reason.  Invalid rows are shown, not hidden: a Poisson
+  accountant on a shuffled loader is the common mistake this table exposes (Chua et al. 2024);
+* otherwise: no number, the reason (from :class:`~dpplugins.accountants.UnsupportedEventError`)
+  and, when one exists, the ``--sampler`` (or the flags) it would be valid for.
+
+The installed external references (dp-accounting's RDP and PLD, Opacus' RDP and PRV) are
+Poisson accountants: valid iff the event is Poisson, otherwise shown with the Poisson number.
+
+Sampler names (one vocabulary, :data:`SAMPLERS`): ``"poisson"``, ``"shuffled_epochs"``,
+``"random_allocation"`` (balls-and-bins: every example in one uniformly random step of each
+epoch), ``"random_checkin"``, ``"sliding_window"``.  The command line's old names are aliases,
+mapped here and nowhere else (:data:`SAMPLER_ALIASES`, :func:`canonical_sampler`).
 
 Example::
 
     >>> from dpplugins.report import TrainingConfig, compare, format_table
     >>> config = TrainingConfig(dataset_size=60_000, batch_size=256, epochs=10,
-    ...                         noise_multiplier=1.1, delta=1e-5, sampler="poisson")
+    ...                         noise_multiplier=1.1, delta=1e-5, sampler="shuffled_epochs")
     >>> print(format_table(compare(config)))  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import importlib.util
 import io
 import json
 import math
+import sys
 import time
-from dataclasses import asdict, dataclass
-from typing import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Callable
 
 from dpplugins.errors import (ParameterError, check_choice, check_count, check_open_unit,
-                              check_positive)
+                              check_positive, check_probability)
+from dpplugins.events import (Event, GaussianEvent, PNSGDEvent, PoissonSampledEvent,
+                              SelfComposedEvent, leaves, PNSGD_VARIANTS)
 
-__all__ = ["TrainingConfig", "ComparisonRow", "compare", "format_table", "to_json", "to_csv",
-           "SAMPLERS"]
+__all__ = ["TrainingConfig", "ComparisonRow", "compare", "evaluate", "format_table", "to_json",
+           "to_csv", "row_to_dict", "poisson_runs", "canonical_sampler", "SAMPLERS",
+           "SAMPLER_ALIASES", "CHECKIN_VARIANTS", "REFERENCES"]
 
-SAMPLERS = ("poisson", "shuffle", "checkin")
+#: the canonical sampler names, the same across the library
+SAMPLERS = ("poisson", "shuffled_epochs", "random_allocation", "random_checkin",
+            "sliding_window")
+#: old command-line names -> canonical names (the only place aliases are mapped)
+SAMPLER_ALIASES = {"shuffle": "shuffled_epochs", "checkin": "random_allocation"}
+#: variants of ``RandomCheckIn`` the ``random_checkin`` sampler can run
+CHECKIN_VARIANTS = ("fixed", "averaged")
+
+#: the flags a PNSGD run needs (named in the reasons the table gives)
+PNSGD_FLAGS = ("--sampler shuffled_epochs --batch-size 1 --lipschitz L --diameter D "
+               "--learning-rate ETA")
+
+
+def canonical_sampler(name: Any) -> str:
+    """The canonical name of a sampler name or alias (:data:`SAMPLER_ALIASES`).
+
+    Example::
+
+        >>> canonical_sampler("shuffle")
+        'shuffled_epochs'
+    """
+    name = SAMPLER_ALIASES.get(name, name) if isinstance(name, str) else name
+    return check_choice("sampler", name, SAMPLERS)
+
+
+#: TrainingConfig fields -> the parameter names errors use (the command line's flags)
+_PARAMETER = {"num_slots": "steps_per_epoch", "poisson_sample_rate": "sample_rate",
+              "num_steps": "steps"}
+
+
+def _optional(check: Callable, name: str, value: Any, **kwargs) -> Any:
+    return None if value is None else check(name, value, **kwargs)
 
 
 @dataclass(frozen=True)
 class TrainingConfig:
     """One DP-SGD configuration in the library's vocabulary.
 
-    ``sampler``: ``"poisson"`` (each example independently with rate batch_size/dataset_size),
-    ``"shuffle"`` (shuffled fixed-size batches, each example once per epoch), ``"checkin"``
-    (each example picks one uniformly random step of the epoch: random check-in / balls-and-bins).
+    ``sampler`` (:data:`SAMPLERS`; aliases :data:`SAMPLER_ALIASES` are accepted and stored
+    canonical):
+
+    * ``"poisson"``: each example independently with rate ``batch_size / dataset_size`` (or
+      ``poisson_sample_rate``); ``round(dataset_size / batch_size)`` steps per epoch;
+    * ``"shuffled_epochs"``: a fresh permutation per epoch cut into batches of ``batch_size``
+      (``ShuffledEpochs``; ``ceil(n / b)`` steps per epoch, ``floor`` with ``drop_last``);
+    * ``"random_allocation"``: each example in one uniformly random step of every epoch of
+      ``t`` steps (``samplers.balls_and_bins(n, t)``), ``t = num_slots`` or ``ceil(n / b)``;
+    * ``"random_checkin"``: ``RandomCheckIn(n, t, checkin_probability, checkin_variant)``;
+    * ``"sliding_window"``: ``SlidingWindowCheckIn(n, window)``, ``n - window + 1`` steps per
+      pass.
+
+    With ``lipschitz``, ``diameter`` and ``learning_rate`` the run is projected noisy SGD with
+    hidden iterates (``PNSGDEvent``; needs ``sampler="shuffled_epochs"`` and batch size 1).
+
+    Length: ``epochs`` (rounded to the nearest whole step, at least one) or ``num_steps``.
+    Options that the sampler does not use are refused rather than ignored.
     """
 
-    dataset_size: int
-    batch_size: int
-    epochs: float
+    dataset_size: int | None
+    batch_size: int | None
+    epochs: float | None
     noise_multiplier: float
     delta: float
     sampler: str = "poisson"
+    num_steps: int | None = None
+    poisson_sample_rate: float | None = None
+    num_slots: int | None = None
+    checkin_probability: float | None = None
+    checkin_variant: str | None = None
+    window: int | None = None
+    drop_last: bool = False
+    lipschitz: float | None = None
+    diameter: float | None = None
+    learning_rate: float | None = None
+    pnsgd_variant: str | None = None
+    contraction: float | None = None
+    smoothness: float | None = None
 
     def __post_init__(self) -> None:
-        n = check_count("dataset_size", self.dataset_size, minimum=1)
-        b = check_count("batch_size", self.batch_size, minimum=1)
-        if b > n:
+        put = lambda field, value: object.__setattr__(self, field, value)  # noqa: E731
+        sampler = canonical_sampler(self.sampler)
+        put("sampler", sampler)
+        n = _optional(check_count, "dataset_size", self.dataset_size, minimum=1)
+        b = _optional(check_count, "batch_size", self.batch_size, minimum=1)
+        put("dataset_size", n)
+        put("batch_size", b)
+        if n is not None and b is not None and b > n:
             raise ParameterError("batch_size", b, f"<= dataset_size ({n})")
-        check_positive("epochs", self.epochs)
-        check_positive("noise_multiplier", self.noise_multiplier)
-        check_open_unit("delta", self.delta)
-        check_choice("sampler", self.sampler, SAMPLERS)
+        if (self.epochs is None) == (self.num_steps is None):
+            raise ParameterError("epochs", self.epochs, "given, or the number of steps instead "
+                                 "(exactly one of epochs and steps)")
+        put("epochs", _optional(check_positive, "epochs", self.epochs))
+        put("num_steps", _optional(check_count, "steps", self.num_steps, minimum=1))
+        put("noise_multiplier", check_positive("noise_multiplier", self.noise_multiplier))
+        put("delta", check_open_unit("delta", self.delta))
+        put("poisson_sample_rate", _optional(check_probability, "sample_rate",
+                                             self.poisson_sample_rate))
+        put("num_slots", _optional(check_count, "steps_per_epoch", self.num_slots, minimum=1))
+        put("checkin_probability", _optional(check_probability, "checkin_probability",
+                                             self.checkin_probability))
+        if self.checkin_variant is not None:
+            check_choice("checkin_variant", self.checkin_variant, CHECKIN_VARIANTS)
+        put("window", _optional(check_count, "window", self.window, minimum=1))
+        if not isinstance(self.drop_last, bool):
+            raise ParameterError("drop_last", self.drop_last, "True or False")
+        for field in ("lipschitz", "diameter", "learning_rate", "contraction", "smoothness"):
+            put(field, _optional(check_positive, field, getattr(self, field)))
+        if self.pnsgd_variant is not None:
+            check_choice("pnsgd_variant", self.pnsgd_variant, PNSGD_VARIANTS)
+        self._check_sampler_options()
+
+    def _refuse(self, field: str, used_by: str) -> None:
+        value = getattr(self, field)
+        if value not in (None, False):
+            raise ParameterError(_PARAMETER.get(field, field), value,
+                                 f"not given for sampler={self.sampler!r} (it is used by "
+                                 f"{used_by})")
+
+    def _check_sampler_options(self) -> None:
+        s, n, b = self.sampler, self.dataset_size, self.batch_size
+        slots_users = ("random_allocation", "random_checkin")
+        if s != "poisson":
+            self._refuse("poisson_sample_rate", "sampler 'poisson'")
+            if n is None:
+                raise ParameterError("dataset_size", None, f"an integer >= 1 for sampler={s!r}")
+        if s not in slots_users:
+            self._refuse("num_slots", "samplers 'random_allocation' and 'random_checkin'")
+        if s != "random_checkin":
+            self._refuse("checkin_probability", "sampler 'random_checkin'")
+            self._refuse("checkin_variant", "sampler 'random_checkin'")
+        if s != "sliding_window":
+            self._refuse("window", "sampler 'sliding_window'")
+        if s != "shuffled_epochs":
+            self._refuse("drop_last", "sampler 'shuffled_epochs'")
+        pnsgd = (self.lipschitz, self.diameter, self.learning_rate)
+        if any(v is not None for v in pnsgd):
+            if any(v is None for v in pnsgd):
+                raise ParameterError("lipschitz, diameter, learning_rate", pnsgd,
+                                     "all three given for projected noisy SGD (or none)")
+            if s != "shuffled_epochs" or b not in (None, 1) or self.drop_last:
+                raise ParameterError("sampler", s, "'shuffled_epochs' with batch size 1 for "
+                                     "projected noisy SGD (one record per step, a fresh order "
+                                     "every pass)")
+        else:
+            for field in ("pnsgd_variant", "contraction", "smoothness"):
+                self._refuse(field, "projected noisy SGD: " + PNSGD_FLAGS)
+        if s == "poisson":
+            if self.poisson_sample_rate is not None and b is not None:
+                raise ParameterError("sample_rate", self.poisson_sample_rate,
+                                     "given without batch_size (the rate is batch_size / "
+                                     "dataset_size otherwise)")
+            if self.poisson_sample_rate is None and (n is None or b is None):
+                raise ParameterError("batch_size", b, "given with dataset_size (or give the "
+                                     "sample rate) for sampler='poisson'")
+        elif s == "shuffled_epochs":
+            if b is None and not self.is_pnsgd:
+                raise ParameterError("batch_size", None, "an integer >= 1 for "
+                                     "sampler='shuffled_epochs'")
+        elif s in slots_users:
+            if b is None and self.num_slots is None:
+                raise ParameterError("batch_size", None, f"given (steps per epoch ceil(n / b)) "
+                                     f"or the steps per epoch for sampler={s!r}")
+            if self.num_slots is not None and self.num_slots > n:
+                raise ParameterError("steps_per_epoch", self.num_slots, f"<= dataset_size ({n})")
+        elif s == "sliding_window":
+            if self.window is None:
+                raise ParameterError("window", None, "an integer in [1, dataset_size] for "
+                                     "sampler='sliding_window'")
+            if self.window > n:
+                raise ParameterError("window", self.window, f"<= dataset_size ({n})")
+
+    # -- derived quantities --------------------------------------------------------------------
+    @property
+    def is_pnsgd(self) -> bool:
+        """Projected noisy SGD (the PNSGD constants are given)."""
+        return self.lipschitz is not None
 
     @property
     def sample_rate(self) -> float:
-        return self.batch_size / self.dataset_size
+        """Sample rate of the Poisson event: ``poisson_sample_rate``, else ``batch_size /
+        dataset_size``, else ``1 / steps_per_epoch``."""
+        if self.poisson_sample_rate is not None:
+            return self.poisson_sample_rate
+        if self.batch_size is not None and not self.is_pnsgd:
+            return self.batch_size / self.dataset_size
+        return 1.0 / self.steps_per_epoch
 
     @property
     def steps_per_epoch(self) -> int:
-        return max(1, round(self.dataset_size / self.batch_size))
+        """Steps of one pass of the configured sampler."""
+        n, b, s = self.dataset_size, self.batch_size, self.sampler
+        if s == "poisson":
+            return self._poisson_steps_per_epoch
+        if self.is_pnsgd:
+            return n
+        if s == "shuffled_epochs":
+            return n // b if self.drop_last else -(-n // b)
+        if s in ("random_allocation", "random_checkin"):
+            return self.num_slots if self.num_slots is not None else -(-n // b)
+        return n - self.window + 1   # sliding_window
+
+    @property
+    def _poisson_steps_per_epoch(self) -> int:
+        if self.batch_size is not None and self.dataset_size is not None and not self.is_pnsgd:
+            return max(1, round(self.dataset_size / self.batch_size))
+        if self.poisson_sample_rate is not None:
+            return max(1, round(1.0 / self.poisson_sample_rate))
+        return self.steps_per_epoch
 
     @property
     def steps(self) -> int:
+        """Noisy steps of the run: ``num_steps``, or ``epochs`` passes rounded to a whole step."""
+        if self.num_steps is not None:
+            return self.num_steps
         return max(1, round(self.epochs * self.steps_per_epoch))
+
+    @property
+    def poisson_steps(self) -> int:
+        """Steps of the Poisson event (``round(dataset_size / batch_size)`` per epoch)."""
+        if self.num_steps is not None:
+            return self.num_steps
+        return max(1, round(self.epochs * self._poisson_steps_per_epoch))
+
+    # -- events --------------------------------------------------------------------------------
+    def sampler_object(self):
+        """The dpplugins sampler of the configuration (``None`` for Poisson sampling)."""
+        from dpplugins import samplers
+
+        s, n = self.sampler, self.dataset_size
+        if s == "poisson":
+            return None
+        if s == "shuffled_epochs":
+            return samplers.ShuffledEpochs(n, self.batch_size or 1, drop_last=self.drop_last)
+        if s == "random_allocation":
+            return samplers.balls_and_bins(n, self.steps_per_epoch)
+        if s == "random_checkin":
+            return samplers.RandomCheckIn(
+                n, self.steps_per_epoch, checkin_probability=(
+                    1.0 if self.checkin_probability is None else self.checkin_probability),
+                variant=self.checkin_variant or "fixed")
+        return samplers.SlidingWindowCheckIn(n, self.window)
+
+    def event(self, noise_multiplier: float | None = None) -> Event:
+        """The one event the configured run releases (with ``noise_multiplier`` instead of the
+        configured one if given): the Poisson-subsampled Gaussian composed ``steps`` times,
+        ``sampler.event(noise_multiplier, epochs)`` of the configured sampler, or the
+        ``PNSGDEvent``."""
+        sigma = self._sigma(noise_multiplier)
+        if self.sampler == "poisson":
+            return self.poisson_event(sigma)
+        epochs = Fraction(self.steps, self.steps_per_epoch)
+        if self.is_pnsgd:
+            return PNSGDEvent(self.dataset_size, epochs, GaussianEvent(sigma), self.lipschitz,
+                              self.diameter, self.learning_rate, self.pnsgd_variant or "shuffled",
+                              1.0 if self.contraction is None else self.contraction,
+                              self.smoothness)
+        return self.sampler_object().event(sigma, epochs)
+
+    def poisson_event(self, noise_multiplier: float | None = None) -> Event:
+        """The same configuration with Poisson sampling: ``poisson_steps`` steps at
+        ``sample_rate`` -- what a Poisson accountant reports for this run."""
+        sigma = self._sigma(noise_multiplier)
+        return SelfComposedEvent(PoissonSampledEvent(self.sample_rate, GaussianEvent(sigma)),
+                                 self.poisson_steps)
+
+    def _sigma(self, noise_multiplier: float | None) -> float:
+        if noise_multiplier is None:
+            return self.noise_multiplier
+        return check_positive("noise_multiplier", noise_multiplier)
+
+    def describe(self) -> str:
+        """One line: sampler, steps, Poisson comparison."""
+        what = "projected noisy SGD, " if self.is_pnsgd else ""
+        text = (f"sampler {self.sampler} ({what}{self.steps} steps, {self.steps_per_epoch} per "
+                f"epoch), noise multiplier {self.noise_multiplier:g}, delta {self.delta:g}")
+        if self.sampler != "poisson" or self.is_pnsgd:
+            text += (f"; Poisson numbers: sample rate {self.sample_rate:.6g}, "
+                     f"{self.poisson_steps} steps")
+        else:
+            text += f"; sample rate {self.sample_rate:.6g}"
+        return text
 
 
 @dataclass
 class ComparisonRow:
-    """One line of the comparison table."""
+    """One line of the comparison table.
+
+    ``epsilon`` / ``lower``: the upper and lower bound at ``delta`` (``None``: not computed;
+    ``inf``: no finite epsilon).  ``valid``: the accountant supports the configuration's event.
+    ``number_for``: which event the number is for -- ``"sampler"`` (the configuration's),
+    ``"poisson"`` (its Poisson event; then ``valid`` is False) or ``""`` (no number).
+    ``kind``: ``"accountant"`` (a registered dpplugins accountant) or ``"reference"``.
+    """
 
     accountant: str
     epsilon: float | None
@@ -85,78 +358,31 @@ class ComparisonRow:
     reason: str
     seconds: float
     error: str = ""
+    number_for: str = ""
+    kind: str = "accountant"
 
 
-# -- our accountants ------------------------------------------------------------------------------
-def _ours_poisson(name: str) -> Callable[[TrainingConfig], tuple]:
-    def run(config: TrainingConfig):
-        from dpplugins.accountants import create
-        acc = create(name)
-        acc.step(noise_multiplier=config.noise_multiplier, sample_rate=config.sample_rate,
-                 count=config.steps)
-        bounds = acc.get_epsilon_bounds(config.delta)
-        return bounds.upper, bounds.lower, acc.bound_type, acc.neighbouring
-    return run
+# -- Poisson events and the external references -------------------------------------------------
+def poisson_runs(event: Event) -> list[tuple[float, float, int]] | None:
+    """``(noise_multiplier, sample_rate, steps)`` runs of a Poisson-subsampled Gaussian event
+    (a plain Gaussian has rate 1), or ``None`` when the event is anything else."""
+    runs: list[tuple[float, float, int]] = []
+    for leaf, count in leaves(event):
+        if isinstance(leaf, GaussianEvent):
+            sigma, q = leaf.noise_multiplier, 1.0
+        elif isinstance(leaf, PoissonSampledEvent) and isinstance(leaf.event, GaussianEvent):
+            sigma, q = leaf.event.noise_multiplier, leaf.sample_rate
+        else:
+            return None
+        if runs and runs[-1][:2] == (sigma, q):
+            runs[-1] = (sigma, q, runs[-1][2] + count)
+        else:
+            runs.append((sigma, q, count))
+    return runs
 
 
-def _ours_shuffle(name: str) -> Callable[[TrainingConfig], tuple]:
-    """Shuffled epochs: ceil(n / b) steps per epoch (the last batch may be smaller)."""
-    def run(config: TrainingConfig):
-        from dpplugins.accountants import create
-        acc = create(name, **({"batch_size": config.batch_size, "dataset_size": config.dataset_size}
-                              if name == "shuffle" else {"dataset_size": config.dataset_size}))
-        steps_per_epoch = math.ceil(config.dataset_size / config.batch_size)
-        acc.step(noise_multiplier=config.noise_multiplier, sample_rate=1 / steps_per_epoch,
-                 count=max(1, round(config.epochs * steps_per_epoch)))
-        bounds = acc.get_epsilon_bounds(config.delta)
-        return bounds.upper, bounds.lower, acc.bound_type, acc.neighbouring
-    return run
-
-
-def _ours_checkin(config: TrainingConfig):
-    """Random check-in with probability 1 (each example picks one uniformly random step of the
-    epoch; every checked-in example is used: the averaged variant), one pass per epoch."""
-    from dpplugins.accountants import create
-    steps_per_epoch = math.ceil(config.dataset_size / config.batch_size)
-    acc = create("checkin", num_examples=config.dataset_size, variant="averaged",
-                 num_slots=steps_per_epoch, checkin_probability=1.0)
-    acc.step(noise_multiplier=config.noise_multiplier, sample_rate=1 / steps_per_epoch,
-             count=max(1, round(config.epochs * steps_per_epoch)))
-    bounds = acc.get_epsilon_bounds(config.delta)
-    return bounds.upper, bounds.lower, acc.bound_type, acc.neighbouring
-
-
-def _ours_balls_and_bins(config: TrainingConfig):
-    """Random allocation (balls-and-bins): each example in exactly one uniformly random step of
-    each epoch of ceil(n / b) steps; the check-in sampler with probability 1."""
-    from dpplugins.accountants import create
-    steps_per_epoch = math.ceil(config.dataset_size / config.batch_size)
-    acc = create("balls_and_bins")
-    acc.step(noise_multiplier=config.noise_multiplier, sample_rate=1 / steps_per_epoch,
-             count=max(1, round(config.epochs * steps_per_epoch)))
-    bounds = acc.get_epsilon_bounds(config.delta)
-    return bounds.upper, bounds.lower, acc.bound_type, acc.neighbouring
-
-
-#: name -> (samplers it is valid for, runner, reason when invalid)
-_POISSON_REASON = ("assumes Poisson sampling; with {sampler} batches this is not a valid bound "
-                   "(Chua et al. 2024)")
-OURS: dict[str, tuple[tuple[str, ...], Callable[[TrainingConfig], tuple], str]] = {
-    "pld": (("poisson",), _ours_poisson("pld"), _POISSON_REASON),
-    "fdp": (("poisson",), _ours_poisson("fdp"), _POISSON_REASON),
-    "shuffle": (("shuffle",), _ours_shuffle("shuffle"),
-                "assumes shuffled fixed-size batches (each example once per epoch)"),
-    "checkin": (("checkin",), _ours_checkin,
-                "assumes random check-ins (each example picks its own step)"),
-    "balls_and_bins": (("checkin",), _ours_balls_and_bins,
-                       "assumes random allocation (each example in exactly one random step of "
-                       "every epoch: the check-in sampler with probability 1)"),
-}
-
-
-# -- references (installed anchors) ---------------------------------------------------------------
 def _dp_accounting(kind: str):
-    def run(config: TrainingConfig):
+    def run(runs, delta: float):
         import dp_accounting
         if kind == "rdp":
             from dp_accounting.rdp import rdp_privacy_accountant
@@ -164,76 +390,255 @@ def _dp_accounting(kind: str):
         else:
             from dp_accounting.pld import pld_privacy_accountant
             acc = pld_privacy_accountant.PLDAccountant()
-        event = dp_accounting.PoissonSampledDpEvent(
-            config.sample_rate, dp_accounting.GaussianDpEvent(config.noise_multiplier))
-        acc.compose(dp_accounting.SelfComposedDpEvent(event, config.steps))
-        bound = "upper bound (RDP)" if kind == "rdp" else "estimate (pessimistic PLD)"
-        return acc.get_epsilon(config.delta), None, bound, "add_remove"
+        for sigma, q, steps in runs:
+            acc.compose(dp_accounting.SelfComposedDpEvent(
+                dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)),
+                steps))
+        return acc.get_epsilon(delta)
     return run
 
 
 def _opacus(kind: str):
-    def run(config: TrainingConfig):
+    def run(runs, delta: float):
         from opacus.accountants import create_accountant
         acc = create_accountant(kind)
-        acc.history = [(config.noise_multiplier, config.sample_rate, config.steps)]
-        bound = "upper bound (RDP)" if kind == "rdp" else "estimate (PRV)"
-        return acc.get_epsilon(config.delta), None, bound, "add_remove"
+        acc.history = [tuple(r) for r in runs]
+        return acc.get_epsilon(delta)
     return run
 
 
-REFERENCES: dict[str, tuple[str, Callable[[TrainingConfig], tuple]]] = {
-    "dp_accounting.rdp": ("dp_accounting", _dp_accounting("rdp")),
-    "dp_accounting.pld": ("dp_accounting", _dp_accounting("pld")),
-    "opacus.rdp": ("opacus", _opacus("rdp")),
-    "opacus.prv": ("opacus", _opacus("prv")),
+@dataclass(frozen=True)
+class Reference:
+    """An external Poisson accountant: ``run(runs, delta) -> epsilon``."""
+
+    module: str
+    bound_type: str
+    run: Callable
+    install: str
+
+
+#: external anchors (Poisson accountants), used when their package is installed
+REFERENCES: dict[str, Reference] = {
+    "dp_accounting.rdp": Reference("dp_accounting", "upper bound (RDP)", _dp_accounting("rdp"),
+                                   "pip install dp-accounting"),
+    "dp_accounting.pld": Reference("dp_accounting", "estimate (pessimistic PLD)",
+                                   _dp_accounting("pld"), "pip install dp-accounting"),
+    "opacus.rdp": Reference("opacus", "upper bound (RDP)", _opacus("rdp"), "pip install opacus"),
+    "opacus.prv": Reference("opacus", "estimate (PRV)", _opacus("prv"), "pip install opacus"),
 }
 
+_POISSON_REASON = ("assumes Poisson sampling; with {sampler} batches this is not a valid bound "
+                   "(Chua et al. 2024) -- shown: the number for Poisson sampling at sample rate "
+                   "{rate:.6g}")
 
-def _timed_row(name: str, runner, config: TrainingConfig, valid: bool, reason: str
-               ) -> ComparisonRow:
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _error_text(error: BaseException) -> str:
+    return _one_line(f"{type(error).__name__}: {error}")
+
+
+# -- rows -----------------------------------------------------------------------------------------
+def _alternatives(config: TrainingConfig) -> list[tuple[str, Event]]:
+    """Events of the same run under the other samplers (for the hint "valid with ..."): only the
+    ones that can be built from the configuration."""
+    if config.dataset_size is None:
+        return []
+    base = dict(dataset_size=config.dataset_size, batch_size=config.batch_size,
+                epochs=config.epochs, num_steps=config.num_steps,
+                noise_multiplier=config.noise_multiplier, delta=config.delta)
+    slots = dict(num_slots=config.num_slots)
+    candidates = [
+        ("--sampler shuffled_epochs", dict(base, sampler="shuffled_epochs")),
+        ("--sampler random_allocation", dict(base, sampler="random_allocation", **slots)),
+        ("--sampler random_checkin", dict(base, sampler="random_checkin", **slots)),
+        ("--sampler random_checkin --checkin-variant averaged",
+         dict(base, sampler="random_checkin", checkin_variant="averaged", **slots)),
+        ("--sampler shuffled_epochs --batch-size 1",
+         dict(base, sampler="shuffled_epochs", batch_size=1)),
+    ]
+    if config.window is not None:
+        candidates.append(("--sampler sliding_window",
+                           dict(base, sampler="sliding_window", window=config.window)))
+    if not config.is_pnsgd:  # placeholder constants: only which accountants accept the event
+        candidates.append((PNSGD_FLAGS,
+                           dict(base, sampler="shuffled_epochs", batch_size=1, lipschitz=1.0,
+                                diameter=1.0, learning_rate=1.0)))
+    out = []
+    for label, kwargs in candidates:
+        try:
+            candidate = TrainingConfig(**kwargs)
+            if candidate != config:
+                out.append((label, candidate.event()))
+        except (ParameterError, ArithmeticError):
+            continue
+    return out
+
+
+def _hint(accountant, alternatives) -> str:
+    found = []
+    for label, event in alternatives:
+        try:
+            if any(label.startswith(f) for f in found):
+                continue   # a narrower variant of a sampler already named
+            if accountant.supports(event):
+                found.append(label)
+        except Exception:  # a broken supports() only loses the hint
+            continue
+    return "; valid with " + " or with ".join(found) if found else ""
+
+
+def _bounds(accountant, event: Event, delta: float) -> tuple[float, float]:
+    accountant.compose(event)
+    bounds = accountant.get_epsilon_bounds(delta)
+    return float(bounds.upper), float(bounds.lower)
+
+
+def _row_ours(name: str, config: TrainingConfig, event: Event, poisson: Event | None,
+              alternatives) -> tuple[ComparisonRow, Callable | None]:
+    """The row before computing and the computation (``None``: nothing to compute)."""
+    from dpplugins.accountants import UnsupportedEventError, create
+
+    def row(**kw):
+        fields = dict(accountant=name, epsilon=None, lower=None, bound_type="", neighbouring="",
+                      valid=False, reason="", seconds=0.0)
+        fields.update(kw)
+        return ComparisonRow(**fields)
+    try:
+        accountant = create(name)
+    except Exception as error:
+        return row(reason="cannot be created with default options: "
+                   + _error_text(error)), None
+    info = dict(bound_type=getattr(accountant, "bound_type", ""),
+                neighbouring=getattr(accountant, "neighbouring", ""))
+    try:
+        accountant.check(event)
+        return (row(valid=True, reason="valid for this sampler", number_for="sampler", **info),
+                lambda: _bounds(accountant, event, config.delta))
+    except UnsupportedEventError as error:
+        needs = error.reason or f"does not support {type(error.event).__name__}"
+    except Exception as error:  # a broken check() is that accountant's error, not the table's
+        return row(reason="could not check the event", error=_error_text(error), **info), None
+    what = "projected noisy SGD" if config.is_pnsgd else config.sampler
+    if poisson is not None and poisson != event:
+        try:
+            fresh = create(name)
+            if fresh.supports(poisson):
+                reason = (f"not valid for {what} -- {name}'s reason: {needs}; shown: its number "
+                          f"for Poisson sampling at sample rate {config.sample_rate:.6g}")
+                return (row(reason=_one_line(reason), number_for="poisson", **info),
+                        lambda: _bounds(fresh, poisson, config.delta))
+        except Exception:
+            pass
+    reason = (f"cannot account for {what} -- {name}'s reason: {needs}"
+              f"{_hint(accountant, alternatives)}")
+    return row(reason=_one_line(reason), **info), None
+
+
+def _row_reference(name: str, config: TrainingConfig, event: Event, poisson: Event | None
+                   ) -> tuple[ComparisonRow, Callable | None]:
+    ref = REFERENCES[name]
+    row = ComparisonRow(name, None, None, ref.bound_type, "add_remove", False, "", 0.0,
+                        kind="reference")
+    if not _installed(ref.module):
+        row.reason = f"not installed ({ref.install})"
+        return row, None
+    runs = poisson_runs(event)
+    if runs is not None:
+        row.valid, row.reason, row.number_for = True, "valid for this sampler", "sampler"
+    else:
+        runs = poisson_runs(poisson) if poisson is not None else None
+        what = "projected noisy SGD" if config.is_pnsgd else config.sampler
+        row.reason = _POISSON_REASON.format(sampler=what, rate=config.sample_rate)
+        if runs is None:
+            return row, None
+        row.number_for = "poisson"
+    return row, lambda: (float(ref.run(runs, config.delta)), None)
+
+
+def _finish(row: ComparisonRow, compute: Callable | None, catch: bool) -> ComparisonRow:
+    if compute is None:
+        return row
     start = time.perf_counter()
     try:
-        eps, lower, bound, neighbouring = runner(config)
-        error = ""
-    except Exception as exc:  # a failing accountant is a row, not a crash of the table
-        eps, lower, bound, neighbouring, error = None, None, "", "", f"{type(exc).__name__}: {exc}"
-    return ComparisonRow(name, eps, lower, bound, neighbouring, valid, reason,
-                         time.perf_counter() - start, error)
+        row.epsilon, row.lower = compute()
+    except Exception as error:  # a failing accountant is a row, not a crash of the table
+        if not catch:
+            raise
+        row.epsilon = row.lower = None
+        row.error = _error_text(error)
+    row.seconds = time.perf_counter() - start
+    return row
+
+
+def _check_names(names: list[str]) -> None:
+    from dpplugins.accountants import available
+
+    known = list(available()) + list(REFERENCES)
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise ParameterError("accountants", names, "a list of names from " + ", ".join(known))
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ParameterError("accountants", unknown, "names from " + ", ".join(known))
+
+
+def evaluate(config: TrainingConfig, name: str, *, catch: bool = True) -> ComparisonRow:
+    """The comparison row of one accountant (a registry name or a key of :data:`REFERENCES`)
+    for ``config``; with ``catch=False`` a failing computation raises instead of filling
+    ``row.error``."""
+    _check_names([name])
+    event, poisson = config.event(), config.poisson_event()
+    if name in REFERENCES:
+        row, compute = _row_reference(name, config, event, poisson)
+    else:
+        row, compute = _row_ours(name, config, event, poisson, _alternatives(config))
+    return _finish(row, compute, catch)
 
 
 def compare(config: TrainingConfig, *, accountants: list[str] | None = None,
             references: bool = True, progress: bool = False) -> list[ComparisonRow]:
-    """Epsilon of every accountant (ours and installed references) for ``config``.
+    """One row per accountant for ``config`` (module docstring).
 
-    Rows for accountants that are not valid for ``config.sampler`` are kept and marked.
-    ``progress=True`` shows a tqdm bar when tqdm is installed.
+    ``accountants``: registry names and/or reference names (default: every registered
+    accountant, ``dpplugins.accountants.available()``); ``references`` adds the installed
+    external references.  Rows that are not valid for the sampler are kept and marked.
+    ``progress=True`` shows a tqdm bar on stderr when tqdm is installed (and stderr is a
+    terminal); nothing otherwise.
     """
-    names = list(OURS) if accountants is None else accountants
-    unknown = [n for n in names if n not in OURS]
-    if unknown:
-        raise ParameterError("accountants", unknown, "names from " + ", ".join(OURS))
-    jobs = []
-    for name in names:
-        samplers, runner, reason = OURS[name]
-        valid = config.sampler in samplers
-        jobs.append((name, runner, valid,
-                     "valid for this sampler" if valid else reason.format(sampler=config.sampler)))
+    from dpplugins.accountants import available
+
+    names = list(available()) if accountants is None else list(accountants)
+    _check_names(names)
     if references:
-        for name, (module, runner) in REFERENCES.items():
-            if importlib.util.find_spec(module) is None:
-                continue
-            valid = config.sampler == "poisson"
-            jobs.append((name, runner, valid, "valid for this sampler" if valid else
-                         _POISSON_REASON.format(sampler=config.sampler)))
-    iterator = jobs
-    if progress and importlib.util.find_spec("tqdm") is not None:
+        names += [n for n in REFERENCES if n not in names and _installed(REFERENCES[n].module)]
+    event, poisson = config.event(), config.poisson_event()
+    alternatives = _alternatives(config)
+    iterator: Any = names
+    if progress and _installed("tqdm"):
         from tqdm import tqdm
-        iterator = tqdm(jobs, desc="accountants")
-    return [_timed_row(name, runner, config, valid, reason)
-            for name, runner, valid, reason in iterator]
+        iterator = tqdm(names, desc="accountants", file=sys.stderr, disable=None, leave=False)
+    rows = []
+    for name in iterator:
+        if hasattr(iterator, "set_postfix_str"):
+            iterator.set_postfix_str(name)
+        if name in REFERENCES:
+            row, compute = _row_reference(name, config, event, poisson)
+        else:
+            row, compute = _row_ours(name, config, event, poisson, alternatives)
+        rows.append(_finish(row, compute, catch=True))
+    return rows
 
 
+# -- output ---------------------------------------------------------------------------------------
 def _fmt(value: float | None) -> str:
     if value is None or math.isnan(value):
         return "-"
@@ -241,12 +646,14 @@ def _fmt(value: float | None) -> str:
 
 
 def format_table(rows: list[ComparisonRow]) -> str:
-    """Plain-text table, one row per accountant."""
+    """Plain-text table, one row per accountant, then the reasons of the invalid rows and the
+    errors."""
     header = ("accountant", "epsilon", "lower", "bound type", "neighbouring", "valid", "seconds")
     lines = [header]
     for r in rows:
         lines.append((r.accountant, _fmt(r.epsilon) if not r.error else "error", _fmt(r.lower),
-                      r.bound_type, r.neighbouring, "yes" if r.valid else "NO", f"{r.seconds:.2f}"))
+                      r.bound_type, r.neighbouring, "yes" if r.valid else "NO",
+                      f"{r.seconds:.2f}"))
     widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
     out = ["  ".join(str(v).ljust(w) for v, w in zip(line, widths)).rstrip() for line in lines]
     notes = [f"  {r.accountant}: {r.reason}" for r in rows if not r.valid]
@@ -258,16 +665,46 @@ def format_table(rows: list[ComparisonRow]) -> str:
     return "\n".join(out)
 
 
+def _json_number(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def row_to_dict(row: ComparisonRow) -> dict[str, Any]:
+    """A row as a strict-JSON dict (the fields of :class:`ComparisonRow` plus ``infinite``).
+
+    No non-finite number is ever written: ``epsilon`` / ``lower`` are ``null`` when they were
+    not computed (then ``reason`` or ``error`` says why) **or infinite**; the list
+    ``infinite`` names the fields whose value is +infinity (e.g. ``["epsilon"]``: no finite
+    epsilon at this delta) and ``reason`` says so too."""
+    out = dataclasses.asdict(row)
+    infinite = [k for k in ("epsilon", "lower") if isinstance(out[k], float)
+                and math.isinf(out[k])]
+    for key in ("epsilon", "lower", "seconds"):
+        out[key] = _json_number(out[key])
+    if infinite:
+        out["reason"] = (out["reason"] + "; " if out["reason"] else "") + (
+            " and ".join(infinite) + " infinite (no finite bound at this delta; written as "
+            "null)")
+    out["infinite"] = infinite
+    return out
+
+
 def to_json(rows: list[ComparisonRow]) -> str:
-    """The rows as a JSON list of objects (one per accountant)."""
-    return json.dumps([asdict(r) for r in rows], indent=2)
+    """The rows as a strict JSON list of objects, one per accountant (:func:`row_to_dict`):
+    infinity is written as ``null`` with the ``infinite`` field and the ``reason`` saying so;
+    there are never bare ``Infinity`` / ``NaN`` tokens."""
+    return json.dumps([row_to_dict(r) for r in rows], indent=2, allow_nan=False)
 
 
 def to_csv(rows: list[ComparisonRow]) -> str:
-    """The rows as CSV with a header line."""
+    """The rows as CSV with a header line (``inf`` for an infinite bound, empty when not
+    computed)."""
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(asdict(rows[0]).keys()) if rows else [])
+    fields = [f.name for f in dataclasses.fields(ComparisonRow)]
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     for r in rows:
-        writer.writerow(asdict(r))
+        writer.writerow({k: ("" if v is None else v) for k, v in dataclasses.asdict(r).items()})
     return buffer.getvalue()

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable
 
+from dpplugins.samplers import SAMPLER_ALIASES, SAMPLERS, canonical_sampler
 from dpplugins.errors import (ParameterError, check_choice, check_count, check_open_unit,
                               check_positive, check_probability)
 from dpplugins.events import (Event, GaussianEvent, PNSGDEvent, PoissonSampledEvent,
@@ -55,29 +56,12 @@ __all__ = ["TrainingConfig", "ComparisonRow", "compare", "evaluate", "format_tab
            "to_csv", "row_to_dict", "poisson_runs", "canonical_sampler", "SAMPLERS",
            "SAMPLER_ALIASES", "CHECKIN_VARIANTS", "REFERENCES"]
 
-#: the canonical sampler names, the same across the library
-SAMPLERS = ("poisson", "shuffled_epochs", "random_allocation", "random_checkin",
-            "sliding_window")
-#: old command-line names -> canonical names (the only place aliases are mapped)
-SAMPLER_ALIASES = {"shuffle": "shuffled_epochs", "checkin": "random_allocation"}
 #: variants of ``RandomCheckIn`` the ``random_checkin`` sampler can run
 CHECKIN_VARIANTS = ("fixed", "averaged")
 
 #: the flags a PNSGD run needs (named in the reasons the table gives)
 PNSGD_FLAGS = ("--sampler shuffled_epochs --batch-size 1 --lipschitz L --diameter D "
                "--learning-rate ETA")
-
-
-def canonical_sampler(name: Any) -> str:
-    """The canonical name of a sampler name or alias (:data:`SAMPLER_ALIASES`).
-
-    Example::
-
-        >>> canonical_sampler("shuffle")
-        'shuffled_epochs'
-    """
-    name = SAMPLER_ALIASES.get(name, name) if isinstance(name, str) else name
-    return check_choice("sampler", name, SAMPLERS)
 
 
 #: TrainingConfig fields -> the parameter names errors use (the command line's flags)

@@ -89,15 +89,19 @@ __all__ = ["PLDAccountant", "GDPAccountant", "ShuffleAccountant", "CheckInAccoun
 
 # -- what the training released -------------------------------------------------------------------
 def _sampler_name(sampler: Any) -> str:
-    """The statement's name of a sampler: ``"poisson"``, ``"shuffled_epochs"`` or
-    ``"checkin"`` (also spelled ``"random_checkin"``, the scheme of
-    :class:`~dpplugins.samplers.RandomCheckIn`)."""
-    if sampler in ("poisson", "shuffled_epochs"):
-        return sampler
-    if sampler in ("checkin", "random_checkin"):
+    """The statement's key of a sampler given by its canonical name
+    (:func:`dpplugins.samplers.canonical_sampler`): ``"poisson"``, ``"shuffled_epochs"`` or
+    ``"random_allocation"`` (key ``"checkin"``; the aliases ``"checkin"`` and, as in version
+    0.1 of this statement, ``"random_checkin"`` are accepted for it)."""
+    from dpplugins.samplers import canonical_sampler
+
+    name = canonical_sampler("random_allocation" if sampler == "random_checkin" else sampler)
+    if name in ("poisson", "shuffled_epochs"):
+        return name
+    if name == "random_allocation":
         return "checkin"
-    raise ParameterError("sampler", sampler, "'poisson', 'shuffled_epochs' or 'random_checkin' "
-                         "(also spelled 'checkin')")
+    raise ParameterError("sampler", sampler, "'poisson', 'shuffled_epochs' or "
+                         "'random_allocation' (aliases 'checkin', 'random_checkin')")
 
 
 def dp_sgd_event(sampler: str, number_of_examples: int, batch_size: int, num_epochs: float,

@@ -16,8 +16,29 @@ Example::
     (100, 'random_checkin')
 """
 
+from dpplugins.errors import check_choice
 from dpplugins.samplers.checkin import RandomCheckIn, SlidingWindowCheckIn, balls_and_bins
 from dpplugins.samplers.shuffled import ShuffledEpochs, make_generator
 
 __all__ = ["RandomCheckIn", "SlidingWindowCheckIn", "ShuffledEpochs", "balls_and_bins",
-           "make_generator"]
+           "make_generator", "SAMPLERS", "SAMPLER_ALIASES", "canonical_sampler"]
+
+#: the canonical sampler (scheme) names, the same in the CLI, the compare tool, Opacus, Keras
+#: and TF-Privacy: Poisson subsampling, shuffled epochs, random allocation (balls and bins),
+#: random check-ins (Balle et al. 2020) and the sliding window
+SAMPLERS = ("poisson", "shuffled_epochs", "random_allocation", "random_checkin",
+            "sliding_window")
+#: older spellings -> canonical names (mapped here and nowhere else)
+SAMPLER_ALIASES = {"shuffle": "shuffled_epochs", "checkin": "random_allocation"}
+
+
+def canonical_sampler(name) -> str:
+    """The canonical name of a sampler name or alias (:data:`SAMPLER_ALIASES`).
+
+    Example::
+
+        >>> canonical_sampler("shuffle")
+        'shuffled_epochs'
+    """
+    name = SAMPLER_ALIASES.get(name, name) if isinstance(name, str) else name
+    return check_choice("sampler", name, SAMPLERS)

@@ -1,5 +1,8 @@
 """Framework integrations, shipped as ``dpplugins.integrations``.
 
-Each module here imports its framework (Opacus, TensorFlow Privacy) lazily; the core package never
-imports them.  (Integrations arrive with their own issues.)
+``opacus`` (PrivacyEngine accountants, samplers as data loaders, DPDDP), ``tf_privacy`` /
+``dp_accountants`` / ``dp_accounting_events`` (dp_accounting and TensorFlow Privacy),
+``tf_keras`` (Keras callback and tf.data samplers), ``flower`` (federated check-ins), ``pnsgd``
+(projected noisy SGD for PyTorch).  Each module imports its framework lazily; the core package
+never imports them.
 """

@@ -1,0 +1,466 @@
+"""A real Flower federation (simulation engine, Ray on 127.0.0.1, 12 clients, 2 CPUs) with
+random check-ins, the sliding window, Poisson and fixed-size sampling (ours and Flower's own
+DifferentialPrivacyServerSideFixedClipping), checked against the protocols and the offline
+accountants.  Runs in the Flower venv (.ci/flower_leg.sh); skipped where flwr is not installed.
+
+Every statistical test below uses significance ALPHA = 0.001 (a correct implementation fails
+one such test with probability 0.001); the seeds are fixed, so the outcome is reproducible.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from scipy import stats
+
+# Loopback only: no Flower telemetry, no Ray usage stats, Ray bound to 127.0.0.1.  Read when
+# flwr / ray are imported, so set before.
+os.environ["FLWR_TELEMETRY_ENABLED"] = "0"
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"   # Ray's node address: 127.0.0.1
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+flwr = pytest.importorskip("flwr")
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict  # noqa: E402
+from flwr.clientapp import ClientApp  # noqa: E402
+from flwr.serverapp import ServerApp  # noqa: E402
+from flwr.serverapp.strategy import (DifferentialPrivacyServerSideFixedClipping,  # noqa: E402
+                                     FedAvg)
+from flwr.simulation import run_simulation  # noqa: E402
+
+from dpplugins.accountants import UnsupportedEventError, create, supporting  # noqa: E402
+from dpplugins.errors import ParameterError  # noqa: E402
+from dpplugins.events import (FixedBatchEvent, GaussianEvent, PoissonSampledEvent,  # noqa: E402
+                              RandomCheckInEvent, SelfComposedEvent)
+from dpplugins.integrations.flower import (METRIC_DELTA, METRIC_EPSILON,  # noqa: E402
+                                           DPFedAvg, FixedSizeSampling, PoissonSampling,
+                                           PrivacyAccounting, RandomCheckIns,
+                                           register_participation)
+from dpplugins.samplers import RandomCheckIn, SlidingWindowCheckIn  # noqa: E402
+
+ALPHA = 1e-3
+N = 12                       # clients (SuperNodes)
+DELTA = 1e-5
+SIGMA, CLIP, LR = 1.0, 1.0, 1.0
+CLIENT_SEED = 2024
+SHAPES = {"w": (4, 3), "b": (3,)}
+#: run -> (protocol, rounds); the fixed window runs 6 passes, the sliding window 1 pass
+RUNS = {
+    "checkin": (RandomCheckIns(N, window=4, checkin_probability=0.5), 24),
+    "sliding": (RandomCheckIns(N, window=4, variant="sliding"), 9),
+    "poisson": (PoissonSampling(N, 0.25, block_rounds=6), 12),
+    "fixed": (FixedSizeSampling(N, 3), 6),
+}
+FLOWER_ROUNDS = 4
+NOISE_SEEDS = {"checkin": 11, "sliding": 12, "poisson": 13, "fixed": 14}
+
+
+def client_update(j):
+    """Client j's (deterministic) update: norm 0.3 (j + 1), so clients 3..11 are clipped."""
+    rng = np.random.default_rng(100 + j)
+    parts = {k: rng.normal(size=s) for k, s in SHAPES.items()}
+    norm = np.sqrt(sum(np.sum(v ** 2) for v in parts.values()))
+    return {k: v * 0.3 * (j + 1) / norm for k, v in parts.items()}
+
+
+def clipped(update, c=CLIP):
+    norm = np.sqrt(sum(np.sum(v ** 2) for v in update.values()))
+    return {k: v * min(1.0, c / norm) for k, v in update.items()}
+
+
+def read_logs(log_dir):
+    entries = []
+    for name in sorted(os.listdir(log_dir)):
+        with open(os.path.join(log_dir, name)) as f:
+            entries.extend(json.loads(line) for line in f)
+    return entries
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory):
+    """One simulation: the runs of RUNS with DPFedAvg + PrivacyAccounting, then Flower's own
+    DP strategy for FLOWER_ROUNDS rounds, all on the same 12 SuperNodes."""
+    log_dir = str(tmp_path_factory.mktemp("client_logs"))
+
+    def append(j, record):
+        with open(os.path.join(log_dir, f"client-{j}.jsonl"), "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    client = ClientApp()
+    register_participation(client, seed=CLIENT_SEED,
+                           on_choice=lambda r: append(r["client-index"], dict(r, kind="choice")))
+
+    @client.train()
+    def train(msg, context):
+        j = int(context.node_config["partition-id"])
+        config = msg.content["config"]
+        append(j, {"kind": "train", "j": j, "run": config["run"],
+                   "server-round": int(config["server-round"])})
+        arrays = msg.content["arrays"]
+        update = client_update(j)
+        local = {k: np.asarray(v) + update[k] for k, v in zip(arrays.keys(),
+                                                              arrays.to_numpy_ndarrays())}
+        return Message(RecordDict({"arrays": ArrayRecord({k: flwr.app.Array(v)
+                                                          for k, v in local.items()}),
+                                   "metrics": MetricRecord({"num-examples": 1})}),
+                       reply_to=msg)
+
+    out = {"strategies": {}, "results": {}, "models": {}}
+    server = ServerApp()
+
+    def initial():
+        return ArrayRecord({k: flwr.app.Array(np.zeros(s)) for k, s in SHAPES.items()})
+
+    def run(tag, strategy, rounds):
+        models = out["models"][tag] = {}
+
+        def evaluate(server_round, arrays):
+            models[server_round] = {k: np.array(v) for k, v in zip(arrays.keys(),
+                                                                   arrays.to_numpy_ndarrays())}
+            return None
+        out["strategies"][tag] = strategy
+        out["results"][tag] = strategy.start(grid=out["grid"], initial_arrays=initial(),
+                                             num_rounds=rounds, timeout=300,
+                                             train_config=ConfigRecord({"run": tag}),
+                                             evaluate_fn=evaluate)
+
+    @server.main()
+    def main(grid, context):
+        out["grid"] = grid
+        for tag, (protocol, rounds) in RUNS.items():
+            strategy = DPFedAvg(protocol, SIGMA, CLIP, server_learning_rate=LR,
+                                noise_seed=NOISE_SEEDS[tag], selection_seed=5, query_timeout=300)
+            run(tag, PrivacyAccounting(strategy, delta=DELTA), rounds)
+        flower = DifferentialPrivacyServerSideFixedClipping(
+            FedAvg(fraction_train=0.25, fraction_evaluate=0.0, min_train_nodes=3,
+                   min_available_nodes=N), SIGMA, CLIP, 3)
+        run("flower_dp", PrivacyAccounting(flower, delta=DELTA, num_clients=N), FLOWER_ROUNDS)
+
+    run_simulation(server, client, num_supernodes=N, backend_config={
+        "client_resources": {"num_cpus": 1},
+        "init_args": {"num_cpus": 2, "include_dashboard": False, "logging_level": "ERROR",
+                      "object_store_memory": 128 * 1024 * 1024}})
+    out["logs"] = read_logs(log_dir)
+    assert set(out["results"]) == set(RUNS) | {"flower_dp"}, "the ServerApp did not finish"
+    return out
+
+
+def choices(fed, variant):
+    """The clients' own records of their participation decisions in run ``variant``."""
+    return [e for e in fed["logs"] if e["kind"] == "choice" and e.get("variant", "poisson")
+            == variant]
+
+
+def trained(fed, tag):
+    """server round -> sorted client indices that trained in run ``tag`` (the clients' logs)."""
+    out = {}
+    for e in fed["logs"]:
+        if e["kind"] == "train" and e["run"] == tag:
+            out.setdefault(e["server-round"], []).append(e["j"])
+    return {r: sorted(v) for r, v in out.items()}
+
+
+def selected(strategy):
+    """server round -> sorted client indices DPFedAvg summed (its own record)."""
+    return {rec.server_round: sorted(j for _, j in rec.selected) for rec in strategy.rounds}
+
+
+def epsilons(fed, tag):
+    metrics = fed["results"][tag].train_metrics_clientapp
+    return {r: m[METRIC_EPSILON] for r, m in metrics.items()}
+
+
+# -- the protocols the clients ran ----------------------------------------------------------------
+def test_checkin_frequencies_match_the_protocol(federation):
+    """Fixed window (m = 4, p = 1/2): every (client, pass) decision is 'no' w.p. 1/2, else a
+    uniform round of the pass; pooled chi-square over the 5 outcomes and per-client
+    chi-square of the check-in counts, both at ALPHA."""
+    protocol, rounds = RUNS["checkin"]
+    records = choices(federation, "fixed")
+    passes = rounds // protocol.window
+    assert len(records) == N * passes
+    assert sorted((e["client-index"], e["block"]) for e in records) == sorted(
+        (j, b) for j in range(N) for b in range(passes))
+    p, m = protocol.checkin_probability, protocol.window
+    observed = np.array([sum(e["slot"] == s for e in records) for s in [-1, *range(m)]])
+    expected = len(records) * np.array([1 - p] + [p / m] * m)
+    assert stats.chisquare(observed, expected).pvalue > ALPHA
+    per_client = np.array([sum(e["slot"] >= 0 for e in records if e["client-index"] == j)
+                           for j in range(N)])
+    statistic = np.sum((per_client - passes * p) ** 2 / (passes * p * (1 - p)))
+    assert stats.chi2.sf(statistic, df=N) > ALPHA
+    # each decision is the client's own draw from its own generator (seeded for the test)
+    for e in records:
+        rng = np.random.default_rng(np.random.SeedSequence(CLIENT_SEED,
+                                                           spawn_key=(e["client-index"],
+                                                                      e["block"])))
+        slot = int(rng.integers(m)) if rng.random() < p else -1
+        assert e["slot"] == slot and e["rounds"] == ([slot] if slot >= 0 else [])
+
+
+def test_sliding_window_and_poisson_frequencies(federation):
+    """Sliding window: client j's slot - j is uniform on {0, .., m-1}; Poisson: each client joins
+    each round w.p. q (pooled and per-client chi-square at ALPHA)."""
+    protocol, _ = RUNS["sliding"]
+    records = choices(federation, "sliding")
+    assert sorted(e["client-index"] for e in records) == list(range(N))
+    shifts = np.array([e["slot"] - e["client-index"] for e in records])
+    assert set(shifts) <= set(range(protocol.window))
+    observed = np.bincount(shifts, minlength=protocol.window)
+    assert stats.chisquare(observed).pvalue > ALPHA
+    for e in records:
+        offset = e["slot"] - (protocol.window - 1)
+        assert e["rounds"] == ([offset] if 0 <= offset < N - protocol.window + 1 else [])
+
+    protocol, rounds = RUNS["poisson"]
+    records = choices(federation, "poisson")
+    assert len(records) == N * rounds // protocol.block_rounds
+    joins = np.zeros(N)
+    for e in records:
+        joins[e["client-index"]] += len(e["rounds"])
+    q, total = protocol.sample_rate, N * rounds
+    assert stats.chisquare([joins.sum(), total - joins.sum()],
+                           [q * total, (1 - q) * total]).pvalue > ALPHA
+    statistic = np.sum((joins - rounds * q) ** 2 / (rounds * q * (1 - q)))
+    assert stats.chi2.sf(statistic, df=N) > ALPHA
+
+
+# -- what the server recorded ----------------------------------------------------------------------
+def test_recorded_events_equal_what_happened(federation):
+    fed = federation
+    # fixed-window check-ins: the round's update is one of the clients that checked in to it
+    protocol, rounds = RUNS["checkin"]
+    strategy = fed["strategies"]["checkin"]
+    inner = strategy.strategy
+    checked_in = {}
+    for e in choices(fed, "fixed"):
+        for offset in e["rounds"]:
+            checked_in.setdefault(e["block"] * protocol.window + offset + 1, set()).add(
+                e["client-index"])
+    did_train, used = trained(fed, "checkin"), selected(inner)
+    assert sorted(used) == list(range(1, rounds + 1))
+    for r in range(1, rounds + 1):
+        assert used[r] == did_train.get(r, [])
+        if r in checked_in:
+            assert len(used[r]) == 1 and used[r][0] in checked_in[r]
+        else:
+            assert used[r] == []
+    assert sorted((c.client_index, c.block, c.slot) for c in inner.checkins) == sorted(
+        (e["client-index"], e["block"], e["slot"]) for e in choices(fed, "fixed"))
+    step = RandomCheckInEvent(N, GaussianEvent(SIGMA), "fixed", 4, None, 0.5, None, False,
+                              Fraction(1, 4))
+    assert [rp.event for rp in strategy.rounds] == [step] * rounds
+    assert strategy.accountant.history == [SelfComposedEvent(step, rounds)]
+    assert [rp.server_round for rp in strategy.rounds] == list(range(1, rounds + 1))
+
+    # sliding window: one client per round among those whose slot is that round
+    protocol, rounds = RUNS["sliding"]
+    inner = fed["strategies"]["sliding"].strategy
+    slot_of = {e["client-index"]: e["slot"] for e in choices(fed, "sliding")}
+    did_train, used = trained(fed, "sliding"), selected(inner)
+    for r in range(1, rounds + 1):
+        wanted = {j for j, s in slot_of.items() if s - (protocol.window - 1) == r - 1}
+        assert used[r] == did_train.get(r, [])
+        assert (len(used[r]) == 1 and used[r][0] in wanted) if wanted else used[r] == []
+    sliding_step = SlidingWindowCheckIn(N, 4).event(SIGMA).with_steps(1)
+    assert all(rp.event == sliding_step for rp in fed["strategies"]["sliding"].rounds)
+
+    # Poisson: exactly the clients whose own coins said so
+    protocol, rounds = RUNS["poisson"]
+    joined = {}
+    for e in choices(fed, "poisson"):
+        for offset in e["rounds"]:
+            joined.setdefault(e["block"] * protocol.block_rounds + offset + 1, []).append(
+                e["client-index"])
+    did_train, used = trained(fed, "poisson"), selected(fed["strategies"]["poisson"].strategy)
+    for r in range(1, rounds + 1):
+        assert used[r] == did_train.get(r, []) == sorted(joined.get(r, []))
+    assert all(rp.event == PoissonSampledEvent(0.25, GaussianEvent(SIGMA))
+               for rp in fed["strategies"]["poisson"].rounds)
+
+    # fixed size (ours and Flower's FedAvg): exactly K distinct clients every round
+    for tag, rounds in (("fixed", RUNS["fixed"][1]), ("flower_dp", FLOWER_ROUNDS)):
+        did_train = trained(fed, tag)
+        assert sorted(did_train) == list(range(1, rounds + 1))
+        assert all(len(set(v)) == len(v) == 3 for v in did_train.values())
+        events = [rp.event for rp in fed["strategies"][tag].rounds]
+        assert events == [FixedBatchEvent(N, 3, GaussianEvent(SIGMA))] * rounds
+    assert {r: len(v) for r, v in selected(fed["strategies"]["fixed"].strategy).items()} == {
+        r: 3 for r in range(1, RUNS["fixed"][1] + 1)}
+
+
+def test_round_metrics_and_relations(federation):
+    expected = {"checkin": ("checkin", "replace_one"), "sliding": ("checkin", "replace_one"),
+                "poisson": (None, "add_remove"), "fixed": ("fdp", "replace_one"),
+                "flower_dp": ("fdp", "replace_one")}
+    for tag, (name, relation) in expected.items():
+        strategy = federation["strategies"][tag]
+        report = strategy.report()
+        assert report["neighbouring"] == relation and report["delta"] == DELTA
+        assert report["bound_type"] == "certified upper bound"
+        if name is not None:
+            assert report["accountant"] == name
+        assert report["accountant"] in supporting(strategy.event) or relation == "replace_one"
+        metrics = federation["results"][tag].train_metrics_clientapp
+        assert all(m[METRIC_DELTA] == DELTA for m in metrics.values())
+        eps = [metrics[r][METRIC_EPSILON] for r in sorted(metrics)]
+        assert all(np.isfinite(eps)) and all(a <= b + 1e-9 for a, b in zip(eps, eps[1:]))
+        assert [rp.epsilon for rp in strategy.rounds] == eps
+
+
+# -- epsilon ---------------------------------------------------------------------------------------
+def test_epsilon_per_round_equals_the_offline_accountant(federation):
+    """The number reported after round r equals a fresh accountant given the sampler's event
+    for r rounds (computed without the integration)."""
+    fed = federation
+
+    def offline(name, event, count=1, **options):
+        acc = create(name, **options)
+        acc.compose(event, count)
+        return acc.get_epsilon(DELTA)
+
+    eps = epsilons(fed, "checkin")
+    for r in (1, 2, 4, 5, 13, 24):
+        event = RandomCheckIn(N, 4, 0.5, rng=0).event(SIGMA, Fraction(r, 4))
+        assert eps[r] == pytest.approx(offline("checkin", event), rel=1e-12)
+    assert eps[1] == eps[4] < eps[5]        # a begun pass counts as a full pass
+    eps = epsilons(fed, "sliding")
+    for r in (1, 9):
+        event = SlidingWindowCheckIn(N, 4, rng=0).event(SIGMA, Fraction(r, 9))
+        assert eps[r] == pytest.approx(offline("checkin", event), rel=1e-12)
+    eps = epsilons(fed, "poisson")
+    name = fed["strategies"]["poisson"].accountant.name
+    for r in range(1, RUNS["poisson"][1] + 1):
+        event = PoissonSampledEvent(0.25, GaussianEvent(SIGMA))
+        assert eps[r] == pytest.approx(offline(name, event, r), rel=1e-12)
+        assert eps[r] == pytest.approx(offline("pld", event, r), rel=1e-9)
+    fixed = FixedBatchEvent(N, 3, GaussianEvent(SIGMA))
+    for tag, rounds in (("fixed", RUNS["fixed"][1]), ("flower_dp", FLOWER_ROUNDS)):
+        eps = epsilons(fed, tag)
+        for r in range(1, rounds + 1):
+            assert eps[r] == pytest.approx(offline("fdp", fixed, r, neighbouring="replace_one"),
+                                           rel=1e-12)
+
+
+# -- the noise -------------------------------------------------------------------------------------
+def test_round_without_checkins_adds_noise_only(federation):
+    """In a round nobody checked in to, no client trains and the global model moves by exactly
+    the round's Gaussian noise (lr / D) N(0, (sigma C)^2 I); in a round with a check-in it moves
+    by (lr / D) (clip(update) + noise).  The noise of the empty rounds also passes a chi-square
+    test of its variance at ALPHA."""
+    strategy = federation["strategies"]["checkin"].strategy
+    models = federation["models"]["checkin"]
+    did_train = trained(federation, "checkin")
+    empty = [rec for rec in strategy.rounds if not rec.selected]
+    assert empty, "the seeds give rounds without check-ins"
+    scale = LR / strategy.denominator
+    z2, count = 0.0, 0
+    for rec in strategy.rounds:
+        r = rec.server_round
+        step = {k: models[r][k] - models[r - 1][k] for k in SHAPES}
+        noise = dict(zip(SHAPES, strategy.noise_draw(rec.index, SHAPES.values())))
+        signal = ({k: 0.0 for k in SHAPES} if not rec.selected
+                  else clipped(client_update(rec.selected[0][1])))
+        for k in SHAPES:
+            np.testing.assert_allclose(step[k], scale * (signal[k] + noise[k]), rtol=1e-10,
+                                       atol=1e-12)
+        if not rec.selected:
+            assert r not in did_train
+            assert all(np.any(step[k] != 0) for k in SHAPES)
+            z2 += sum(np.sum((step[k] / (scale * SIGMA * CLIP)) ** 2) for k in SHAPES)
+            count += sum(int(np.prod(s)) for s in SHAPES.values())
+    assert stats.chi2.sf(z2, df=count) > ALPHA and stats.chi2.cdf(z2, df=count) > ALPHA
+
+
+def test_flower_dp_noise_has_the_accounted_scale(federation):
+    """Flower's DifferentialPrivacyServerSideFixedClipping: new = old + mean(clip(updates)) +
+    N(0, (sigma C / K)^2); the residual passes a two-sided chi-square test at ALPHA."""
+    models, did_train = federation["models"]["flower_dp"], trained(federation, "flower_dp")
+    z2, count = 0.0, 0
+    for r in range(1, FLOWER_ROUNDS + 1):
+        mean = {k: np.mean([clipped(client_update(j))[k] for j in did_train[r]], axis=0)
+                for k in SHAPES}
+        for k in SHAPES:
+            residual = models[r][k] - models[r - 1][k] - mean[k]
+            z2 += np.sum((residual / (SIGMA * CLIP / 3)) ** 2)
+            count += residual.size
+    assert stats.chi2.sf(z2, df=count) > ALPHA and stats.chi2.cdf(z2, df=count) > ALPHA
+
+
+# -- set-up (no federation) ------------------------------------------------------------------------
+def test_poisson_accountant_refused_for_fixed_size_sampling():
+    ours = DPFedAvg(FixedSizeSampling(N, 3), SIGMA, CLIP)
+    flower_dp = DifferentialPrivacyServerSideFixedClipping(
+        FedAvg(fraction_train=0.25, min_train_nodes=3, min_available_nodes=N), SIGMA, CLIP, 3)
+    for accountant in ("pld", create("pld")):
+        with pytest.raises(UnsupportedEventError, match="fdp") as info:
+            PrivacyAccounting(ours, delta=DELTA, accountant=accountant)
+        assert "replace" in str(info.value)
+        with pytest.raises(UnsupportedEventError, match="fdp"):
+            PrivacyAccounting(flower_dp, delta=DELTA, accountant=accountant, num_clients=N)
+    with pytest.raises(UnsupportedEventError):   # a Poisson accountant with add/remove
+        PrivacyAccounting(ours, delta=DELTA, accountant=create("fdp"))
+    with pytest.raises(UnsupportedEventError, match="checkin"):
+        PrivacyAccounting(DPFedAvg(RandomCheckIns(N, 4, 0.5), SIGMA, CLIP), delta=DELTA,
+                          accountant="pld")
+    with pytest.raises(UnsupportedEventError):
+        PrivacyAccounting(DPFedAvg(PoissonSampling(N, 0.25), SIGMA, CLIP), delta=DELTA,
+                          accountant="checkin")
+    with pytest.raises(ParameterError, match="num_clients"):
+        PrivacyAccounting(flower_dp, delta=DELTA)
+    with pytest.raises(ParameterError, match="num_sampled_clients"):
+        PrivacyAccounting(flower_dp, delta=DELTA, num_clients=20)
+    assert PrivacyAccounting(flower_dp, delta=DELTA, num_clients=N).accountant.name == "fdp"
+
+
+def test_protocol_parameters_are_checked():
+    with pytest.raises(ParameterError, match="checkin_probability"):
+        RandomCheckIns(N, 4, 0.5, variant="averaged")
+    with pytest.raises(ParameterError, match="window"):
+        RandomCheckIns(N, N + 1, variant="sliding")
+    with pytest.raises(ParameterError, match="clients_per_round"):
+        FixedSizeSampling(N, N + 1)
+    for cls, relation in ((RandomCheckIns, "replace-one"), (FixedSizeSampling, "replace-one"),
+                          (PoissonSampling, "add/remove")):
+        assert relation in cls.__doc__
+
+
+def test_protocol_events_and_server_selection():
+    """Round events are the samplers' one-step events; the averaged variant keeps every client
+    of the round up to the cap (a uniformly random subset), the others exactly one."""
+    g = GaussianEvent(SIGMA)
+    avg = RandomCheckIns(N, 4, variant="averaged", max_clients_per_round=2)
+    assert avg.round_event(SIGMA) == RandomCheckIn(N, 4, 1.0, "averaged", 2).event(
+        SIGMA).with_steps(1)
+    assert avg.run_event(SIGMA, 8) == RandomCheckInEvent(N, g, "averaged", 4, None, 1.0, 2,
+                                                         False, 2)
+    assert create("checkin").supports(avg.round_event(SIGMA))
+    rng = np.random.default_rng(0)
+    picks = [tuple(avg.select(list("abcde"), rng)) for _ in range(2000)]
+    assert all(len(p) == 2 and p[0] < p[1] for p in picks)
+    counts = np.unique(picks, axis=0, return_counts=True)[1]
+    assert len(counts) == 10 and stats.chisquare(counts).pvalue > ALPHA
+    fixed = RandomCheckIns(N, 4, 0.5)
+    counts = np.bincount([fixed.select([0, 1, 2], rng)[0] for _ in range(3000)])
+    assert stats.chisquare(counts).pvalue > ALPHA and fixed.select([], rng) == []
+    assert PoissonSampling(N, 0.25).run_event(SIGMA, 3) == SelfComposedEvent(
+        PoissonSampledEvent(0.25, g), 3)
+    assert FixedSizeSampling(N, 3).round_event(SIGMA) == FixedBatchEvent(N, 3, g)
+    assert RandomCheckIns(N, 4, variant="sliding").block_rounds == N - 4 + 1
+
+
+def test_import_without_flower():
+    code = ("import sys; sys.modules['flwr'] = None\n"
+            "import dpplugins, dpplugins.integrations.flower as f\n"
+            "p = f.RandomCheckIns(12, 4, 0.5)\n"
+            "assert f.choose_accountant(p, 1.0).name == 'checkin'\n"
+            "try:\n    f.DPFedAvg\nexcept ImportError as e:\n    print('refused:', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "refused:" in out.stdout and "flwr" in out.stdout

@@ -1,7 +1,6 @@
 """Shared test helpers: exact reference formulas that do not use our code."""
 
 import numpy as np
-import pytest
 from scipy import integrate, stats
 from scipy.special import log_ndtr
 

@@ -3,7 +3,7 @@ import pytest
 
 from dpplugins.accountants import create
 from dpplugins.calibration import find_noise_multiplier
-from dpplugins.errors import NumericalError, ParameterError
+from dpplugins.errors import ParameterError
 
 
 def test_calibrated_sigma_meets_target_and_is_nearly_minimal():

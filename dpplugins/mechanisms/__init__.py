@@ -8,8 +8,6 @@ each direction of the neighbouring relation (``"remove"``: P is the output on th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from dpplugins.mechanisms.binomial import binomial
 from dpplugins.mechanisms.discrete import discrete_pair
 from dpplugins.mechanisms.gaussian import gaussian

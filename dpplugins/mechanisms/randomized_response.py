@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dpplugins.errors import ParameterError, check_count, check_positive
+from dpplugins.errors import check_count, check_positive
 from dpplugins.mechanisms.discrete import discrete_pair
 from dpplugins.mechanisms.types import MechanismPairs
 

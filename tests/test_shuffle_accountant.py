@@ -221,9 +221,10 @@ def test_state_dict_round_trip_and_options():
 def test_bad_queries_raise_parameter_error():
     acc = ShuffleAccountant(batch_size=4)
     acc.step(noise_multiplier=1.0, sample_rate=0.1, count=10)
-    for delta in (0.0, 1.0, math.nan):
+    for delta in (-0.1, 1.0, math.nan):
         with pytest.raises(ParameterError, match="delta"):
             acc.get_epsilon(delta)
+    assert acc.get_epsilon(0.0) == math.inf   # delta = 0: Gaussian noise has no pure-DP epsilon
     with pytest.raises(ParameterError, match="epsilon"):
         acc.get_delta(-1.0)
     with pytest.raises(ParameterError, match="noise_multiplier"):

@@ -373,3 +373,149 @@ class ShuffleAccountant(Accountant):
                          "far better guarantees at the same noise. Reporting the Poisson epsilon "
                          "for shuffled batches is not valid (Chua et al. 2024).")
         return "\n".join(lines)
+
+    # ------------------------------------------------------------------------------------------
+    # The shuffle model: ShuffleEvent(num_users, randomizer), SelfComposedEvent for rounds.
+    # Bounds: dpplugins.amplification.shuffle_model (its docstring has the theorems, the
+    # validity verdict on the variation-ratio bound, and the tables).  Randomizers:
+    # RandomizedResponseEvent(eps0, k) -- binary RR by the exact worst case over datasets, k-RR by
+    # its privacy blanket or the FMT23 stronger clone; EpsilonDeltaEvent(eps0, 0) -- FMT21 Thm 3.1
+    # (and Balle et al. 2020 Thm 5.1); EpsilonDeltaEvent(eps0, delta0 > 0) -- Balle et al. 2020
+    # Thm 5.1 for (eps0, delta0) randomizers, or no amplification.  Replace-one bounds, which
+    # cover zero-out ("add_remove").  One round: the direct bounds; several rounds: the rounds'
+    # dominating PLDs composed by FFT, beside exact lower-bound pairs composed the same way.  A
+    # ledger holds shuffle-model rounds or shuffled epochs, not both.
+    # ------------------------------------------------------------------------------------------
+    _epochs_supports_leaf = _supports_leaf
+    _epochs_check_history = _check_history
+    _epochs_epsilon_bounds = _epsilon_bounds
+    _epochs_delta_bounds = _delta_bounds
+    _epochs_pure_epsilon_bounds = Accountant._pure_epsilon_bounds
+    theorem: ClassVar[str] = theorem + (
+        " Shuffle-model rounds (ShuffleEvent): binary RR by its exact worst case over datasets "
+        "(branch and bound), k-RR by its privacy blanket (Balle et al. 2019) or the FMT23 "
+        "stronger clone (errata class E_eps0), general eps0-DP randomizers by FMT21 Thm 3.1, "
+        "(eps0, delta0) randomizers by Balle et al. 2020 Thm 5.1; rounds composed by PLD/FFT.")
+
+    @staticmethod
+    def _shuffle_model_randomizer(event: Event):
+        """The :class:`~dpplugins.amplification.shuffle_model.Randomizer` of a ShuffleEvent, or
+        the reason it is refused."""
+        from dpplugins.amplification.shuffle_model import Randomizer
+        from dpplugins.events import EpsilonDeltaEvent, RandomizedResponseEvent
+
+        inner = event.randomizer
+        try:
+            if isinstance(inner, RandomizedResponseEvent):
+                return Randomizer("krr", inner.epsilon0, inner.num_buckets)
+            if isinstance(inner, EpsilonDeltaEvent):
+                return Randomizer("general", inner.epsilon, 2, inner.delta)
+        except ParameterError as error:
+            return f"a shuffle-model randomizer with {error.valid}"
+        return ("a ShuffleEvent whose randomizer is a RandomizedResponseEvent or an "
+                "EpsilonDeltaEvent (delta < 1)")
+
+    def _supports_leaf(self, event: Event) -> bool | str:
+        from dpplugins.events import ShuffleEvent
+
+        if isinstance(event, ShuffleEvent):
+            found = self._shuffle_model_randomizer(event)
+            return found if isinstance(found, str) else True
+        verdict = self._epochs_supports_leaf(event)
+        if verdict is True:
+            return True
+        return verdict + "; or shuffle-model rounds (ShuffleEvent)"
+
+    def _check_history(self, history: tuple) -> None:
+        from dpplugins.events import NonPrivateEvent, ShuffleEvent
+
+        kinds = {isinstance(leaf, ShuffleEvent) for leaf, _ in private_leaves(history)
+                 if not isinstance(leaf, NonPrivateEvent)}
+        if len(kinds) > 1:
+            raise UnsupportedEventError(history[-1], self.name, "shuffle-model rounds "
+                                        "(ShuffleEvent) and shuffled epochs in one ledger; use "
+                                        "one accountant for each", ())
+        self._epochs_check_history(history)
+
+    def _shuffle_rounds(self, history: tuple):
+        """``[Round, ...]`` when the history is shuffle-model rounds, else None."""
+        from dpplugins.amplification.shuffle_model import Round
+        from dpplugins.events import ShuffleEvent
+
+        leaves = [(leaf, c) for leaf, c in private_leaves(history)
+                  if isinstance(leaf, ShuffleEvent)]
+        if not leaves:
+            return None
+        counts: dict[tuple, int] = {}
+        for leaf, count in leaves:
+            key = (self._shuffle_model_randomizer(leaf), leaf.num_users)
+            counts[key] = counts.get(key, 0) + count
+        return [Round(r, n, c) for (r, n), c in counts.items()]
+
+    def _epsilon_bounds(self, history, delta: float) -> Bounds:
+        from dpplugins.amplification import shuffle_model
+
+        rounds = self._shuffle_rounds(history)
+        if rounds is None:
+            return self._epochs_epsilon_bounds(history, delta)
+        if len(rounds) == 1 and rounds[0].count == 1 and rounds[0].n >= 2:
+            r = rounds[0]
+            if not self.lower_bound:
+                return Bounds(0.0, shuffle_model.epsilon(r.randomizer, r.n, delta).epsilon)
+            return shuffle_model.epsilon_bounds(r.randomizer, r.n, delta)
+        return shuffle_model.composed_epsilon_bounds(
+            rounds, delta, value_discretization_interval=self.value_discretization_interval,
+            lower=self.lower_bound)
+
+    def _delta_bounds(self, history, epsilon: float) -> Bounds:
+        from dpplugins.amplification import shuffle_model
+
+        rounds = self._shuffle_rounds(history)
+        if rounds is None:
+            return self._epochs_delta_bounds(history, epsilon)
+        if len(rounds) == 1 and rounds[0].count == 1:
+            r = rounds[0]
+            found = shuffle_model.delta_bounds(r.randomizer, r.n, epsilon)
+            return found if self.lower_bound else Bounds(0.0, found.upper)
+        return shuffle_model.composed_delta_bounds(
+            rounds, epsilon, value_discretization_interval=self.value_discretization_interval,
+            lower=self.lower_bound)
+
+    def _pure_epsilon_bounds(self, history: tuple) -> Bounds:
+        """delta = 0: shuffling does not amplify pure DP (the event "every report is the user's
+        own value" has privacy loss eps0 under k-RR), so the rounds' eps0 add up, and binary RR
+        attains the sum; (eps0, delta0 > 0) randomizers certify no pure epsilon."""
+        rounds = self._shuffle_rounds(history)
+        if rounds is None:
+            return self._epochs_pure_epsilon_bounds(history)
+        if any(r.randomizer.delta0 > 0 for r in rounds):
+            return Bounds(0.0, math.inf)
+        total = sum(r.count * r.randomizer.eps0 for r in rounds)
+        return Bounds(total, total)
+
+    _epochs_no_amplification_epsilon = no_amplification_epsilon
+    _epochs_summary = summary
+
+    def no_amplification_epsilon(self, delta: float) -> float:
+        """Shuffled epochs: see above.  Shuffle-model rounds: the randomizers' epsilons add up
+        (no amplification; with delta0 > 0 the sum of the rounds' delta0 must fit in delta)."""
+        rounds = self._shuffle_rounds(tuple(self._history)) if self._history else None
+        if rounds is None:
+            return self._epochs_no_amplification_epsilon(delta)
+        spent = sum(r.count * r.randomizer.delta0 for r in rounds)
+        if spent > delta:
+            return math.inf
+        return sum(r.count * r.randomizer.eps0 for r in rounds)
+
+    def summary(self, delta: float) -> str:
+        """A short report (shuffled epochs as above; shuffle-model rounds: the bounds and what
+        they rest on)."""
+        rounds = self._shuffle_rounds(tuple(self._history)) if self._history else None
+        if rounds is None:
+            return self._epochs_summary(delta)
+        lower, upper = self.get_epsilon_bounds(delta)
+        names = ", ".join(f"{r.count} x {r.randomizer.name} (eps0={r.randomizer.eps0:g}, "
+                          f"n={r.n})" for r in rounds)
+        return (f"shuffle model ({self.neighbouring}; replace-one bounds), {names}, "
+                f"delta={delta:g}: epsilon in [{lower:.4g}, {upper:.4g}] (no amplification: "
+                f"{self.no_amplification_epsilon(delta):.4g})")

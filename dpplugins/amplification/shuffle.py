@@ -61,8 +61,12 @@ For DP-SGD on shuffled batches: :func:`shuffle_lower_bound` (after Chua et al. 2
 
 Not implemented, on purpose: FMT21's extension to (eps0, delta0)-DP randomizers (Thm 3.8 or near
 it) -- we could not confirm its exact statement from a primary source, so approximate-DP
-randomizers use only Balle et al. 2020 Thm 5.1; the variation-ratio bound of Wang et al. (VLDB 2024)
-and the RDP of the pair.
+randomizers use only Balle et al. 2020 Thm 5.1.  The variation-ratio bound of Wang et al. (VLDB
+2024) is *not* used for general randomizers: its general form is FMT23's stronger clone, whose
+validity outside the errata's class E_eps0 rests on the flawed Lemma 3.5, and its
+randomizer-specific form is false for k-RR with k >= 3 (a two-user counterexample); see
+:mod:`dpplugins.amplification.shuffle_model`, which also has the bounds that use a known
+randomizer (binary RR: the exact worst case over datasets; k-RR: its privacy blanket).
 
 Example::
 

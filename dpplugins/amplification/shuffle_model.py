@@ -1,0 +1,1532 @@
+"""The shuffle model with a known local randomizer: certified bounds that use its structure.
+
+Setting.  ``n`` users each apply the *same* local randomizer to their own value and the server
+sees the multiset of reports (a uniformly random permutation); neighbouring datasets differ in
+one user's value (*replace one*, which covers zero-out).  Rounds are composed adaptively, each
+with fresh randomness.  For adaptive sequences of arbitrary eps0-DP randomizers see
+:mod:`dpplugins.amplification.shuffle` (FMT21), which this module uses for general randomizers.
+``log`` is natural, ``E = e^eps0``.
+
+Validity verdict: the variation-ratio bound (Wang et al., VLDB 2024)
+---------------------------------------------------------------------
+*What we relied on.*  We could not read the papers from here.  We used (i) the pair that the
+authors' public code evaluates (github.com/wangsw/PrivacyAmplification, ``unifiedamplification.py``,
+read through a code index; no code copied): for parameters ``(p, beta, q)`` the differing user
+reports 0 w.p. ``p beta/(p-1)``, 1 w.p. ``beta/(p-1)`` and *blank* otherwise (0 and 1 swapped on
+X1), every other user reports 0 and 1 w.p. ``r = p beta/((p-1) q)`` each and blank otherwise, and
+the bound is the divergence of the counts ``(n0, n1)``; (ii) the parameter table of that
+repository's README; (iii) for Su, Cheng, Wang (arXiv:2504.07414), only the abstract: a "general
+clone" framework whose optimal decomposition is the privacy blanket of Balle, Bell, Gascon,
+Nissim (CRYPTO 2019).  Our own derivation of the decomposition behind (i): with
+``P = R(x1^0)``, ``Q = R(x1^1)``, ``beta = TV(P, Q)``, ``C0 = (P - Q)_+/beta``,
+``C1 = (Q - P)_+/beta``, one has ``P = p beta/(p-1) C0 + beta/(p-1) C1 + (1 - beta (p+1)/(p-1)) W``
+(``W >= 0`` because ``P <= p Q``) and ``R(x) >= r/2 (C0 + C1)`` (because ``P <= q R(x)``); this
+reproduces (i) exactly.
+
+*The gap.*  Whenever ``beta < (p-1)/(p+1)`` the differing user reports blank with probability
+``1 - beta (p+1)/(p-1) > 0``, and its blank component ``W`` differs from the other users'.  That is
+FMT23's Lemma 3.5 at ``p < 1/(e^eps0 + 1)``: to turn the counts back into the shuffled output a
+post-processing must decide whether user 1 is among the blank reporters, and the posterior of
+that event given ``(n0, n1)`` depends on whether the data is X0 or X1 (errata, Sec. 7).  The
+reduction is not only unproven there, it is **false**: for 3-RR with eps0 = 1 and n = 2,
+X0 = (a, a), X1 = (b, a), the event "both report a" has ``P0 = (e/(e+2))^2``,
+``P1 = e/(e+2)^2``, so ``delta(0.825) >= 0.05329`` while the pair gives 0.01960; for 4-RR,
+eps0 = 2, n = 2, ``delta(1.8) >= 0.09170`` against 0.02294.  Our exhaustive enumeration finds
+such violations for k = 3..6 at every n <= 6 (the tests keep the two n = 2 cases and the next
+one), and with every other user holding a they last:
+4-RR, eps0 = 2, n = 100 has ``delta(1.45) = 9.3e-9`` against the pair's 5.2e-9.  The same pair
+is FMT23's original k-RR Theorem 5.2, which the errata withdrew.
+
+*The general-randomizer claim.*  For "general mechanisms" the table sets
+``beta = (E-1)/(E+1)``, ``p = q = E``: the blank mass is 0 and the pair is exactly FMT23's
+stronger-clone pair (hence the 0.007 % agreement).  Using it for a randomizer whose total
+variation is below the maximum needs either a decomposition with that beta -- impossible in
+general (if ``P(y) = Q(y) = E R(x)(y)`` for some output y, no component ``r/2 (C0 + C1)`` with
+``r = 2/(E+1)`` fits under ``R(x)``) -- or the monotonicity "a smaller beta is no worse", which
+would have to come from the reduction at the smaller beta, the false case above.  So the general
+claim does **not** stand independently of FMT23's Lemma 3.5: it is the errata's open conjecture
+(valid for the class E_eps0 of the errata's Thm 7.1).  A search of ours (about 300 eps0-LDP
+randomizers on three inputs -- extreme points of the LDP polytope and mixtures of them --,
+eps0 in {1, 2, 3}, n <= 4, every dataset, enumerated exactly) found no counterexample to the
+conjecture itself; we use it for no randomizer outside E_eps0.  **General eps0-DP randomizers keep FMT21** (and Balle
+et al. 2020); the VLDB numbers are not certified by anything here.
+
+*What is true instead.*  (a) For k-RR, Wang et al.'s pair is a post-processing of the exact
+shuffled k-RR on the dataset where every other user holds a third value c (merge every value
+but a, b into "blank": the differing user then reports a, b, blank w.p. ``E/Z, 1/Z, (k-2)/Z``
+and the others ``1/Z, 1/Z, (E+k-3)/Z``, ``Z = E + k - 1``), so their k-RR numbers are certified
+**lower** bounds (:func:`krr_lower_pairs`).  (b) A randomizer that decomposes with *no* blank --
+``P = E/(E+1) C0 + 1/(E+1) C1``, ``Q`` the same with C0 and C1 swapped, and
+``R(x) >= r/2 (C0 + C1)`` for every input x -- is covered by FMT21's proof verbatim with clone
+probability ``r``, because user 1 is then never among the non-clones; binary and k-ary RR
+qualify with ``r = 2/(E+1)`` (the errata's class E_eps0, Thm 7.1; the k-RR derivation is in
+:mod:`dpplugins.amplification.shuffle`).  (c) The privacy blanket (below) is valid for every
+randomizer and, for k-RR, within a fraction of a percent of the lower bound (a) (benchmark
+``benchmarks/shuffle_model_vs_vldb.py``).
+
+Binary randomized response: the exact worst case
+------------------------------------------------
+The output is the number S of reported 1s.  A dataset is ``j``, the number of other users holding
+1; with ``alpha = E/(E+1)``, ``beta = 1 - alpha``: ``S = W_j + victim``,
+``W_j = Bin(j, alpha) + Bin(n-1-j, beta)``, ``P0(s) = beta W(s-1) + alpha W(s)``,
+``P1(s) = alpha W(s-1) + beta W(s)``.  Flipping every bit maps j to ``n-1-j`` and swaps the
+directions, so ``j <= (n-1)/2`` with both directions covers every pair of neighbours.  For a
+block ``j in [a, b]`` each dataset is the *core* (a users holding 1, ``n-1-b`` holding 0) plus
+``b - a`` independent reports; each of those is ``(1 - 2 beta)`` times its own bit plus
+``2 beta Bern(1/2)``, so revealing which of them flipped a fair coin (``F ~ Bin(b-a, 2 beta)``,
+the same for every j in the block) and the others' bits leaves "core + F fair coins", whose
+divergence decreases in F.  Hence every dataset of the block is bounded by the core with
+``F0`` fair coins plus ``P(F < F0)`` (``F0`` an e^-75 quantile).  Branch and bound
+(:class:`BinaryRRWorstCase`) splits the blocks whose bound exceeds ``(1 + tol)`` times the best
+exact singleton value (tol = 0.4 %), which is itself a certified lower bound -- so the reported
+upper bound is within tol of the truth for every (eps0, n, delta).  Our construction.
+
+k-ary randomized response: the blanket
+--------------------------------------
+``R(x) = gamma U + (1 - gamma) delta_x`` with ``U`` uniform on the k values and
+``gamma = k/Z``.  Reveal which of the other users drew from U and the values of the rest: their
+reports do not depend on X0/X1, so the view is ``M - 1 ~ Bin(n - 1, gamma)`` and the multiset of
+the differing user's report with ``M - 1`` uniform reports, whose sufficient statistic is the
+counts of a, b and the rest; the divergence is ``sum_m P(M = m) delta_m`` exactly, and
+``delta_m`` does not increase with m (adding a uniform report is a post-processing), which
+:class:`KRRBlanket` uses to sum over blocks of m.  The decomposition is Balle et al.'s (2019);
+the exact pair, its monotone block sum and this proof are ours.  Every k-RR bound is the minimum
+of the blanket and FMT23's stronger clone (never above FMT21: fewer clones is a
+post-processing).
+
+Lower bounds
+------------
+Exact shuffled k-RR on fixed datasets (:func:`krr_lower_pairs`), all :class:`CountPair` s:
+"others at a" (exact, every k) and "others at c" (Wang et al.'s pair, exact for k = 3); for
+binary RR the best singleton of the branch and bound.  A general randomizer may be binary or
+ternary RR, so those bound every valid general upper bound from below.
+
+Parameter table (variation-ratio parametrisation; ``q`` bounds ``P / R(x)``)
+---------------------------------------------------------------------------
+=========================  ==========  =============================================  =====
+randomizer                 p           beta                                           q
+=========================  ==========  =============================================  =====
+general eps0-LDP           E           (E-1)/(E+1)                                    E
+binary RR                  E           (E-1)/(E+1)                                    E
+k-RR                       E           (E-1)/(E+k-1)                                  E
+local hashing, g buckets   E           (E-1)/(E+g-1)                                  E
+unary encoding (RAPPOR)    E           (e^(eps0/2)-1)/(e^(eps0/2)+1)                  E
+Laplace on [0, 1]          E           1 - e^(-eps0/2)                                E
+k-subset of d              E           (E-1)(C(d-1,k-1)-C(d-2,k-2))/(E C(d-1,k-1)+C(d-1,k))  E
+=========================  ==========  =============================================  =====
+
+Sources: Wang et al.'s README (all rows); rows 1-3 re-derived here (beta is the total variation
+``(E-1)/(E+k-1)`` of k-RR between two inputs; p, q its likelihood-ratio bounds).  Use: rows 1-2
+have ``beta = (p-1)/(p+1)`` (no blank); binary RR is in E_eps0, row 1 only under the open
+conjecture (not used).  Every other row has a positive blank mass, where the reduction is false
+(above), so none of them is used as an upper bound; k-RR uses the blanket instead.  Blanket
+parameters for local hashing (``gamma = g/(E+g-1)``, with hash values on two inputs independent
+and uniform), unary encoding, Laplace and subset selection need a two-dimensional inner sum and
+are not implemented.
+
+Numerics (what is certified)
+----------------------------
+:class:`CountPair`: one closed-form binomial-tail sum per value of ``T = N_A + N_B`` on a window
+holding all but e^-75 of T (the rest charged in full); tails by Boost's incomplete beta (SciPy
+>= 1.12; checked at import, else ``scipy.stats``), assumed accurate to ``1e-12 + 64 u n``
+relative as in :mod:`dpplugins.amplification.shuffle` (cephes' ``bdtrc`` is off by ~1e-9 and is
+not used); long windows walk the exact recurrences of :func:`_binom_path` with running absolute
+error bounds.  :class:`_BinaryCore`: exact convolutions of binomial pmfs on e^-50 windows, the
+relative error of every entry bounded, the dropped mass charged ``(1 + e^eps)`` times.  Every
+epsilon is a checked point of a safeguarded Newton iteration.
+
+Composition
+-----------
+One round's upper profile (:func:`upper_profile`) becomes a dominating PLD
+(:func:`round_pld`, pessimistic connect-the-dots); rounds compose by FFT.  The lower bound
+composes, the same way, the PLD of an exact pair dominated by one round
+(:func:`lower_round_pld`; k-RR: the 2-D "others at c" pair when its support is small, else its
+count of b); its pmfs are within relative ``rho`` of the exact ones, charged as
+``count rho (1 + e^eps)`` (:func:`composed_epsilon_bounds`).
+
+Example::
+
+    >>> from dpplugins.amplification import shuffle_model as sm
+    >>> up = sm.epsilon(("binary_rr", 2.0), 10_000, 1e-6)
+    >>> low = sm.lower_bound(("binary_rr", 2.0), 10_000, 1e-6)
+    >>> up.method, (up.epsilon - low.epsilon) / up.epsilon < 0.01
+    ('binary_rr_exact', True)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+from scipy import special, stats
+
+from dpplugins.amplification import shuffle as _shuffle
+from dpplugins.amplification.shuffle import (ShuffleBound, _binomial_window, _largest_violated,
+                                             _newton_smallest_epsilon)
+from dpplugins.errors import (NumericalError, ParameterError, check_count, check_nonnegative,
+                              check_open_unit, check_positive)
+from dpplugins.pld import Bounds, PrivacyLossDistribution
+
+_U = float(np.finfo(float).eps) / 2
+#: relative accuracy we assume of one scipy binomial pmf / survival-function value (the same
+#: convention as :mod:`dpplugins.amplification.shuffle`); it is charged to every upper bound
+_REL_SF = 1e-12
+
+
+def _betainc_is_accurate() -> bool:
+    """``scipy.special.betainc`` is Boost's incomplete beta from SciPy 1.12 on; older versions
+    (cephes) are off by ~1e-9 relative for ~1e5 trials.  Checked once against
+    ``scipy.stats.binom.sf`` (Boost)."""
+    k, n = 201897.0, 400000.0
+    a = float(special.betainc(k + 1, n - k, 0.5))
+    b = float(stats.binom.sf(k, n, 0.5))
+    return abs(a / b - 1) < 1e-13
+
+
+_FAST_SF = _betainc_is_accurate()
+
+
+def _sf(k, n, p):
+    """``P(Bin(n, p) > k)`` as an array (Boost's incomplete beta; ``k < 0`` gives 1, ``k >= n``
+    gives 0)."""
+    k = np.asarray(k, dtype=float)
+    n = np.broadcast_to(np.asarray(n, dtype=float), k.shape)
+    if not _FAST_SF:
+        return np.asarray(stats.binom.sf(k, n, p), dtype=float)
+    out = np.zeros(k.shape)
+    inner = (k >= 0) & (k < n)
+    out[k < 0] = 1.0
+    if np.any(inner):
+        out[inner] = special.betainc(k[inner] + 1, n[inner] - k[inner], p)
+    return out
+
+
+def _cdf(k, n, p):
+    """``P(Bin(n, p) <= k)`` (Boost's incomplete beta, accurate in the lower tail)."""
+    if not _FAST_SF:
+        return np.asarray(stats.binom.cdf(k, n, p), dtype=float)
+    k = np.asarray(k, dtype=float)
+    n = np.broadcast_to(np.asarray(n, dtype=float), k.shape)
+    out = np.ones(k.shape)
+    inner = (k >= 0) & (k < n)
+    out[k < 0] = 0.0
+    if np.any(inner):
+        out[inner] = special.betainc(n[inner] - k[inner], k[inner] + 1, 1 - p)
+    return out
+
+
+def _window(trials: int, prob: float, log_cut: float = -50.0) -> tuple[int, int, float]:
+    """``(lo, hi, outside)``: ``Bin(trials, prob)`` puts all but ``outside`` (its exact mass,
+    rounded up) on ``[lo, hi]``, and ``outside <= 2 e^log_cut`` unless the support ends first."""
+    if trials == 0 or prob <= 0:
+        return 0, 0, 0.0
+    if prob >= 1:
+        return trials, trials, 0.0
+    mean = trials * prob
+    sd = math.sqrt(trials * prob * (1 - prob))
+    k = math.sqrt(-2 * log_cut) + 1
+    lo = max(0, math.floor(mean - k * sd - 2))
+    hi = min(trials, math.ceil(mean + k * sd + 2))
+    cut = math.exp(log_cut)
+    while hi < trials and float(_sf(hi, trials, prob)) > cut:
+        hi = min(trials, hi + max(2, hi - math.floor(mean)))
+    while lo > 0 and float(_cdf(lo - 1, trials, prob)) > cut:
+        lo = max(0, lo - max(2, math.ceil(mean) - lo))
+    outside = 0.0
+    if lo > 0:
+        outside += float(_cdf(lo - 1, trials, prob))
+    if hi < trials:
+        outside += float(_sf(hi, trials, prob))
+    return lo, hi, outside * (1 + 1e-9)
+
+
+def _boost_pdf():
+    """SciPy's Boost binomial pmf ufunc (what ``scipy.stats.binom.pmf`` calls, without its
+    argument-checking overhead), if this SciPy has it and it agrees with the public function."""
+    try:
+        from scipy.stats._boost import _binom_pdf
+    except ImportError:  # pragma: no cover - other SciPy versions
+        return None
+    k = np.array([3.0, 200000.0, 201000.0])
+    n = np.array([10.0, 400000.0, 400000.0])
+    if np.allclose(_binom_pdf(k, n, 0.5), stats.binom.pmf(k, n, 0.5), rtol=1e-15, atol=0):
+        return _binom_pdf
+    return None  # pragma: no cover
+
+
+_PDF = _boost_pdf()
+
+
+def _pmf(k, n, p):
+    """``P(Bin(n, p) = k)`` (Boost), 0 outside ``0 <= k <= n``."""
+    if _PDF is None:
+        return np.asarray(stats.binom.pmf(k, n, p), dtype=float)
+    k = np.asarray(k, dtype=float)
+    n = np.broadcast_to(np.asarray(n, dtype=float), k.shape)
+    out = np.zeros(k.shape)
+    inner = (k >= 0) & (k <= n)
+    if np.any(inner):
+        out[inner] = _PDF(k[inner], n[inner], p)
+    return out
+
+
+def _binom_path(U0: int, I: np.ndarray, theta: float, rho: float, block: int | None = None):
+    """``S = P(Bin(U, theta) >= I)`` and ``P = P(Bin(U, theta) = I)`` along a path
+    ``U = U0, U0 + 1, ...`` with integer thresholds ``I``, with certified absolute error bounds.
+
+    Every ``block``-th point, and every point whose threshold moves by more than one or touches
+    the boundary (``I <= 0`` or ``I > U``), is computed directly (Boost; relative error ``rho``);
+    the others by the exact recurrences ``P(U+1, I) = P(U, I) (U+1)(1-theta)/(U+1-I)``,
+    ``S(U+1, I) = S(U, I) + theta P(U, I-1)`` with ``P(U, I-1) = P(U, I) I (1-theta) /
+    ((U-I+1) theta)``, then ``S(U, I+1) = S(U, I) - P(U, I)`` and
+    ``P(U, I+1) = P(U, I) (U-I) theta / ((I+1)(1-theta))`` (or the mirror step down).  Each step
+    adds at most ``6u`` times the computed value to the running bound of P (a ratio of four
+    numbers) and ``2u`` times S plus the error of the P it adds to the bound of S.  The bounds are
+    absolute, so a subtraction cannot hide a loss of relative accuracy."""
+    I = np.asarray(I, dtype=np.int64)
+    L = len(I)
+    if block is None:
+        block = int(min(256, max(8, math.sqrt(0.03 * L))))
+    U = U0 + np.arange(L, dtype=np.int64)
+    prev_I = np.concatenate([[0], I[:-1]])
+    step = I - prev_I
+    ok = (prev_I >= 1) & (prev_I <= U - 1) & (np.abs(step) <= 1) & (I >= 1) & (I <= U)
+    pos = np.arange(L)
+    anchor = ~ok | (pos % block == 0)
+    offset = pos - np.maximum.accumulate(np.where(anchor, pos, 0))
+    S = np.zeros(L)
+    P = np.zeros(L)
+    S[anchor] = _sf(I[anchor] - 1, U[anchor], theta)
+    P[anchor] = _pmf(I[anchor], U[anchor], theta)
+    eS = rho * S
+    eP = rho * P
+    q = theta / (1 - theta)
+    c6, c2 = 6 * _U, 2 * _U
+    for s in range(1, int(offset.max(initial=0)) + 1):
+        idx = np.nonzero(offset == s)[0]
+        j = idx - 1
+        u, i0 = U[j].astype(float), I[j].astype(float)
+        p_cur, ep = P[j], eP[j]
+        # U -> U + 1 at the threshold i0 (1 <= i0 <= u)
+        r_down = i0 / ((u - i0 + 1) * q)                  # P(u, i0-1) / P(u, i0)
+        p_down = p_cur * r_down
+        s_new = S[j] + theta * p_down
+        es_new = eS[j] + theta * (ep * r_down + c6 * p_down) + c2 * s_new
+        r_up = (u + 1) * (1 - theta) / (u + 1 - i0)       # P(u+1, i0) / P(u, i0)
+        p_new = p_cur * r_up
+        ep_new = ep * r_up + c6 * p_new
+        d = step[idx]
+        up = d > 0
+        if np.any(up):                                    # threshold i0 -> i0 + 1 at u + 1
+            r = (u[up] + 1 - i0[up]) * q / (i0[up] + 1)
+            s_new[up] = s_new[up] - p_new[up]
+            es_new[up] = es_new[up] + ep_new[up] + c2 * np.abs(s_new[up])
+            p_new[up] = p_new[up] * r
+            ep_new[up] = ep_new[up] * r + c6 * p_new[up]
+        down = d < 0
+        if np.any(down):                                  # threshold i0 -> i0 - 1 at u + 1
+            r = i0[down] / ((u[down] + 2 - i0[down]) * q)
+            p_new[down] = p_new[down] * r
+            ep_new[down] = ep_new[down] * r + c6 * p_new[down]
+            s_new[down] = s_new[down] + p_new[down]
+            es_new[down] = es_new[down] + ep_new[down] + c2 * s_new[down]
+        S[idx] = np.clip(s_new, 0.0, 1.0)
+        P[idx] = p_new
+        eS[idx] = es_new
+        eP[idx] = ep_new
+    return S, P, eS, eP
+
+
+# --------------------------------------------------------------------------------------------
+# randomizer specifications
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Randomizer:
+    """What each user runs before the shuffler.
+
+    ``kind``: ``"krr"`` (k-ary randomized response with ``k`` outputs, ``k = 2`` is binary RR) or
+    ``"general"`` (any ``(eps0, delta0)``-DP local randomizer; ``k`` is unused).
+    """
+
+    kind: str
+    eps0: float
+    k: int = 2
+    delta0: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("krr", "general"):
+            raise ParameterError("randomizer.kind", self.kind, "'krr' or 'general'")
+        eps0 = check_nonnegative("eps0", self.eps0)
+        if eps0 > 300:
+            raise ParameterError("eps0", eps0, "<= 300")
+        object.__setattr__(self, "eps0", eps0)
+        object.__setattr__(self, "k", check_count("k", self.k, minimum=2))
+        d0 = check_nonnegative("delta0", self.delta0)
+        if d0 >= 1:
+            raise ParameterError("delta0", d0, "in [0, 1)")
+        if d0 > 0 and self.kind != "general":
+            raise ParameterError("delta0", d0, f"0 for randomizer kind {self.kind!r}",
+                                 hint="randomized response is pure eps0-DP")
+        object.__setattr__(self, "delta0", d0)
+
+    @property
+    def name(self) -> str:
+        if self.kind == "general":
+            return "general" if self.delta0 == 0 else "general (eps0, delta0)"
+        return "binary_rr" if self.k == 2 else f"{self.k}-rr"
+
+
+def randomizer(spec) -> Randomizer:
+    """Normalise a randomizer description: a :class:`Randomizer`; ``("krr", eps0, k)``;
+    ``("binary_rr", eps0)``; ``("general", eps0)`` or ``("general", eps0, delta0)``."""
+    if isinstance(spec, Randomizer):
+        return spec
+    if isinstance(spec, (tuple, list)) and spec:
+        head, rest = spec[0], tuple(spec[1:])
+        if head == "binary_rr" and len(rest) == 1:
+            return Randomizer("krr", rest[0], 2)
+        if head == "krr" and len(rest) == 2:
+            return Randomizer(head, rest[0], rest[1])
+        if head == "general" and len(rest) in (1, 2):
+            return Randomizer("general", rest[0], 2, rest[1] if len(rest) == 2 else 0.0)
+    raise ParameterError("randomizer", spec, "a Randomizer, ('krr', eps0, k), ('binary_rr', eps0) "
+                         "or ('general', eps0[, delta0])")
+
+
+# --------------------------------------------------------------------------------------------
+# the three-category count pair (one exact closed-form sum)
+# --------------------------------------------------------------------------------------------
+class _Direction:
+    """One direction of a count pair.  n users: one (the differing user) with law ``v0`` on X0
+    and ``v1`` on X1 over categories (A, B, C), and ``n - 1`` others iid with law ``pi``; the
+    output is the vector of counts.  Requires ``pi_A, pi_B > 0`` and ``v0_C = v1_C``, and the
+    orientation ``v0_A / pi_A - v0_B / pi_B > v1_A / pi_A - v1_B / pi_B`` (large N_A favours X0).
+
+    ``P_b(h) = sum_y v_b(y) Mult_{n-1}(h - e_y; pi) = Mult_n(h; pi) / n * sum_y v_b(y) h_y / pi_y``
+    (as ``Mult_{n-1}(h - e_y; pi) = Mult_n(h; pi) h_y / (n pi_y)``).  With ``T = N_A + N_B ~
+    Bin(n, pi_A + pi_B)`` and ``N_A | T ~ Bin(T, theta)``, ``P0 - x P1`` is linear in N_A for fixed
+    T, so the positive part is the tail ``N_A >= J_T`` and its sum is closed form:
+    ``sum_{j >= J} Bin(T, theta)(j) (D j + K) = D T theta P(Bin(T-1, theta) >= J-1)
+    + K P(Bin(T, theta) >= J)``.  If ``pi_C = 0`` the outcomes where the differing user reports C
+    have equal probability under X0 and X1 and add nothing to the hockey-stick divergence.
+    """
+
+    def __init__(self, n: int, pi, v0, v1) -> None:
+        self.n = n
+        self.pi = tuple(float(v) for v in pi)
+        self.v0 = tuple(float(v) for v in v0)
+        self.v1 = tuple(float(v) for v in v1)
+        pa, pb, pc = self.pi
+        pab = pa + pb
+        lo, hi, out = _binomial_window(n - 1, min(pab, 1.0))
+        self.T = np.arange(lo, min(hi + 1, n) + 1, dtype=np.int64)
+        self.w = stats.binom.pmf(self.T, n, min(pab, 1.0))
+        self.outside = out
+        self.theta = pa / pab
+        self.rho = _REL_SF + 64 * _U * max(n, 1)
+
+    def _tails(self, jmin: np.ndarray):
+        """``S1 = P(Bin(T-1) >= J-1)`` and ``S2 = P(Bin(T) >= J) = S1 - (1-theta) P(Bin(T-1) =
+        J-1)`` for every T of the window, with absolute error bounds."""
+        T, theta = self.T, self.theta
+        s1 = np.zeros(len(T))
+        s2 = np.where(jmin <= 0, 1.0, 0.0)
+        e1 = np.zeros(len(T))
+        e2 = np.zeros(len(T))
+        pos = T >= 1
+        if not np.any(pos):
+            return s1, s2, e1, e2
+        i = jmin[pos] - 1
+        u = T[pos] - 1
+        if len(u) >= 3000 or (len(u) >= 1000 and u[0] > 20000):
+            a, pm, ea, epm = _binom_path(int(u[0]), i, theta, self.rho)
+        else:
+            a = _sf(i - 1, u, theta)
+            pm = _pmf(i, u, theta)
+            ea, epm = self.rho * a, self.rho * pm
+        b = a - (1 - theta) * pm
+        s1[pos], s2[pos] = a, np.maximum(b, 0.0)
+        e1[pos], e2[pos] = ea, ea + (1 - theta) * epm + 2 * _U * np.abs(b)
+        return s1, s2, e1, e2
+
+    def _coefficients(self, x: float):
+        pa, pb, pc = self.pi
+        ca = (self.v0[0] - x * self.v1[0]) / pa
+        cb = (self.v0[1] - x * self.v1[1]) / pb
+        cc = (self.v0[2] - x * self.v1[2]) / pc if pc > 0 else 0.0
+        return ca, cb, cc
+
+    def evaluate(self, x: float) -> tuple[float, float, float]:
+        """``(value, error, P1(L > log x))``: the hockey-stick ``sum (P0 - x P1)_+`` computed from
+        the window, a bound on its floating-point and truncation error, and the P1-mass of the
+        positive region (the derivative is ``-x`` times it)."""
+        n, T = self.n, self.T
+        ca, cb, cc = self._coefficients(x)
+        d = ca - cb
+        if d <= 0:
+            raise NumericalError("count pair with the wrong orientation", "report this as a bug")
+        k = cb * T + cc * (n - T)
+        with np.errstate(over="ignore", invalid="ignore"):
+            jr = np.floor(-k / d)
+        jmin = np.clip(np.nan_to_num(jr, nan=0.0, posinf=1e18, neginf=-1e18), -1, T) + 1
+        jmin = jmin.astype(np.int64)
+        s1, s2, e1, e2 = self._tails(jmin)
+        mean = T * self.theta
+        t1 = d * mean * s1
+        t2 = k * s2
+        value = float(np.dot(self.w, np.maximum(t1 + t2, 0.0))) / n
+        rounding = (4 * _U + _REL_SF) * (np.abs(t1) + np.abs(t2))
+        error = float(np.dot(self.w, abs(d) * mean * e1 + np.abs(k) * e2 + rounding)) / n
+        error = error * (1 + 1e-12) + self.outside
+        pa, pb, pc = self.pi
+        da, db = self.v1[0] / pa, self.v1[1] / pb
+        dc = self.v1[2] / pc if pc > 0 else 0.0
+        tail = float(np.dot(self.w, (da - db) * mean * s1 + (db * T + dc * (n - T)) * s2)) / n
+        return value, error, max(tail, 0.0)
+
+
+class CountPair:
+    """Both directions of a count pair (:class:`_Direction`): certified ``delta(eps)`` of the
+    pair, its epsilon at a delta, and its exact pmfs for the PLD engine when small."""
+
+    def __init__(self, n: int, pi, v0, v1, *, description: str = "") -> None:
+        self.n = n
+        self.pi, self.v0, self.v1 = tuple(pi), tuple(v0), tuple(v1)
+        self.description = description
+        self.forward = _Direction(n, pi, v0, v1)
+        symmetric = (math.isclose(pi[0], pi[1], rel_tol=1e-15)
+                     and math.isclose(v0[0], v1[1], rel_tol=1e-15)
+                     and math.isclose(v0[1], v1[0], rel_tol=1e-15))
+        self.backward = None if symmetric else _Direction(
+            n, (pi[1], pi[0], pi[2]), (v1[1], v1[0], v1[2]), (v0[1], v0[0], v0[2]))
+
+    def evaluate(self, epsilon: float) -> tuple[Bounds, float]:
+        """Certified bounds on ``max(D_{e^eps}(P0||P1), D_{e^eps}(P1||P0))`` and the derivative of
+        the larger one."""
+        x = math.exp(epsilon)
+        best = None
+        for part in (self.forward, self.backward):
+            if part is None:
+                continue
+            value, err, tail = part.evaluate(x)
+            if best is None or value > best[0]:
+                best = (value, err, tail)
+            else:
+                best = (best[0], max(best[1], err), best[2])
+        value, err, tail = best
+        return (Bounds(float(max(value - err, 0.0)), float(min(value + err, 1.0))), -x * tail)
+
+    def delta(self, epsilon: float) -> Bounds:
+        return self.evaluate(epsilon)[0]
+
+    def epsilon(self, delta: float, hi: float) -> float:
+        """Certified upper bound on the smallest eps in ``[0, hi]`` with ``delta(eps) <= delta``
+        (``hi`` must satisfy it; memoised)."""
+        memo = self.__dict__.setdefault("_upper_memo", {})
+        if (delta, hi) not in memo:
+            def upper(e):
+                b, slope = self.evaluate(e)
+                return b.upper, slope
+            memo[(delta, hi)] = _newton_smallest_epsilon(upper, delta, hi, 0.1 * hi)
+        return memo[(delta, hi)]
+
+    def epsilon_lower(self, delta: float, hi: float) -> float:
+        """Certified lower bound on the same quantity (memoised)."""
+        memo = self.__dict__.setdefault("_lower_memo", {})
+        if (delta, hi) not in memo:
+            memo[(delta, hi)] = _lower_epsilon(lambda e: self.delta(e).lower, delta, hi,
+                                               self.epsilon(delta, hi))
+        return memo[(delta, hi)]
+
+
+# --------------------------------------------------------------------------------------------
+# shuffled binary randomized response: exact pairs and the certified worst case over datasets
+# --------------------------------------------------------------------------------------------
+class _BinaryCore:
+    """Shuffled binary RR where the others are ``n_alpha`` users holding 1 (each reports 1 with
+    probability ``alpha = e^eps0/(e^eps0+1)``) and ``n_beta`` users holding 0 (probability
+    ``beta = 1 - alpha``); the differing user holds 0 (X0) or 1 (X1).  The output is the number
+    of reported 1s, ``S = W + victim`` with ``W = Bin(n_alpha, alpha) + Bin(n_beta, beta)``, so
+    ``P0(s) = beta W(s-1) + alpha W(s)`` and ``P1(s) = alpha W(s-1) + beta W(s)``.
+
+    ``W`` is the exact convolution of the two binomial pmfs on windows holding all but ``e^-50``
+    of each (; :func:`_window`); the dropped mass moves every hockey-stick sum by at most
+    ``(1 + e^eps)`` times it.
+    Every entry of ``P0, P1`` carries a relative error of at most ``rho = 2 * 1e-12 (the pmf
+    values) + (L + 4) u`` (``L`` terms in each convolution sum, all non-negative), so the computed
+    ``sum (P0 - x P1)_+`` is within ``rho * sum (P0 + x P1)`` over the entries that can be positive
+    (those with computed ``P0 - x P1 > -2 rho (P0 + x P1)``).
+    """
+
+    def __init__(self, eps0: float, n_alpha: int, n_beta: int, n_fair: int = 0,
+                 extra: float = 0.0) -> None:
+        self.eps0 = eps0
+        self.n_alpha, self.n_beta, self.n_fair = n_alpha, n_beta, n_fair
+        self.extra = extra
+        alpha, beta = float(special.expit(eps0)), float(special.expit(-eps0))
+        self.alpha, self.beta = alpha, beta
+        parts, dropped, start = [], 0.0, 0
+        for count, prob in ((n_alpha, alpha), (n_beta, beta), (n_fair, 0.5)):
+            if count == 0:
+                continue
+            lo, hi, out = _window(count, prob)
+            parts.append(_pmf(np.arange(lo, hi + 1), count, prob))
+            start += lo
+            dropped += out
+        parts.sort(key=len)
+        w, terms = (parts[0], 1) if parts else (np.ones(1), 1)
+        for part in parts[1:]:
+            terms = min(len(w), len(part)) + terms
+            w = np.convolve(w, part)
+        self.start = start
+        w = np.concatenate([[0.0], w, [0.0]])
+        self.p0 = beta * w[:-1] + alpha * w[1:]   # P(S = start + i), victim holds 0
+        self.p1 = alpha * w[:-1] + beta * w[1:]
+        self.dropped = dropped
+        self.rho = (len(parts) + 1) * _REL_SF + (terms + 4) * _U
+
+    @property
+    def users(self) -> int:
+        return self.n_alpha + self.n_beta + self.n_fair + 1
+
+    def evaluate(self, epsilon: float) -> tuple[Bounds, float]:
+        if epsilon >= self.eps0 or self.eps0 == 0:
+            return Bounds(0.0, 0.0), 0.0
+        x = math.exp(epsilon)
+        best = None
+        for p, q in ((self.p0, self.p1), (self.p1, self.p0)):
+            d = p - x * q
+            value = float(np.sum(np.maximum(d, 0.0)))
+            scale = p + x * q
+            err = 2 * self.rho * float(np.sum(scale[d > -2 * self.rho * scale]))
+            tail = float(np.sum(q[d > 0]))
+            if best is None or value > best[0]:
+                best = (value, err, tail)
+        value, err, tail = best
+        slack = err + (1 + x) * self.dropped
+        return (Bounds(max(value - slack, 0.0), min(value + slack + self.extra, 1.0)),
+                -x * tail)
+
+    def delta(self, epsilon: float) -> Bounds:
+        return self.evaluate(epsilon)[0]
+
+    def delta_upper_many(self, epsilons: np.ndarray, chunk: int = 32) -> np.ndarray:
+        """Upper bounds at many eps at once (same terms as :meth:`evaluate`)."""
+        eps = np.asarray(epsilons, dtype=float).ravel()
+        out = np.zeros(eps.shape)
+        live = (eps < self.eps0) & (self.eps0 > 0)
+        idx = np.nonzero(live)[0]
+        for start in range(0, len(idx), chunk):
+            sel = idx[start:start + chunk]
+            x = np.exp(eps[sel])[:, None]
+            best = np.zeros(len(sel))
+            for p, q in ((self.p0, self.p1), (self.p1, self.p0)):
+                d = p[None, :] - x * q[None, :]
+                scale = p[None, :] + x * q[None, :]
+                value = np.sum(np.maximum(d, 0.0), axis=1)
+                err = 2 * self.rho * np.sum(np.where(d > -2 * self.rho * scale, scale, 0.0),
+                                            axis=1)
+                best = np.maximum(best, value + err)
+            out[sel] = np.minimum(best + (1 + x[:, 0]) * self.dropped + self.extra, 1.0)
+        return out.reshape(np.shape(epsilons))
+
+    def epsilon(self, delta: float) -> float:
+        def upper(e):
+            b, slope = self.evaluate(e)
+            return b.upper, slope
+        users = self.users
+        guess = -math.expm1(-self.eps0) * math.sqrt(
+            2 * math.exp(self.eps0) * math.log(1 / delta) / max(users, 1))
+        return _newton_smallest_epsilon(upper, delta, self.eps0, guess)
+
+    def epsilon_lower(self, delta: float, near: float | None = None) -> float:
+        return _lower_epsilon(lambda e: self.delta(e).lower, delta, self.eps0, near)
+
+
+def _lower_epsilon(delta_lower: Callable[[float], float], delta: float, hi: float,
+                   near: float | None) -> float:
+    """Certified lower bound on epsilon(delta) from a lower bound on delta(eps): try just below
+    ``near`` (a certified upper bound found before) and fall back to bisection."""
+    if near is not None and near > 0:
+        for t in (1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2):
+            e = near * (1 - t)
+            if delta_lower(e) > delta:
+                return e
+    return _largest_violated(delta_lower, delta, hi)
+
+
+@functools.lru_cache(maxsize=1024)
+def _binary_core(eps0: float, n_alpha: int, n_beta: int, n_fair: int = 0,
+                 extra: float = 0.0) -> _BinaryCore:
+    return _BinaryCore(eps0, n_alpha, n_beta, n_fair, extra)
+
+
+@dataclass
+class _Block:
+    lo: int        # number of other users holding 1: j in [lo, hi]
+    hi: int
+    upper: float   # certified bound for every dataset in the block
+    lower: float   # certified lower bound (singletons only; -inf otherwise)
+
+
+class BinaryRRWorstCase:
+    """Certified privacy of n users running binary randomized response before a shuffler, taken
+    over *every* pair of neighbouring datasets (our construction; see the module docstring,
+    "Binary randomized response: the exact worst case").
+
+    A dataset is described by ``j``, the number of the other ``n - 1`` users holding 1 (the
+    differing user holds 0 on X0, 1 on X1); ``j`` and ``n - 1 - j`` are mirror images (flip every
+    bit), so ``j <= (n-1)/2`` with both directions covers all.  For a block ``j in [a, b]`` every
+    dataset's output is the *core* (``a`` users holding 1, ``n - 1 - b`` holding 0, and the
+    differing user) plus independent reports of the remaining ``b - a`` users -- a
+    post-processing -- so the core's divergence bounds the whole block.  Branch and bound splits
+    the blocks whose bound exceeds ``(1 + tol)`` times the best exact (singleton) value found,
+    which is itself a certified *lower* bound.
+    """
+
+    def __init__(self, eps0: float, n: int, *, tol: float = 4e-3, max_blocks: int = 600) -> None:
+        self.eps0, self.n = eps0, n
+        self.tol, self.max_blocks = tol, max_blocks
+        self.J = (n - 1) // 2
+
+    def _core(self, lo: int, hi: int) -> _BinaryCore:
+        """The dominating pair of the block ``[lo, hi]``.  Each of the ``w = hi - lo`` users not
+        in the core reports ``Bern(alpha)`` or ``Bern(beta)``, and both are
+        ``(1 - 2 beta) * (its own bit) + 2 beta * Bern(1/2)``; revealing which of them flipped a
+        fair coin (``F ~ Bin(w, 2 beta)``, the same law for every dataset of the block) and the
+        others' bits is more information, and given F the view is the core plus F fair coins,
+        whose divergence decreases in F.  So the block is bounded by the core with ``F0`` fair
+        coins plus ``P(F < F0)``, F0 the e^-75 lower quantile."""
+        w = hi - lo
+        if w == 0:
+            return _binary_core(self.eps0, lo, self.n - 1 - hi)
+        two_beta = 2 * float(special.expit(-self.eps0))
+        f0, _, _ = _binomial_window(w, two_beta)
+        extra = float(stats.binom.cdf(f0 - 1, w, two_beta)) * (1 + 1e-9) if f0 > 0 else 0.0
+        return _binary_core(self.eps0, lo, self.n - 1 - hi, f0, extra)
+
+    def _initial(self) -> list[tuple[int, int]]:
+        """Geometric blocks from j = 0 until they reach the width a block can have and still
+        be within ``tol`` of the j = 0 value (a core misses ``1 - 1/(2 alpha)`` of the variance of
+        each of its ``w`` extra users, which moves epsilon by about that times ``w / (2n)``),
+        then blocks of that width.  Branch and bound refines them where needed."""
+        alpha = float(special.expit(self.eps0))
+        loss = max(1 - 1 / (2 * alpha), 1e-3)
+        width = max(1, int(0.8 * 2 * self.n * self.tol / loss))
+        out, lo = [], 0
+        while lo <= self.J:
+            hi = min(self.J, lo + width - 1, max(lo, 2 * lo - 1) if lo > 0 else 0)
+            out.append((lo, hi))
+            lo = hi + 1
+        return out
+
+    def _search(self, score: Callable[[int, int], tuple[float, float]]) -> tuple[float, float,
+                                                                               list[_Block]]:
+        """Maximise ``score`` over datasets: returns (upper, lower, final blocks)."""
+        blocks = []
+        for lo, hi in self._initial():
+            up, low = score(lo, hi)
+            blocks.append(_Block(lo, hi, up, low))
+        while True:
+            best_lower = max(b.lower for b in blocks)
+            open_ = [b for b in blocks if b.lo < b.hi
+                     and b.upper > (1 + self.tol) * best_lower + 1e-300]
+            if not open_ or len(blocks) >= self.max_blocks:
+                break
+            worst = max(open_, key=lambda b: b.upper)
+            blocks.remove(worst)
+            mid = (worst.lo + worst.hi) // 2
+            for lo, hi in ((worst.lo, mid), (mid + 1, worst.hi)):
+                up, low = score(lo, hi)
+                blocks.append(_Block(lo, hi, up, low))
+        return max(b.upper for b in blocks), max(b.lower for b in blocks), blocks
+
+    def epsilon(self, delta: float) -> tuple[Bounds, list[_Block]]:
+        """Certified bounds on epsilon(delta) over all neighbouring datasets (memoised)."""
+        memo = self.__dict__.setdefault("_memo", {})
+        if delta not in memo:
+            memo[delta] = self._epsilon(delta)
+        return memo[delta]
+
+    def _epsilon(self, delta: float) -> tuple[Bounds, list[_Block]]:
+        if self.eps0 == 0:
+            return Bounds(0.0, 0.0), []
+
+        def score(lo, hi):
+            core = self._core(lo, hi)
+            up = core.epsilon(delta)
+            low = core.epsilon_lower(delta, up) if lo == hi else -math.inf
+            return up, low
+        up, low, blocks = self._search(score)
+        return Bounds(min(max(low, 0.0), up), up), blocks
+
+    def delta(self, epsilon: float) -> tuple[Bounds, list[_Block]]:
+        """Certified bounds on delta(epsilon) over all neighbouring datasets."""
+        if self.eps0 == 0 or epsilon >= self.eps0:
+            return Bounds(0.0, 0.0), []
+
+        def score(lo, hi):
+            b = self._core(lo, hi).delta(epsilon)
+            return b.upper, (b.lower if lo == hi else -math.inf)
+        up, low, blocks = self._search(score)
+        return Bounds(min(max(low, 0.0), up), up), blocks
+
+    def profile(self, blocks: Sequence[_Block]) -> Callable[[np.ndarray], np.ndarray]:
+        """Upper privacy profile ``max over blocks of the core's delta(eps)`` for a partition of
+        the datasets (any partition is valid; a finer one is tighter)."""
+        cores = [self._core(b.lo, b.hi) for b in blocks]
+
+        def fn(eps):
+            eps = np.asarray(eps, dtype=float)
+            flat = [max(c.delta(float(e)).upper for c in cores) for e in eps.ravel()]
+            return np.array(flat).reshape(eps.shape)
+        return fn
+
+
+# --------------------------------------------------------------------------------------------
+# the privacy blanket of k-ary randomized response
+# --------------------------------------------------------------------------------------------
+def _krr_laws(eps0: float, k: int) -> tuple[float, float, float]:
+    e = math.exp(eps0)
+    z = e + k - 1
+    return e, z, k / z
+
+
+@functools.lru_cache(maxsize=256)
+def _blanket_conditional(eps0: float, k: int, m: int) -> CountPair:
+    """The blanket pair given ``m`` reports from the blanket (the differing user's and ``m - 1``
+    blanket users'): categories a, b, rest; blanket reports are uniform on the k values."""
+    e, z, _ = _krr_laws(eps0, k)
+    return CountPair(m, (1.0 / k, 1.0 / k, (k - 2) / k), (e / z, 1 / z, (k - 2) / z),
+                     (1 / z, e / z, (k - 2) / z), description=f"{k}-RR blanket, m={m}")
+
+
+class _StackedBlanket:
+    """The blanket's conditional pairs for many (small) values of m, evaluated in one vectorised
+    pass: the same closed form as :class:`_Direction` (these pairs are symmetric, one direction
+    suffices), every entry a (block, T) with weight ``P(M in block) Bin(m, 2/k)(T)``; tails by
+    Boost directly (relative ``1e-12 + 64 u m``)."""
+
+    def __init__(self, eps0: float, k: int, blocks: Sequence[tuple[int, float]]) -> None:
+        e, z, _ = _krr_laws(eps0, k)
+        self.pi = (1.0 / k, 1.0 / k, (k - 2) / k)
+        self.v0, self.v1 = (e / z, 1 / z, (k - 2) / z), (1 / z, e / z, (k - 2) / z)
+        pab = 2.0 / k
+        Ms, Ts, Ws = [], [], []
+        outside = 0.0
+        for m, weight in blocks:
+            lo, hi, out = _window(m - 1, min(pab, 1.0), log_cut=-75.0)
+            T = np.arange(lo, min(hi + 1, m) + 1)
+            Ts.append(T)
+            Ms.append(np.full(len(T), m))
+            Ws.append(weight * _pmf(T, m, min(pab, 1.0)))
+            outside += weight * out
+        self.M = np.concatenate(Ms).astype(np.int64)
+        self.T = np.concatenate(Ts).astype(np.int64)
+        self.W = np.concatenate(Ws)
+        self.outside = outside
+        self.theta = 0.5
+        self.rho = _REL_SF + 64 * _U * self.M.astype(float)
+
+    def evaluate(self, x: float) -> tuple[float, float]:
+        """(certified upper bound on ``sum_blocks P(block) delta_m(log x)``, its derivative)."""
+        pa, pb, pc = self.pi
+        ca = (self.v0[0] - x * self.v1[0]) / pa
+        cb = (self.v0[1] - x * self.v1[1]) / pb
+        cc = (self.v0[2] - x * self.v1[2]) / pc if pc > 0 else 0.0
+        d = ca - cb
+        M, T, theta = self.M, self.T, self.theta
+        k = cb * T + cc * (M - T)
+        with np.errstate(over="ignore", invalid="ignore"):
+            jr = np.floor(-k / d)
+        jmin = (np.clip(np.nan_to_num(jr, nan=0.0, posinf=1e18, neginf=-1e18), -1, T) + 1
+                ).astype(np.int64)
+        s1 = np.zeros(len(T))
+        pm = np.zeros(len(T))
+        pos = T >= 1
+        i, u = jmin[pos] - 1, T[pos] - 1
+        s1[pos] = _sf(i - 1, u, theta)
+        pm[pos] = _pmf(i, u, theta)
+        s2 = np.where(pos, np.maximum(s1 - (1 - theta) * pm, 0.0), np.where(jmin <= 0, 1.0, 0.0))
+        e1 = self.rho * s1
+        e2 = e1 + (1 - theta) * self.rho * pm + 2 * _U * s2
+        mean = T * theta
+        t1 = d * mean * s1
+        t2 = k * s2
+        inv = self.W / M
+        value = float(np.dot(inv, np.maximum(t1 + t2, 0.0)))
+        rounding = (4 * _U + _REL_SF) * (np.abs(t1) + np.abs(t2))
+        error = float(np.dot(inv, abs(d) * mean * e1 + np.abs(k) * e2 + rounding))
+        da, db = self.v1[0] / pa, self.v1[1] / pb
+        dc = self.v1[2] / pc if pc > 0 else 0.0
+        tail = float(np.dot(inv, (da - db) * mean * s1 + (db * T + dc * (M - T)) * s2))
+        return value + error * (1 + 1e-12) + self.outside, -x * max(tail, 0.0)
+
+
+class KRRBlanket:
+    """Certified upper bound for shuffled k-RR from its privacy blanket (module docstring,
+    "k-ary randomized response: the blanket").
+
+    ``delta(eps) = sum_m P(M = m) delta_m(eps)`` with ``M - 1 ~ Bin(n - 1, gamma)``,
+    ``gamma = k/(e^eps0 + k - 1)``, and ``delta_m`` the divergence of the differing user's report
+    hidden among ``m - 1`` uniform reports (:func:`_blanket_conditional`).  ``delta_m`` does not
+    increase with m (one more uniform report is a post-processing), so a block ``[m1, m2]`` of
+    values of M is bounded by ``P(M in block) delta_{m1}``.  Blocks have relative width ``eta``
+    within 4 standard deviations of the mean of M and ``10 eta`` outside (a lower-tail block
+    stops where the centre begins); M outside the e^-75 window is charged in full.
+    """
+
+    def __init__(self, eps0: float, n: int, k: int, *, eta: float = 1e-3) -> None:
+        self.eps0, self.n, self.k = eps0, n, k
+        _, _, gamma = _krr_laws(eps0, k)
+        self.gamma = gamma
+        lo, hi, out = _binomial_window(n - 1, gamma)
+        self.outside = out
+        counts = np.arange(lo, hi + 1)
+        pmf = stats.binom.pmf(counts, n - 1, gamma)
+        mean, sd = (n - 1) * gamma, math.sqrt(max((n - 1) * gamma * (1 - gamma), 1.0))
+        edges = [lo]
+        centre_lo = mean - 4 * sd
+        while edges[-1] <= hi:
+            c = edges[-1]
+            if c < centre_lo:      # lower tail: coarse, but never reaching into the centre
+                width = min(int(10 * eta * (c + 1)), math.ceil(centre_lo - c))
+            else:
+                width = int((eta if c <= mean + 4 * sd else 10 * eta) * (c + 1))
+            edges.append(min(hi + 1, c + max(1, width)))
+        self.blocks = []
+        for a, b in zip(edges[:-1], edges[1:]):
+            weight = float(np.sum(pmf[a - lo:b - lo])) * (1 + 1e-12 + 2 * (b - a) * _U)
+            self.blocks.append((a + 1, weight))       # m = M + 1 users in the blanket pair
+        self.blocks = [(m, w) for m, w in self.blocks if w > 0]
+        small = [(m, w) for m, w in self.blocks if m < 20_000]
+        self.large = [(m, w) for m, w in self.blocks if m >= 20_000]
+        self.stack = _StackedBlanket(eps0, k, small) if small else None
+
+    def evaluate(self, epsilon: float) -> tuple[Bounds, float]:
+        if epsilon >= self.eps0 or self.eps0 == 0:
+            return Bounds(0.0, 0.0), 0.0
+        total, slope = self.outside, 0.0
+        if self.stack is not None:
+            value, s = self.stack.evaluate(math.exp(epsilon))
+            total += value
+            slope += s
+        for m, weight in self.large:
+            b, s = _blanket_conditional(self.eps0, self.k, m).evaluate(epsilon)
+            total += weight * b.upper
+            slope += weight * s
+        return Bounds(0.0, min(total, 1.0)), slope
+
+    def delta(self, epsilon: float) -> float:
+        return self.evaluate(epsilon)[0].upper
+
+    def epsilon(self, delta: float) -> float:
+        def upper(e):
+            b, s = self.evaluate(e)
+            return b.upper, s
+        e = math.exp(self.eps0)
+        guess = math.sqrt(2 * math.log(1 / delta) * 2 * (e + self.k - 1) / self.n) * math.tanh(
+            self.eps0 / 2) * 2
+        return _newton_smallest_epsilon(upper, delta, self.eps0, min(guess, 0.5 * self.eps0))
+
+    def profile(self, epsilons: np.ndarray) -> np.ndarray:
+        """The upper bound at each of ``epsilons`` (vectorised over blocks, not over eps)."""
+        return np.array([self.delta(float(e)) for e in np.ravel(epsilons)]).reshape(
+            np.shape(epsilons))
+
+
+# --------------------------------------------------------------------------------------------
+# the count pairs used below (all certified through CountPair)
+# --------------------------------------------------------------------------------------------
+def clone_pair(eps0: float, n: int, clone_probability: float) -> CountPair:
+    """The FMT21 / FMT23 clone pair as a :class:`CountPair`: the differing user reports 0 with
+    probability ``e^eps0/(e^eps0+1)`` (1 otherwise, roles swapped on X1), every other user reports
+    0 or 1 with probability ``c/2`` each (a clone) and nothing otherwise.  Same numbers as
+    :func:`dpplugins.amplification.shuffle.clone_pair_delta`, faster for large n."""
+    a = float(special.expit(eps0))
+    c = clone_probability
+    return CountPair(n, (c / 2, c / 2, 1 - c), (a, 1 - a, 0.0), (1 - a, a, 0.0),
+                     description=f"clone pair (eps0={eps0:g}, n={n}, c={c:.4g})")
+
+
+def variation_ratio_pair(p: float, beta: float, q: float, n: int) -> CountPair:
+    """The pair of Wang et al. (VLDB 2024) for parameters ``(p, beta, q)``, as we read it from
+    their public code (module docstring): the differing user reports 0 w.p. ``p beta/(p-1)``,
+    1 w.p. ``beta/(p-1)`` and "blank" otherwise (roles of 0 and 1 swapped on X1); every other
+    user reports 0 and 1 w.p. ``r = p beta/((p-1) q)`` each, blank otherwise.
+
+    **Not an upper bound in general** (see the module docstring: it fails for k-RR, k >= 3, at
+    n = 2); it is FMT23's stronger-clone pair when ``beta = (p-1)/(p+1)`` and ``p = q``, and for
+    k-RR it is a certified *lower* bound (:func:`krr_lower_pairs`)."""
+    p = check_positive("p", p)
+    if p <= 1:
+        raise ParameterError("p", p, "> 1")
+    beta = check_nonnegative("beta", beta)
+    if beta > (p - 1) / (p + 1) * (1 + 1e-12):
+        raise ParameterError("beta", beta, f"<= (p-1)/(p+1) = {(p - 1) / (p + 1):.6g}")
+    q = check_positive("q", q)
+    alpha = beta / (p - 1)
+    r = alpha * p / q
+    if 2 * r > 1:
+        raise ParameterError("q", q, f">= 2 p beta / (p - 1) = {2 * alpha * p:.6g}")
+    blank = max(0.0, 1 - alpha - p * alpha)
+    return CountPair(n, (r, r, 1 - 2 * r), (p * alpha, alpha, blank), (alpha, p * alpha, blank),
+                     description=f"variation-ratio pair (p={p:.4g}, beta={beta:.4g}, q={q:.4g})")
+
+
+def variation_ratio_parameters(spec) -> tuple[float, float, float]:
+    """``(p, beta, q)`` of a randomizer in Wang et al.'s parametrisation (their Table, also in
+    the README of github.com/wangsw/PrivacyAmplification; k-RR and general re-derived here):
+    general eps0-LDP ``(e^eps0, (e^eps0-1)/(e^eps0+1), e^eps0)``, k-RR
+    ``(e^eps0, (e^eps0-1)/(e^eps0+k-1), e^eps0)``; the other rows of the module docstring's
+    table are not computed."""
+    r = randomizer(spec)
+    e = math.exp(r.eps0)
+    if r.kind == "general":
+        return e, (e - 1) / (e + 1), e
+    return e, (e - 1) / (e + r.k - 1), e
+
+
+def krr_lower_pairs(eps0: float, n: int, k: int) -> dict[str, CountPair]:
+    """Exact shuffled k-RR on two datasets (the differing user holds a on X0, b on X1), each a
+    :class:`CountPair`, so each gives certified *lower* bounds:
+
+    * ``"others_at_a"``: every other user holds a.  The reports on the k - 2 values other than a,
+      b are uniform for everybody, so (N_a, N_b) is sufficient: exact.
+    * ``"others_at_c"`` (k >= 3): every other user holds a third value c; the histogram merged
+      into (N_a, N_b, rest) -- a post-processing, exact for k = 3.  This is Wang et al.'s pair
+      for k-RR (:func:`variation_ratio_pair` with their k-RR parameters) and FMT23's original
+      Thm 5.2 pair.
+    """
+    e, z, _ = _krr_laws(eps0, k)
+    v0, v1 = (e / z, 1 / z, (k - 2) / z), (1 / z, e / z, (k - 2) / z)
+    out = {"others_at_a": CountPair(n, (e / z, 1 / z, (k - 2) / z), v0, v1,
+                                    description=f"{k}-RR, others at a")}
+    if k >= 3:
+        out["others_at_c"] = CountPair(n, (1 / z, 1 / z, (e + k - 3) / z), v0, v1,
+                                       description=f"{k}-RR, others at a third value")
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# one round: certified upper and lower bounds
+# --------------------------------------------------------------------------------------------
+#: largest number of M-blocks of the k-RR blanket; beyond it the blocks widen (still valid)
+_MAX_BLANKET_BLOCKS = 4000
+#: above this n the binary-RR worst case falls back to the clone pair (time)
+_MAX_EXACT_BINARY_N = 20_000_000
+
+
+def _check_n_delta(n, delta) -> tuple[int, float]:
+    return check_count("n", n, minimum=2), check_open_unit("delta", delta)
+
+
+def _blanket(eps0: float, n: int, k: int) -> KRRBlanket:
+    return _cached_blanket(eps0, n, k)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_blanket(eps0: float, n: int, k: int) -> KRRBlanket:
+    eta = 2.5e-3
+    blanket = KRRBlanket(eps0, n, k, eta=eta)
+    while len(blanket.blocks) > _MAX_BLANKET_BLOCKS:
+        eta *= 2
+        blanket = KRRBlanket(eps0, n, k, eta=eta)
+    return blanket
+
+
+@functools.lru_cache(maxsize=64)
+def _coarse_blanket(eps0: float, n: int, k: int, max_blocks: int = 48) -> KRRBlanket:
+    """The blanket with at most ``max_blocks`` blocks (for privacy profiles: many evaluations)."""
+    eta = 2.5e-3
+    blanket = KRRBlanket(eps0, n, k, eta=eta)
+    while len(blanket.blocks) > max_blocks:
+        eta *= 2
+        blanket = KRRBlanket(eps0, n, k, eta=eta)
+    return blanket
+
+
+@functools.lru_cache(maxsize=64)
+def _binary_worst_case(eps0: float, n: int) -> BinaryRRWorstCase:
+    return BinaryRRWorstCase(eps0, n)
+
+
+@functools.lru_cache(maxsize=256)
+def _strong_clone(eps0: float, n: int) -> CountPair:
+    return clone_pair(eps0, n, 2.0 / (math.exp(eps0) + 1.0))
+
+
+@functools.lru_cache(maxsize=256)
+def _fmt21_clone(eps0: float, n: int) -> CountPair:
+    return clone_pair(eps0, n, math.exp(-eps0))
+
+
+@functools.lru_cache(maxsize=256)
+def _lower_pairs(eps0: float, n: int, k: int) -> dict[str, CountPair]:
+    return krr_lower_pairs(eps0, n, k)
+
+
+def _bound(eps: float, delta: float, method: str, r: Randomizer, n: int,
+           candidates: Mapping[str, float]) -> ShuffleBound:
+    return ShuffleBound(float(eps), float(delta), method, r.eps0, n, r.name, dict(candidates))
+
+
+@functools.lru_cache(maxsize=512)
+def _epsilon_cached(r: Randomizer, n: int, delta: float) -> ShuffleBound:
+    eps0 = r.eps0
+    if eps0 == 0:
+        return _bound(0.0, delta, "none", r, n, {"none": 0.0})
+    cands: dict[str, float] = {}
+    if r.kind == "krr" and r.k == 2:
+        if n <= _MAX_EXACT_BINARY_N:
+            cands["binary_rr_exact"] = _binary_worst_case(eps0, n).epsilon(delta)[0].upper
+        else:
+            cands["fmt23"] = _strong_clone(eps0, n).epsilon(delta, eps0)
+    elif r.kind == "krr":
+        low = _lower_pairs(eps0, n, r.k)["others_at_c"].epsilon_lower(delta, eps0)
+        blanket = _blanket(eps0, n, r.k)
+
+        def upper(e):
+            b, s = blanket.evaluate(e)
+            return b.upper, s
+        cands["krr_blanket"] = _newton_smallest_epsilon(upper, delta, eps0,
+                                                        max(low * 1.002, 1e-12))
+        if cands["krr_blanket"] > low * (1 + 1e-3):
+            # the stronger clone can only help when the blanket is not already at the lower bound
+            strong = _strong_clone(eps0, n)
+
+            def strong_upper(e):
+                b, s = strong.evaluate(e)
+                return b.upper, s
+            cands["fmt23"] = _newton_smallest_epsilon(strong_upper, delta, eps0,
+                                                      max(low * 1.05, 1e-12))
+    elif r.kind == "general" and r.delta0 == 0:
+        pair = _fmt21_clone(eps0, n)
+        cands["fmt21"] = pair.epsilon(delta, eps0)
+        for name, fn in (("fmt21_closed_form", _shuffle.fmt21_closed_form_epsilon),
+                         ("balle2020", _shuffle.balle2020_epsilon)):
+            try:
+                cands[name] = fn(eps0, n, delta).epsilon
+            except ParameterError:
+                pass
+    else:
+        res = _shuffle.epsilon(eps0, n, delta, randomizer="general", delta0=r.delta0)
+        cands.update(res.candidates)
+    best = min(cands, key=cands.get)
+    return _bound(min(cands[best], eps0) if r.delta0 == 0 else cands[best], delta, best, r, n,
+                  cands)
+
+
+def epsilon(spec, n: int, delta: float) -> ShuffleBound:
+    """Certified upper bound on epsilon(delta) for n users, each running the randomizer ``spec``
+    (:func:`randomizer`) on its own value, the server seeing the shuffled reports; neighbouring
+    datasets differ in one user's value (replace one).  ``.method`` names the smallest bound and
+    ``.candidates`` lists every bound that applied:
+
+    * binary RR: ``"binary_rr_exact"`` -- the exact worst case over all datasets, certified by
+      branch and bound (:class:`BinaryRRWorstCase`; within 0.4 % of the lower bound);
+    * k-RR, k >= 3: ``"krr_blanket"`` (:class:`KRRBlanket`) and ``"fmt23"`` (stronger clone;
+      k-RR is in the errata's class E_eps0, see :mod:`dpplugins.amplification.shuffle`);
+    * general eps0-DP: ``"fmt21"`` (FMT21 Thm 3.1, the clone pair computed exactly),
+      ``"fmt21_closed_form"``, ``"balle2020"``; (eps0, delta0)-DP: Balle et al. 2020 or none.
+
+    Example::
+
+        >>> b = epsilon(("binary_rr", 4.0), 100_000, 1e-6)
+        >>> b.method, b.epsilon < epsilon(("general", 4.0), 100_000, 1e-6).epsilon
+        ('binary_rr_exact', True)
+    """
+    r = randomizer(spec)
+    n, delta = _check_n_delta(n, delta)
+    return _epsilon_cached(r, n, delta)
+
+
+@functools.lru_cache(maxsize=512)
+def _lower_cached(r: Randomizer, n: int, delta: float) -> ShuffleBound:
+    eps0 = r.eps0
+    if eps0 == 0:
+        return _bound(0.0, delta, "lower bound", r, n, {})
+    cands: dict[str, float] = {}
+    k = r.k if r.kind == "krr" else 3
+    if r.kind == "krr" and k == 2 and n <= _MAX_EXACT_BINARY_N:
+        cands["binary_rr_exact"] = _binary_worst_case(eps0, n).epsilon(delta)[0].lower
+    ks = (k,) if r.kind == "krr" else (2, 3)
+    for kk in ks:
+        if kk == 2 and "binary_rr_exact" in cands:
+            continue  # its j = 0 singleton is the "others at a" pair
+        for name, pair in _lower_pairs(eps0, n, kk).items():
+            cands[f"{kk}rr_{name}"] = pair.epsilon_lower(delta, eps0)
+    best = max(cands, key=cands.get)
+    return ShuffleBound(cands[best], delta, best, eps0, n, "lower bound", cands)
+
+
+def lower_bound(spec, n: int, delta: float) -> ShuffleBound:
+    """Certified *lower* bound on epsilon(delta): the exact privacy of the shuffled randomizer
+    on specific neighbouring datasets (:func:`krr_lower_pairs`; binary RR: the best dataset of
+    the branch and bound).  For a general (eps0, delta0) randomizer, binary and ternary RR are
+    eps0-DP randomizers, so their values bound every valid general upper bound from below.
+
+    Example::
+
+        >>> lower_bound(("krr", 2.0, 4), 10_000, 1e-6).epsilon <= epsilon(("krr", 2.0, 4),
+        ...                                                            10_000, 1e-6).epsilon
+        True
+    """
+    r = randomizer(spec)
+    n, delta = _check_n_delta(n, delta)
+    return _lower_cached(r, n, delta)
+
+
+def epsilon_bounds(spec, n: int, delta: float) -> Bounds:
+    """``(lower_bound, epsilon)`` of one round."""
+    up = epsilon(spec, n, delta).epsilon
+    return Bounds(min(lower_bound(spec, n, delta).epsilon, up), up)
+
+
+def _single_user_profile(r: Randomizer) -> Callable[[np.ndarray], np.ndarray]:
+    """n = 1: the randomizer itself.  k-RR: ``(e^eps0 - e^eps)_+/(e^eps0 + k - 1)``; a general
+    (eps0, delta0) randomizer: the profile of its dominating pair,
+    ``delta0 + (1 - delta0)(e^eps0 - e^eps)_+/(e^eps0 + 1)``."""
+    e = math.exp(r.eps0)
+    z = e + (r.k - 1 if r.kind == "krr" else 1)
+
+    def fn(eps):
+        eps = np.asarray(eps, dtype=float)
+        with np.errstate(over="ignore"):
+            val = np.maximum(e - np.exp(np.minimum(eps, 700.0)), 0.0) / z
+        return np.minimum(r.delta0 + (1 - r.delta0) * val * (1 + 1e-12), 1.0)
+    return fn
+
+
+def delta_bounds(spec, n: int, epsilon_: float) -> Bounds:
+    """Certified bounds on delta(epsilon) of one round (upper: the same bounds as
+    :func:`epsilon`; lower: :func:`lower_bound`'s datasets)."""
+    r = randomizer(spec)
+    n = check_count("n", n, minimum=1)
+    eps = check_nonnegative("epsilon", epsilon_)
+    if n == 1:
+        v = float(_single_user_profile(r)(np.array([eps]))[0])
+        return Bounds(v if r.delta0 == 0 else 0.0, v)
+    upper = float(_single_user_profile(r)(np.array([eps]))[0])
+    if r.eps0 > 0 and eps < r.eps0 and r.delta0 == 0:
+        if r.kind == "krr" and r.k == 2 and n <= _MAX_EXACT_BINARY_N:
+            upper = min(upper, _binary_worst_case(r.eps0, n).delta(eps)[0].upper)
+        elif r.kind == "krr":
+            upper = min(upper, _blanket(r.eps0, n, r.k).delta(eps),
+                        _strong_clone(r.eps0, n).delta(eps).upper)
+        else:
+            upper = min(upper, _fmt21_clone(r.eps0, n).delta(eps).upper,
+                        float(_shuffle.swap.pure_profile(r.eps0, n)(np.array([eps]))[0]))
+    elif r.delta0 > 0:
+        upper = float(upper_profile(r, n)(np.array([eps]))[0])
+    elif eps >= r.eps0:
+        upper = 0.0
+    low = 0.0
+    if r.eps0 > 0 and eps < r.eps0:
+        k = r.k if r.kind == "krr" else 3
+        for kk in ((k,) if r.kind == "krr" else (2, 3)):
+            for pair in _lower_pairs(r.eps0, n, kk).values():
+                low = max(low, pair.delta(eps).lower)
+        if r.kind == "krr" and r.k == 2 and n <= _MAX_EXACT_BINARY_N:
+            low = max(low, _binary_worst_case(r.eps0, n).delta(eps)[0].lower)
+    return Bounds(min(low, upper), upper)
+
+
+# --------------------------------------------------------------------------------------------
+# privacy profiles and PLDs: composition over rounds
+# --------------------------------------------------------------------------------------------
+def _binary_profile_blocks(eps0: float, n: int) -> list[_Block]:
+    """A partition of the binary-RR datasets refined for three reference deltas (1e-4, 1e-7,
+    1e-10): the coarsest partition that refines each of their branch-and-bound partitions."""
+    wc = _binary_worst_case(eps0, n)
+    cuts = set()
+    for ref in (1e-4, 1e-7, 1e-10):
+        _, blocks = wc.epsilon(ref)
+        cuts.update(b.lo for b in blocks)
+    cuts = sorted(cuts)
+    out = []
+    for i, lo in enumerate(cuts):
+        hi = cuts[i + 1] - 1 if i + 1 < len(cuts) else wc.J
+        out.append(_Block(lo, hi, math.nan, -math.inf))
+    return out
+
+
+def upper_profile(spec, n: int) -> Callable[[np.ndarray], np.ndarray]:
+    """Vectorised certified upper bound on the one-round privacy profile ``delta(eps)``, eps >= 0,
+    valid in both directions (every bound here is symmetric or takes the maximum of both).
+    Values are memoised per eps (the PLD constructor asks for each point twice)."""
+    r = randomizer(spec)
+    n = check_count("n", n, minimum=1)
+    raw = _profile_cached(r, n)
+    memo = _profile_memo(r, n)
+
+    def fn(eps):
+        eps = np.asarray(eps, dtype=float)
+        flat = eps.ravel()
+        missing = np.array(sorted({float(e) for e in flat if float(e) not in memo}))
+        if len(missing):
+            for e, v in zip(missing, np.ravel(raw(missing))):
+                memo[float(e)] = float(v)
+        return np.array([memo[float(e)] for e in flat]).reshape(eps.shape)
+    return fn
+
+
+@functools.lru_cache(maxsize=64)
+def _profile_memo(r: Randomizer, n: int) -> dict:
+    return {}
+
+
+@functools.lru_cache(maxsize=64)
+def _profile_cached(r: Randomizer, n: int) -> Callable[[np.ndarray], np.ndarray]:
+    single = _single_user_profile(r)
+    if n == 1 or r.eps0 == 0:
+        return single
+    eps0 = r.eps0
+    if r.kind == "krr" and r.k == 2 and n <= _MAX_EXACT_BINARY_N:
+        blocks = _binary_profile_blocks(eps0, n)
+        cores = [_binary_worst_case(eps0, n)._core(b.lo, b.hi) for b in blocks]
+
+        def fn(eps):
+            eps = np.asarray(eps, dtype=float)
+            out = np.zeros(eps.shape)
+            for c in cores:
+                out = np.maximum(out, c.delta_upper_many(eps))
+            return np.minimum(out, single(eps))
+        return fn
+    if r.kind == "krr":
+        blanket, strong = _coarse_blanket(eps0, n, r.k), _strong_clone(eps0, n)
+
+        def fn(eps):
+            eps = np.asarray(eps, dtype=float)
+            flat = []
+            for e in eps.ravel():
+                e = float(e)
+                s = strong.delta(e).upper if e < eps0 else 0.0
+                flat.append(min(s, blanket.delta(e)) if s > 0 else 0.0)
+            return np.minimum(np.array(flat).reshape(eps.shape), single(eps))
+        return fn
+    if r.delta0 == 0:
+        pair = _fmt21_clone(eps0, n)
+        swap_profile = _shuffle.swap.pure_profile(eps0, n)
+
+        def fn(eps):
+            eps = np.asarray(eps, dtype=float)
+            flat = np.array([pair.delta(float(e)).upper if e < eps0 else 0.0
+                             for e in eps.ravel()]).reshape(eps.shape)
+            return np.minimum(np.minimum(flat, swap_profile(eps)), single(eps))
+        return fn
+    approx = _shuffle.swap.approximate_profile(eps0, n, r.delta0)
+
+    def fn(eps):
+        eps = np.asarray(eps, dtype=float)
+        return np.minimum(approx(eps), single(eps))
+    return fn
+
+
+def _eps_max(r: Randomizer, n: int) -> float:
+    """An eps beyond which the upper profile is below 1e-16 (or eps0)."""
+    if r.eps0 == 0:
+        return 1e-6
+    if n == 1 or r.delta0 > 0:
+        return max(r.eps0, 1e-6)
+    pair = _strong_clone(r.eps0, n) if r.kind == "krr" else _fmt21_clone(r.eps0, n)
+    return max(pair.epsilon(1e-16, r.eps0), 1e-6)
+
+
+def default_grid_step(spec, n: int) -> float:
+    """The PLD grid step we use for one round: 1/400 of its epsilon at delta = 1e-6 (between
+    1e-6 and 1e-2)."""
+    r = randomizer(spec)
+    if n == 1 or r.eps0 == 0:
+        return float(np.clip(max(r.eps0, 1e-3) / 400, 1e-6, 1e-2))
+    pair = _strong_clone(r.eps0, n) if r.kind == "krr" else _fmt21_clone(r.eps0, n)
+    return float(np.clip(pair.epsilon(1e-6, r.eps0) / 400, 1e-6, 1e-2))
+
+
+def round_pld(spec, n: int, *, value_discretization_interval: float | None = None,
+              profile_points: int = 80) -> PrivacyLossDistribution:
+    """Dominating PLD of one round from :func:`upper_profile` (pessimistic connect-the-dots,
+    :meth:`PrivacyLossDistribution.from_privacy_profile`); it composes over rounds by FFT and
+    every epsilon it gives is an upper bound.  The profile is sampled at ``profile_points``
+    points up to where it falls below 1e-16 (coarser sampling is valid, only looser)."""
+    r = randomizer(spec)
+    n = check_count("n", n, minimum=1)
+    h = value_discretization_interval or default_grid_step(r, n)
+    eps_hi = _eps_max(r, n)
+    step = max(h, eps_hi / profile_points)
+    return PrivacyLossDistribution.from_privacy_profile(
+        upper_profile(r, n), epsilon_max=eps_hi, symmetric=True,
+        value_discretization_interval=h, profile_step=step,
+        description=f"shuffle model, {r.name} (eps0={r.eps0:g}, n={n})")
+
+
+def _pair_pmfs(p0: np.ndarray, p1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Append one atom holding each distribution's mass outside the window (merging outcomes is
+    a post-processing, so the pair stays dominated by the exact one)."""
+    p0 = np.maximum(p0, 0.0)
+    p1 = np.maximum(p1, 0.0)
+    r0, r1 = max(0.0, 1.0 - float(p0.sum())), max(0.0, 1.0 - float(p1.sum()))
+    p = np.concatenate([p0, [r0]])
+    q = np.concatenate([p1, [r1]])
+    return p / p.sum(), q / q.sum()
+
+
+@dataclass(frozen=True)
+class LowerPLD:
+    """A PLD of an exact pair that the shuffled mechanism dominates (use its *lower* bounds),
+    and ``rho``: the pair's pmfs are within relative ``rho`` of the exact ones, so a delta
+    computed from ``count`` rounds is off by at most ``count rho (1 + e^eps)``."""
+
+    pld: PrivacyLossDistribution
+    rho: float
+    description: str
+
+
+def lower_round_pld(spec, n: int, *, value_discretization_interval: float | None = None
+                    ) -> LowerPLD:
+    """PLD of an exact one-round pair dominated by the mechanism: binary RR (also for general
+    randomizers, which include it) with every other user holding the differing user's X0 value;
+    k-RR: every other user holding a, reduced to the count of reports of b (a post-processing)."""
+    r = randomizer(spec)
+    n = check_count("n", n, minimum=1)
+    h = value_discretization_interval or default_grid_step(r, n)
+    eps0 = r.eps0
+    if r.kind == "krr" and r.k >= 3:
+        flat = _count_pair_pmfs(_lower_pairs(eps0, n, r.k)["others_at_c"]) if n >= 2 else None
+        if flat is not None:
+            p0, p1, rho = flat
+            what = "others at a third value"
+        else:
+            e, z, _ = _krr_laws(eps0, r.k)
+            p0, p1, rho = _binary_like_pmfs(n - 1, 1 / z, 1 / z, e / z)
+            what = "others at a, count of b"
+    else:
+        p0, p1, rho = _binary_like_pmfs(n - 1, float(special.expit(-eps0)),
+                                        float(special.expit(-eps0)), float(special.expit(eps0)))
+        what = "binary RR, others at the X0 value"
+    p, q = _pair_pmfs(p0, p1)
+    pld = PrivacyLossDistribution.from_pmfs(p, q, symmetric=False,
+                                            value_discretization_interval=h)
+    return LowerPLD(pld, rho, f"exact lower-bound pair of {r.name} (n={n}, {what})")
+
+
+def _count_pair_pmfs(pair: CountPair, max_support: int = 3_000_000):
+    """The pmfs of a count pair on the outcomes ``(T, N_A)`` of a window (e^-32 on each
+    coordinate), or None if the window has more than ``max_support`` outcomes."""
+    d = pair.forward
+    n, (pa, pb, pc) = d.n, d.pi
+    lo, hi, _ = _window(n, pa + pb, log_cut=-32.0)
+    T = np.arange(lo, hi + 1)
+    sd = np.sqrt(np.maximum(T * d.theta * (1 - d.theta), 1.0))
+    a_lo = np.maximum(0, np.floor(T * d.theta - 9 * sd - 2)).astype(np.int64)
+    a_hi = np.minimum(T, np.ceil(T * d.theta + 9 * sd + 2)).astype(np.int64)
+    sizes = a_hi - a_lo + 1
+    if int(sizes.sum()) > max_support:
+        return None
+    row = np.repeat(np.arange(len(T)), sizes)
+    a = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes) + a_lo[row]
+    t = T[row]
+    base = _pmf(t, n, pa + pb) * _pmf(a, t, d.theta) / n
+    out = []
+    for v in (d.v0, d.v1):
+        lin = v[0] * a / pa + v[1] * (t - a) / pb + (v[2] * (n - t) / pc if pc > 0 else 0.0)
+        out.append(base * lin)
+    return out[0], out[1], 3 * _REL_SF + 8 * _U
+
+
+def _binary_like_pmfs(others: int, pi: float, v0: float, v1: float):
+    """``S = Bin(others, pi) + Bern(v_b)``: pmfs of the count on a window, and their relative
+    accuracy."""
+    lo, hi, _ = _window(others, pi)
+    w = _pmf(np.arange(lo, hi + 1), others, pi)
+    w = np.concatenate([[0.0], w, [0.0]])
+    p0 = v0 * w[:-1] + (1 - v0) * w[1:]
+    p1 = v1 * w[:-1] + (1 - v1) * w[1:]
+    return p0, p1, 2 * _REL_SF + 4 * _U
+
+
+@dataclass(frozen=True)
+class Round:
+    """``count`` adaptive repetitions of one shuffle-model round (fresh randomness each)."""
+
+    randomizer: Randomizer
+    n: int
+    count: int = 1
+
+
+def composed_epsilon_bounds(rounds: Sequence, delta: float, *,
+                            value_discretization_interval: float | None = None,
+                            lower: bool = True) -> Bounds:
+    """Certified ``(lower, upper)`` epsilon at ``delta`` for rounds composed adaptively
+    (``rounds``: :class:`Round` or ``(spec, n, count)`` triples).  Upper: the dominating PLDs of
+    :func:`round_pld` composed by FFT.  Lower: the exact pairs of :func:`lower_round_pld`
+    composed the same way (an adversary may use the same datasets in every round)."""
+    delta = check_open_unit("delta", delta)
+    rs = _as_rounds(rounds)
+    if not rs:
+        return Bounds(0.0, 0.0)
+    h = value_discretization_interval or min(default_grid_step(x.randomizer, x.n) for x in rs)
+    upper_pld = None
+    for x in rs:
+        part = round_pld(x.randomizer, x.n, value_discretization_interval=h).self_compose(x.count)
+        upper_pld = part if upper_pld is None else upper_pld.compose(part)
+    up = upper_pld.epsilon_for_delta(delta, lower=False).upper
+    up = min(up, sum(x.count * x.randomizer.eps0 for x in rs)
+             if all(x.randomizer.delta0 == 0 for x in rs) else up)
+    low = 0.0
+    if lower:
+        low_pld, margin = None, 0.0
+        for x in rs:
+            lp = lower_round_pld(x.randomizer, x.n, value_discretization_interval=h)
+            part = lp.pld.self_compose(x.count)
+            low_pld = part if low_pld is None else low_pld.compose(part)
+            margin += x.count * lp.rho * (1 + math.exp(min(up, 700.0)))
+        if delta + margin < 1:
+            try:
+                low = low_pld.epsilon_for_delta(min(delta + margin, 0.999999)).lower
+            except NumericalError:
+                low = 0.0
+    return Bounds(min(low, up), up)
+
+
+def composed_delta_bounds(rounds: Sequence, epsilon_: float, *,
+                          value_discretization_interval: float | None = None,
+                          lower: bool = True) -> Bounds:
+    """Certified ``(lower, upper)`` delta at ``epsilon`` for rounds composed adaptively (see
+    :func:`composed_epsilon_bounds`)."""
+    eps = check_nonnegative("epsilon", epsilon_)
+    rs = _as_rounds(rounds)
+    if not rs:
+        return Bounds(0.0, 0.0)
+    h = value_discretization_interval or min(default_grid_step(x.randomizer, x.n) for x in rs)
+    upper_pld = None
+    for x in rs:
+        part = round_pld(x.randomizer, x.n, value_discretization_interval=h).self_compose(x.count)
+        upper_pld = part if upper_pld is None else upper_pld.compose(part)
+    up = upper_pld.delta_for_epsilon(eps).upper
+    if all(x.randomizer.delta0 == 0 for x in rs) and eps >= sum(x.count * x.randomizer.eps0
+                                                                for x in rs):
+        up = 0.0
+    low = 0.0
+    if lower and up > 0:
+        low_pld, margin = None, 0.0
+        for x in rs:
+            lp = lower_round_pld(x.randomizer, x.n, value_discretization_interval=h)
+            part = lp.pld.self_compose(x.count)
+            low_pld = part if low_pld is None else low_pld.compose(part)
+            margin += x.count * lp.rho * (1 + math.exp(min(eps, 700.0)))
+        try:
+            low = max(0.0, low_pld.delta_for_epsilon(eps).lower - margin)
+        except NumericalError:
+            low = 0.0
+    return Bounds(min(low, up), up)
+
+
+def _as_rounds(rounds: Sequence) -> list[Round]:
+    rs = [x if isinstance(x, Round) else Round(randomizer(x[0]), check_count("n", x[1], minimum=1),
+                                                 check_count("count", x[2], minimum=0))
+          for x in rounds]
+    return [x for x in rs if x.count > 0]

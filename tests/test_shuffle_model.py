@@ -1,0 +1,300 @@
+"""The shuffle model with a known randomizer (dpplugins.amplification.shuffle_model).
+
+Exact enumeration over every output and every dataset for n <= 7, the validity verdict on the
+variation-ratio pair (a counterexample), exact lower bounds never above the upper bounds, the
+binary-RR tightness goal, composition over rounds, and the accountant's ShuffleEvent support.
+No published table values are used: we had none we could check against a primary source; the
+anchors are the clone-pair code of :mod:`dpplugins.amplification.shuffle` instead.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from dpplugins.accountants import UnsupportedEventError, create
+from dpplugins.amplification import shuffle as sh
+from dpplugins.amplification import shuffle_model as sm
+from dpplugins.errors import ParameterError
+from dpplugins.events import (EpsilonDeltaEvent, GaussianEvent, RandomizedResponseEvent,
+                              SelfComposedEvent, ShuffleEvent, from_dict)
+from dpplugins.samplers import ShuffledEpochs
+
+
+# -- brute force --------------------------------------------------------------------------------
+def histogram_law(rows):
+    """Law of the histogram of independent reports, report i ~ rows[i] (a probability vector)."""
+    law = {tuple([0] * len(rows[0])): 1.0}
+    for row in rows:
+        nxt = defaultdict(float)
+        for h, pr in law.items():
+            for j, pj in enumerate(row):
+                if pj:
+                    g = list(h)
+                    g[j] += 1
+                    nxt[tuple(g)] += pr * pj
+        law = nxt
+    return law
+
+
+def hockey(p, q, eps):
+    x = math.exp(eps)
+    return sum(max(p.get(key, 0.0) - x * q.get(key, 0.0), 0.0) for key in set(p) | set(q))
+
+
+def krr_row(eps0, k, value):
+    z = math.exp(eps0) + k - 1
+    row = [1 / z] * k
+    row[value] = math.exp(eps0) / z
+    return row
+
+
+def shuffled_krr_worst(eps0, k, n, eps):
+    """Exact max over all neighbouring datasets (differing user 0 vs 1; by symmetry every other
+    dataset is a relabelling) and both directions, by enumerating histograms."""
+    best = 0.0
+    for others in itertools.combinations_with_replacement(range(k), n - 1):
+        rest = [krr_row(eps0, k, v) for v in others]
+        p = histogram_law([krr_row(eps0, k, 0)] + rest)
+        q = histogram_law([krr_row(eps0, k, 1)] + rest)
+        best = max(best, hockey(p, q, eps), hockey(q, p, eps))
+    return best
+
+
+def pair_law(n, pi, v0, v1):
+    return histogram_law([list(v0)] + [list(pi)] * (n - 1)), \
+        histogram_law([list(v1)] + [list(pi)] * (n - 1))
+
+
+# -- the count-pair engine ----------------------------------------------------------------------
+def test_count_pair_matches_enumeration():
+    rng = np.random.default_rng(7)
+    for trial in range(60):
+        n = int(rng.integers(1, 8))
+        e = math.exp(rng.uniform(0.1, 4.0))
+        k = int(rng.integers(2, 6))
+        z = e + k - 1
+        kind = trial % 3
+        if kind == 0:
+            pi, v0, v1 = (e / z, 1 / z, (k - 2) / z), (e / z, 1 / z, (k - 2) / z), \
+                (1 / z, e / z, (k - 2) / z)
+        elif kind == 1:
+            pi, v0, v1 = (1 / z, 1 / z, (e + k - 3) / z), (e / z, 1 / z, (k - 2) / z), \
+                (1 / z, e / z, (k - 2) / z)
+        else:
+            c, a = rng.uniform(0.01, 1.0), e / (e + 1)
+            pi, v0, v1 = (c / 2, c / 2, 1 - c), (a, 1 - a, 0.0), (1 - a, a, 0.0)
+        pair = sm.CountPair(n, pi, v0, v1)
+        p, q = pair_law(n, pi, v0, v1)
+        for eps in rng.uniform(0, math.log(e), 4):
+            exact = max(hockey(p, q, eps), hockey(q, p, eps))
+            bounds = pair.delta(eps)
+            assert bounds.lower - 1e-13 <= exact <= bounds.upper + 1e-13
+
+
+@pytest.mark.parametrize("eps0,n,clone", [(1.0, 1000, "fmt21"), (4.0, 20_000, "fmt23"),
+                                          (0.5, 200_000, "fmt23")])
+def test_clone_count_pair_agrees_with_the_clone_module(eps0, n, clone):
+    c = sh.fmt21_clone_probability(eps0) if clone == "fmt21" else sh.fmt23_clone_probability(eps0)
+    ours = sm.clone_pair(eps0, n, c)
+    for eps in (0.2 * eps0 / math.sqrt(n / 1000), 0.5 * eps0 / math.sqrt(n / 1000)):
+        a, b = ours.delta(eps), sh.clone_pair_delta(eps0, n, c, eps)
+        assert a.lower <= b.upper and b.lower <= a.upper
+        assert abs(a.upper - b.upper) <= 1e-5 * b.upper + 1e-300
+
+
+def test_binomial_path_recurrences_are_certified():
+    for u0, length, theta, slope, off in ((300_000, 5000, 0.5, 0.5, 300),
+                                          (1000, 2000, 0.3, 0.31, -5),
+                                          (100, 800, 0.5, 1.3, -60)):
+        t = np.arange(length)
+        i = np.floor(slope * (u0 + t) + off + np.sqrt(u0 + t) * 0.3).astype(np.int64)
+        s, p, es, ep = sm._binom_path(u0, i, theta, 1e-12)
+        u = u0 + t
+        assert np.all(np.abs(s - stats.binom.sf(i - 1, u, theta)) <= es + 1e-300)
+        assert np.all(np.abs(p - stats.binom.pmf(i, u, theta)) <= ep + 1e-300)
+
+
+# -- the validity verdict -------------------------------------------------------------------------
+@pytest.mark.parametrize("k,eps0,eps,exact,pair", [(3, 1.0, 0.825, 0.053286, 0.019603),
+                                                    (4, 2.0, 1.8, 0.091696, 0.022945)])
+def test_variation_ratio_pair_is_not_an_upper_bound_for_krr(k, eps0, eps, exact, pair):
+    """Two users, X0 = (a, a), X1 = (b, a): the event 'both report a' alone beats the pair."""
+    p = histogram_law([krr_row(eps0, k, 0), krr_row(eps0, k, 0)])
+    q = histogram_law([krr_row(eps0, k, 1), krr_row(eps0, k, 0)])
+    true = max(hockey(p, q, eps), hockey(q, p, eps))
+    vr = sm.variation_ratio_pair(*sm.variation_ratio_parameters(("krr", eps0, k)), 2).delta(eps)
+    assert true == pytest.approx(exact, abs=1e-6) and vr.upper == pytest.approx(pair, abs=1e-6)
+    assert true > 2 * vr.upper
+    # our bounds hold; the blanket is exact here
+    assert sm.KRRBlanket(eps0, 2, k).delta(eps) >= true - 1e-12
+    assert sm.delta_bounds(("krr", eps0, k), 2, eps).upper >= true - 1e-12
+
+
+def test_variation_ratio_violation_at_n_100():
+    pairs = sm.krr_lower_pairs(2.0, 100, 4)
+    vr = sm.variation_ratio_pair(*sm.variation_ratio_parameters(("krr", 2.0, 4)), 100)
+    assert pairs["others_at_a"].delta(1.45).lower > 1.5 * vr.delta(1.45).upper
+
+
+@pytest.mark.parametrize("k", [3, 4, 7])
+def test_variation_ratio_pair_for_krr_is_the_others_at_c_lower_pair(k):
+    vr = sm.variation_ratio_pair(*sm.variation_ratio_parameters(("krr", 1.5, k)), 500)
+    low = sm.krr_lower_pairs(1.5, 500, k)["others_at_c"]
+    for eps in (0.05, 0.2, 0.5):
+        assert vr.delta(eps).upper == pytest.approx(low.delta(eps).upper, rel=1e-9, abs=1e-300)
+
+
+def test_general_variation_ratio_parameters_give_the_stronger_clone():
+    p, beta, q = sm.variation_ratio_parameters(("general", 2.0))
+    assert beta == pytest.approx((p - 1) / (p + 1))
+    vr, strong = sm.variation_ratio_pair(p, beta, q, 1000), sm._strong_clone(2.0, 1000)
+    for eps in (0.1, 0.3):
+        assert vr.delta(eps).upper == pytest.approx(strong.delta(eps).upper, rel=1e-9)
+    # ... which is not what general randomizers get here: FMT21
+    assert sm.epsilon(("general", 2.0), 1000, 1e-6).method == "fmt21"
+
+
+# -- exact enumeration for n <= 7 ---------------------------------------------------------------
+@pytest.mark.parametrize("eps0", [0.5, 2.0, 4.0])
+def test_binary_rr_worst_case_matches_enumeration(eps0):
+    for n in range(2, 8):
+        wc = sm.BinaryRRWorstCase(eps0, n)
+        for eps in np.linspace(0, eps0, 6)[:-1]:
+            exact = shuffled_krr_worst(eps0, 2, n, eps)
+            bounds, _ = wc.delta(eps)
+            assert bounds.lower - 1e-12 <= exact <= bounds.upper + 1e-12
+
+
+@pytest.mark.parametrize("k", [3, 4])
+def test_krr_upper_bounds_dominate_enumeration(k):
+    for eps0 in (1.0, 3.0):
+        for n in range(2, 6 if k == 4 else 7):
+            for eps in np.linspace(0, eps0, 5)[:-1]:
+                exact = shuffled_krr_worst(eps0, k, n, eps)
+                assert sm.KRRBlanket(eps0, n, k).delta(eps) >= exact - 1e-12
+                assert sm._strong_clone(eps0, n).delta(eps).upper >= exact - 1e-12
+                low = max(p.delta(eps).lower for p in sm.krr_lower_pairs(eps0, n, k).values())
+                assert low <= exact + 1e-12
+
+
+# -- one round: lower <= upper, tightness, the general fallback ---------------------------------
+@pytest.mark.parametrize("spec", [("binary_rr", 1.0), ("krr", 1.0, 3), ("krr", 4.0, 8),
+                                  ("general", 1.0), ("general", 4.0)])
+@pytest.mark.parametrize("n", [50, 3000])
+def test_lower_never_above_upper(spec, n):
+    for delta in (1e-3, 1e-7):
+        up = sm.epsilon(spec, n, delta)
+        low = sm.lower_bound(spec, n, delta)
+        assert 0 <= low.epsilon <= up.epsilon <= spec[1] + 1e-12
+        if spec[0] == "general":
+            # every valid general bound is above shuffled 2-RR and 3-RR
+            assert sh.lower_bound(spec[1], n, delta).epsilon <= up.epsilon
+            assert up.epsilon == pytest.approx(min(up.candidates.values()))
+
+
+@pytest.mark.parametrize("n", [1000, 10_000])
+@pytest.mark.parametrize("eps0", [0.5, 1.0, 2.0, 4.0, 8.0])
+@pytest.mark.parametrize("delta", [1e-6, 1e-8])
+def test_binary_rr_gap_below_one_percent(n, eps0, delta):
+    b = sm.epsilon_bounds(("binary_rr", eps0), n, delta)
+    assert b.upper - b.lower <= 0.01 * b.upper
+    assert b.upper <= sh.fmt21_epsilon(eps0, n, delta).epsilon * (1 + 1e-9)
+    assert b.upper <= sh.fmt23_epsilon(eps0, n, delta).epsilon * (1 + 1e-9)
+
+
+def test_krr_is_tight_against_wang_et_al_lower_pair():
+    for k, eps0 in ((3, 1.0), (10, 2.0)):
+        up = sm.epsilon(("krr", eps0, k), 20_000, 1e-6)
+        low = sm.lower_bound(("krr", eps0, k), 20_000, 1e-6)
+        assert up.method == "krr_blanket"
+        assert up.epsilon - low.epsilon <= 0.005 * up.epsilon
+        assert up.epsilon < sm._strong_clone(eps0, 20_000).epsilon(1e-6, eps0)
+
+
+def test_delta_bounds_are_consistent_with_epsilon():
+    for spec in (("binary_rr", 2.0), ("krr", 2.0, 5), ("general", 2.0)):
+        eps = sm.epsilon(spec, 5000, 1e-6).epsilon
+        b = sm.delta_bounds(spec, 5000, eps)
+        assert b.lower <= b.upper <= 1e-6 * (1 + 1e-6)
+
+
+def test_approximate_dp_randomizers_use_balle_or_none():
+    b = sm.epsilon(("general", 0.5, 1e-12), 100_000, 1e-6)
+    assert set(b.candidates) <= {"balle2020", "none"}
+    with pytest.raises(ParameterError):
+        sm.randomizer(("krr", 1.0, 3, 0.1))
+
+
+# -- composition --------------------------------------------------------------------------------
+@pytest.mark.parametrize("spec", [("binary_rr", 2.0), ("krr", 2.0, 4), ("general", 1.0)])
+def test_composition_brackets_and_grows(spec):
+    one = sm.epsilon(spec, 2000, 1e-6).epsilon
+    b1 = sm.composed_epsilon_bounds([(spec, 2000, 1)], 1e-6)
+    b8 = sm.composed_epsilon_bounds([(spec, 2000, 8)], 1e-6)
+    assert b1.lower <= one * (1 + 1e-6) and b1.upper >= one * (1 - 1e-6)
+    assert 0 < b8.lower <= b8.upper and b8.upper > b1.upper and b8.lower > b1.lower
+    assert b8.upper <= 8 * spec[1]
+    d = sm.composed_delta_bounds([(spec, 2000, 8)], b8.upper)
+    assert d.lower <= d.upper <= 1e-6 * (1 + 1e-6)
+
+
+def test_composition_of_binary_rr_is_tight():
+    b = sm.composed_epsilon_bounds([(("binary_rr", 2.0), 10_000, 10)], 1e-6)
+    assert b.upper - b.lower <= 0.02 * b.upper
+
+
+# -- the accountant -----------------------------------------------------------------------------
+def test_accountant_supports_shuffle_events_and_refuses_the_rest():
+    acc = create("shuffle")
+    assert acc.supports(ShuffleEvent(1000, RandomizedResponseEvent(1.0, 2)))
+    assert acc.supports(ShuffleEvent(1000, EpsilonDeltaEvent(1.0, 1e-9)))
+    assert not acc.supports(ShuffleEvent(1000, GaussianEvent(1.0)))
+    assert not acc.supports(ShuffleEvent(1000, EpsilonDeltaEvent(1.0, 1.0)))
+    acc.compose(ShuffleEvent(1000, RandomizedResponseEvent(1.0, 3)))
+    before = acc.state_dict()
+    with pytest.raises(UnsupportedEventError, match="ShuffleEvent"):
+        acc.compose(ShuffledEpochs(50, 1).event(8.0, 1))
+    assert acc.state_dict() == before
+    epochs = create("shuffle")
+    epochs.compose(ShuffledEpochs(50, 1).event(8.0, 1))
+    with pytest.raises(UnsupportedEventError):
+        epochs.compose(ShuffleEvent(1000, RandomizedResponseEvent(1.0, 3)))
+
+
+def test_accountant_one_round_and_rounds():
+    acc = create("shuffle")
+    event = ShuffleEvent(5000, RandomizedResponseEvent(2.0, 2))
+    acc.compose(event)
+    assert acc.get_epsilon_bounds(1e-6) == sm.epsilon_bounds(("binary_rr", 2.0), 5000, 1e-6)
+    assert acc.get_delta(acc.get_epsilon(1e-6)) <= 1e-6 * (1 + 1e-6)
+    assert acc.get_epsilon_bounds(0.0) == (2.0, 2.0)
+    one = acc.get_epsilon(1e-6)
+    acc.compose(event, 4)
+    assert acc.history == [SelfComposedEvent(event, 5)] and len(acc) == 5
+    lower, upper = acc.get_epsilon_bounds(1e-6)
+    assert one < lower <= upper < 5 * 2.0
+    assert acc.get_delta(upper) <= 1e-6 * (1 + 1e-6)
+    state = json.loads(json.dumps(acc.state_dict()))
+    again = create("shuffle")
+    again.load_state_dict(state)
+    assert [from_dict(e) for e in state["events"]] == acc.history
+    assert again.get_epsilon(1e-6) == upper
+
+
+def test_accountant_general_and_heterogeneous_rounds():
+    acc = create("shuffle", neighbouring="replace_one")
+    acc.compose(SelfComposedEvent(ShuffleEvent(2000, EpsilonDeltaEvent(1.0, 0.0)), 3))
+    acc.compose(ShuffleEvent(3000, RandomizedResponseEvent(1.0, 4)))
+    lower, upper = acc.get_epsilon_bounds(1e-6)
+    assert 0 < lower <= upper <= 4.0
+    single = create("shuffle")
+    single.compose(ShuffleEvent(1, RandomizedResponseEvent(1.0, 3)))
+    lo, up = single.get_epsilon_bounds(1e-6)
+    assert lo <= up <= 1.0 and up > 0.99

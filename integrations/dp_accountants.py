@@ -174,6 +174,15 @@ class DPPluginsPrivacyAccountant(PrivacyAccountant):
     # -- composition -------------------------------------------------------------------------------
     def _maybe_compose(self, event, count: int, do_compose: bool) -> Optional[_Details]:
         ours, origins = translate(event)
+        if self._neighboring_relation is NeighboringRelation.ADD_OR_REMOVE_ONE:
+            # dp_accounting defines randomized response for replacing a record (by another, or
+            # by a special one: REPLACE_SPECIAL, our zero-out reading), not for adding one
+            from dpplugins.events import RandomizedResponseEvent, leaves
+            for leaf, _ in leaves(ours):
+                if isinstance(leaf, RandomizedResponseEvent):
+                    return _Details(invalid_event=origins.get(leaf, event), error_message=(
+                        f"Unsupported event. {type(self).__name__}: randomized response "
+                        "needs neighboring_relation REPLACE_ONE or REPLACE_SPECIAL"))
         try:
             self.inner.check(ours)
         except UnsupportedEventError as error:

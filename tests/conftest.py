@@ -1,6 +1,7 @@
 """Shared test helpers: exact reference formulas that do not use our code."""
 
 import numpy as np
+import pytest
 from scipy import integrate, stats
 from scipy.special import log_ndtr
 
@@ -40,3 +41,21 @@ def epsilon_from_delta_curve(delta_fn, delta, hi=1.0):
     while delta_fn(hi) > delta:
         hi *= 2
     return brentq(lambda e: delta_fn(e) - delta, 0.0, hi, xtol=1e-13, rtol=1e-13)
+
+
+#: test files that take long (framework training, anchors, long numerical sweeps): marked slow,
+#: so ``pytest -m "not slow"`` is the quick subset
+SLOW_FILES = frozenset({
+    "test_balls_and_bins.py", "test_pld_anchors.py", "test_shuffle_model.py",
+    "test_shuffle_bounds.py", "test_opacus_integration.py", "test_opacus_events.py",
+    "test_tf_privacy_integration.py", "test_tf_keras.py", "test_tf_privacy_example.py",
+    "test_tf_privacy_compat.py", "test_ddp.py", "test_examples.py", "test_pnsgd_torch.py",
+    "test_dp_accounting_suite.py", "test_cli_events.py", "test_report_events.py",
+    "test_flower.py", "test_fdp_accountant.py", "test_properties.py", "test_pld_exact.py",
+})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)

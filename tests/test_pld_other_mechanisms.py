@@ -58,7 +58,8 @@ def test_randomized_response_matches_exact_enumeration(eps0, steps):
     p = math.exp(eps0) / (1 + math.exp(eps0))
     k = np.arange(steps + 1)
     P, Q = stats.binom.pmf(k, steps, p), stats.binom.pmf(k, steps, 1 - p)
-    acc = pld_with(SelfComposedEvent(RandomizedResponseEvent(eps0, 2), steps))
+    acc = create("pld", neighbouring="replace_one")
+    acc.compose(SelfComposedEvent(RandomizedResponseEvent(eps0, 2), steps))
     for eps in (0.5, 1.5, 3.0):
         exact = float(np.sum(np.maximum(P - math.exp(eps) * Q, 0.0)))
         lower, upper = acc.get_delta_bounds(eps)
@@ -101,3 +102,33 @@ def test_laplace_and_rr_against_dp_accounting():
         value = anchor.get_epsilon(1e-5)
         assert lower <= value * (1 + 1e-3) and value <= upper * (1 + 1e-2)
         assert abs(upper - value) <= 1e-2 * value
+
+
+def test_randomized_response_zero_out_reading_under_add_remove():
+    """Add/remove reads RR as zero-out (the example replaced by one with a uniform report):
+    exact enumeration of that pair, k = 4, three steps."""
+    import itertools
+    eps0, k, steps = 1.0, 4, 3
+    e = math.exp(eps0)
+    p1 = np.array([e, 1, 1, 1]) / (e + k - 1)
+    q1 = np.full(k, 1 / k)
+    acc = pld_with(SelfComposedEvent(RandomizedResponseEvent(eps0, k), steps))
+    P = np.array([np.prod([p1[i] for i in o]) for o in itertools.product(range(k), repeat=steps)])
+    Q = np.array([np.prod([q1[i] for i in o]) for o in itertools.product(range(k), repeat=steps)])
+    for eps in (0.2, 1.0):
+        exact = max(np.sum(np.maximum(P - math.exp(eps) * Q, 0)),
+                    np.sum(np.maximum(Q - math.exp(eps) * P, 0)))
+        lower, upper = acc.get_delta_bounds(eps)
+        assert lower <= exact * (1 + 1e-9) + 1e-15 and exact <= upper * (1 + 1e-9) + 1e-15
+    pure = acc.get_epsilon_bounds(0.0)
+    worst = steps * max(math.log(k * e / (e + k - 1)), math.log((e + k - 1) / k))
+    assert pure.lower <= worst <= pure.upper
+
+
+def test_laplace_replace_one_doubles_the_sensitivity():
+    acc = create("pld", neighbouring="replace_one").compose(LaplaceEvent(2.0))
+    pure = acc.get_epsilon_bounds(0.0)
+    assert pure.lower <= 1.0 <= pure.upper          # 2 / b with b = 2
+    # delta(eps) = 1 - exp((eps - 2/b) / 2) for the sensitivity-2 Laplace pair
+    lower, upper = acc.get_delta_bounds(0.5)
+    assert lower <= 1 - math.exp((0.5 - 1.0) / 2) <= upper

@@ -15,7 +15,7 @@ from dpplugins.events import (EpsilonDeltaEvent, Event, GaussianEvent, LaplaceEv
 from dpplugins.pld import Bounds, PrivacyLossDistribution
 
 __all__ = ["PLDAccountant", "poisson_gaussian_pld", "loss_scale", "poisson_gaussian_runs",
-           "is_poisson_gaussian", "epsilon_delta_pair"]
+           "is_poisson_gaussian", "epsilon_delta_pair", "zero_out_rr_pair"]
 
 _MIN_H, _MAX_H = 1e-6, 2e-2
 
@@ -60,6 +60,21 @@ def epsilon_delta_pair(epsilon: float, delta: float) -> tuple[list[float], list[
     a = (1 - delta) / (1 + math.exp(-epsilon)) if epsilon < 700 else 1 - delta
     b = (1 - delta) - a
     return [delta, a, b, 0.0], [0.0, b, a, delta]
+
+
+def zero_out_rr_pair(epsilon0: float, num_buckets: int) -> tuple[list[float], list[float]]:
+    """Randomized response under add/remove, read as *zero-out* (dp_accounting's
+    REPLACE_SPECIAL): the example is replaced by a special one whose report is uniform.  ``P``:
+    the report of the true bucket (``e^eps0 / (e^eps0 + k - 1)`` on it, ``1 / (e^eps0 + k - 1)``
+    on each other bucket; Kairouz, Oh, Viswanath 2016 for k > 2), ``Q``: uniform ``1/k``; the
+    other buckets are merged (a post-processing that keeps the loss, which is equal on them)."""
+    k = num_buckets
+    if epsilon0 > 700:
+        top, other = 1.0, 0.0
+    else:
+        e = math.exp(epsilon0)
+        top, other = e / (e + k - 1), 1.0 / (e + k - 1)
+    return [top, (k - 1) * other], [1.0 / k, (k - 1) / k]
 
 
 def poisson_gaussian_pld(history, h: float, *, neighbouring: str = "add_remove",
@@ -152,32 +167,50 @@ class PLDAccountant(Accountant):
             return mechanisms.poisson_subsampled_gaussian(sigma, q, 1.0,
                                                           neighbouring=self.neighbouring)
         if isinstance(leaf, LaplaceEvent):
-            d = self._sensitivity()
-            return mechanisms.laplace(leaf.scale * d, d)
+            # the noise scale is relative to the add/remove sensitivity; replacing one example
+            # moves the sum twice as far with the same noise
+            return mechanisms.laplace(leaf.scale, self._sensitivity())
         if isinstance(leaf, PoissonSampledEvent):
             return mechanisms.poisson_subsampled_laplace(leaf.event.scale, leaf.sample_rate, 1.0)
         if isinstance(leaf, RandomizedResponseEvent):
-            return mechanisms.k_randomized_response(leaf.epsilon0, leaf.num_buckets)
+            if self.neighbouring == "replace_one":
+                return mechanisms.k_randomized_response(leaf.epsilon0, leaf.num_buckets)
+            return mechanisms.discrete_pair(*zero_out_rr_pair(leaf.epsilon0, leaf.num_buckets))
         return mechanisms.discrete_pair(*epsilon_delta_pair(leaf.epsilon, leaf.delta),
                                         symmetric=True)
 
+    def _max_losses(self, leaf: Event) -> tuple[float, float]:
+        """The largest privacy loss of one leaf in the remove and in the add direction (its
+        pure-DP epsilon is the larger; inf if there is none)."""
+        if is_poisson_gaussian(leaf):
+            return math.inf, math.inf
+        if isinstance(leaf, LaplaceEvent):
+            value = self._sensitivity() / leaf.scale
+            return value, value
+        if isinstance(leaf, PoissonSampledEvent):   # Laplace on a Poisson subsample
+            q, b = leaf.sample_rate, leaf.event.scale
+            return math.log1p(q * math.expm1(1.0 / b)), -math.log1p(-q * -math.expm1(-1.0 / b))
+        if isinstance(leaf, RandomizedResponseEvent):
+            if self.neighbouring == "replace_one":
+                return leaf.epsilon0, leaf.epsilon0
+            p, q = zero_out_rr_pair(leaf.epsilon0, leaf.num_buckets)
+            return math.log(p[0] / q[0]), math.log(q[1] / p[1])
+        value = leaf.epsilon if leaf.delta == 0 else math.inf
+        return value, value
+
     def _max_loss(self, leaf: Event) -> float:
         """The largest privacy loss of one leaf (its pure-DP epsilon; inf if none)."""
-        if is_poisson_gaussian(leaf):
-            return math.inf
-        if isinstance(leaf, LaplaceEvent):
-            return 1.0 / leaf.scale  # (2 / (2 scale)) for replace-one: the same
-        if isinstance(leaf, PoissonSampledEvent):
-            return math.log1p(leaf.sample_rate * math.expm1(1.0 / leaf.event.scale))
-        if isinstance(leaf, RandomizedResponseEvent):
-            return leaf.epsilon0
-        return leaf.epsilon if leaf.delta == 0 else math.inf
+        return max(self._max_losses(leaf))
 
     def _pure_epsilon_bounds(self, history) -> Bounds:
-        """Exact epsilon at delta = 0: the sum of the per-step largest losses (for these
-        mechanisms the largest losses of all steps occur together, in the remove direction, so
-        the sum is attained; Dwork & Roth 2014, Thm 3.16 gives it as an upper bound)."""
-        total = math.fsum(self._max_loss(leaf) * count for leaf, count in private_leaves(history))
+        """Exact epsilon at delta = 0: the larger over the two directions of the sum of the
+        per-step largest losses (for these mechanisms the largest losses of all steps occur
+        together in each direction, so the sum is attained; Dwork & Roth 2014, Thm 3.16 gives
+        it as an upper bound)."""
+        leaves = private_leaves(history)
+        remove = math.fsum(self._max_losses(leaf)[0] * count for leaf, count in leaves)
+        add = math.fsum(self._max_losses(leaf)[1] * count for leaf, count in leaves)
+        total = max(remove, add)
         if math.isinf(total):
             return Bounds(math.inf, math.inf)
         return Bounds(total * (1 - 1e-12), total * (1 + 1e-12))
@@ -264,7 +297,17 @@ class PLDAccountant(Accountant):
         if delta == 0:
             return self._pure_epsilon_bounds(history)
         if not self._only_gaussian(history):
-            return self._generic(history, lambda pld: _with_gap(pld.epsilon_for_delta(delta)))
+            # epsilon(delta) <= epsilon(0): the pure-DP epsilon caps the upper bound, and answers
+            # where delta is below what the PLD can certify
+            pure = self._pure_epsilon_bounds(history)
+            try:
+                bounds = self._generic(history,
+                                       lambda pld: _with_gap(pld.epsilon_for_delta(delta)))
+            except NumericalError:
+                if math.isinf(pure.upper):
+                    raise
+                return Bounds(0.0, pure.upper)
+            return Bounds(min(bounds.lower, pure.upper), min(bounds.upper, pure.upper))
         runs = poisson_gaussian_runs(history)
         return self._refine(runs, lambda pld: _with_gap(pld.epsilon_for_delta(delta)))
 

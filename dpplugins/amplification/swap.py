@@ -42,8 +42,7 @@ from typing import Callable
 
 import numpy as np
 
-from dpplugins.errors import (ParameterError, check_count, check_nonnegative, check_open_unit,
-                              check_positive)
+from dpplugins.errors import (ParameterError, check_count, check_nonnegative, check_open_unit)
 
 __all__ = ["SwapBound", "epsilon", "coefficients", "pure_profile", "minimal_delta1",
            "approximate_profile", "gaussian_profile", "gaussian_local_delta", "GAUSSIAN_EPS0_GRID"]

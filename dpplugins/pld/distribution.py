@@ -27,7 +27,7 @@ import numpy as np
 
 from dpplugins import mechanisms
 from dpplugins.errors import (ParameterError, check_count, check_nonnegative, check_open_unit,
-                              check_positive, check_real)
+                              check_positive)
 from dpplugins.mechanisms.pairs import grid_range
 from dpplugins.mechanisms.types import MechanismPairs
 from dpplugins.pld.compose import ComposedPLD, compose_grid_pmfs

@@ -11,6 +11,7 @@ Two error types, one place for their messages:
 from __future__ import annotations
 
 import math
+import sys
 from numbers import Integral, Real
 from typing import Any
 
@@ -61,7 +62,11 @@ def check_real(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, Real):
         # numpy scalars are Real; strings and None are not.
         raise ParameterError(name, value, "a finite real number")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # e.g. an int or Fraction beyond the float range
+        raise ParameterError(name, value, "a finite real number of magnitude at most "
+                             f"{sys.float_info.max:.4g} (the float range)") from None
     if not math.isfinite(value):
         raise ParameterError(name, value, "a finite real number (not NaN or infinity)")
     return value

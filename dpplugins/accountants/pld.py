@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import ClassVar
 
 import numpy as np
@@ -12,12 +13,14 @@ from dpplugins.errors import NumericalError, check_positive
 from dpplugins import mechanisms
 from dpplugins.events import (EpsilonDeltaEvent, Event, GaussianEvent, LaplaceEvent,
                               PoissonSampledEvent, RandomizedResponseEvent)
-from dpplugins.pld import Bounds, PrivacyLossDistribution
+from dpplugins.pld import AccuracyWarning, Bounds, PrivacyLossDistribution
 
 __all__ = ["PLDAccountant", "poisson_gaussian_pld", "loss_scale", "poisson_gaussian_runs",
            "is_poisson_gaussian", "epsilon_delta_pair", "zero_out_rr_pair"]
 
 _MIN_H, _MAX_H = 1e-6, 2e-2
+#: smallest grid step the refinement may reach (below _MIN_H: the memory limit is the real stop)
+_REFINE_MIN_H = 1e-9
 
 
 def loss_scale(noise_multiplier: float, sample_rate: float) -> float:
@@ -26,9 +29,17 @@ def loss_scale(noise_multiplier: float, sample_rate: float) -> float:
     For the Poisson-subsampled Gaussian it is about ``q sqrt(e^(1/sigma^2) - 1)`` when ``q`` is
     small (the chi-square divergence of the mixture; Mironov, Talwar, Zhang 2019, Sec. 3) and
     ``1/sigma`` without subsampling (the Gaussian PLD is ``N(1/(2 sigma^2), 1/sigma^2)``).
+    Defined for every float ``sigma``: 0 when ``1/sigma^2`` underflows (no privacy loss to
+    resolve), ``inf`` for ``sigma = 0`` or when ``1/sigma`` overflows.
     """
-    chi2 = math.expm1(min(1.0 / noise_multiplier ** 2, 700.0))
-    return min(1.0 / noise_multiplier, sample_rate * math.sqrt(chi2))
+    if not noise_multiplier > 0:
+        return math.inf
+    if 1e-150 < noise_multiplier < 1e150:
+        chi2 = math.expm1(min(1.0 / noise_multiplier ** 2, 700.0))
+        return min(1.0 / noise_multiplier, sample_rate * math.sqrt(chi2))
+    inverse = 1.0 / noise_multiplier  # inf for subnormal sigma; 1/sigma^2 under- or overflows
+    chi2 = math.expm1(min(inverse * inverse, 700.0))
+    return min(inverse, sample_rate * math.sqrt(chi2))
 
 
 def is_poisson_gaussian(event: Event) -> bool:
@@ -143,8 +154,9 @@ class PLDAccountant(Accountant):
         self.memory_limit = int(check_positive("memory_limit", memory_limit))
 
     def _supports_leaf(self, event: Event) -> bool | str:
-        if is_poisson_gaussian(event) or isinstance(
-                event, (LaplaceEvent, RandomizedResponseEvent, EpsilonDeltaEvent)):
+        if is_poisson_gaussian(event) or isinstance(event, (LaplaceEvent, EpsilonDeltaEvent)):
+            return True
+        if isinstance(event, RandomizedResponseEvent):
             return True
         if isinstance(event, PoissonSampledEvent) and isinstance(event.event, LaplaceEvent):
             if self.neighbouring == "add_remove":
@@ -249,13 +261,24 @@ class PLDAccountant(Accountant):
 
     # -- grid ---------------------------------------------------------------------------------
     def initial_grid_step(self, history) -> float:
-        """First grid step: a 40th of the smallest per-step loss scale (see :func:`loss_scale`),
-        coarser for short histories -- the connect-the-dots gap grows about like ``steps * h^2``,
-        so ``h`` can grow like ``1 / sqrt(steps)`` (up to 10 times) below 10^4 steps."""
+        """First grid step: a 40th of the per-step loss scale (see :func:`loss_scale`), coarser
+        for short histories -- the connect-the-dots gap grows about like ``steps * h^2``, so ``h``
+        can grow like ``1 / sqrt(steps)`` (up to 10 times) below 10^4 steps.
+
+        With several settings the per-step scale is the root mean square ``sqrt(sum_i T_i s_i^2 /
+        sum_i T_i)``: ``T h^2`` against the composed variance ``sum_i T_i s_i^2`` is then the same
+        as for a single setting, and a run whose loss is negligible (a tiny sample rate) does not
+        set the grid for all the others."""
         if self.value_discretization_interval is not None:
             return self.value_discretization_interval
-        scale = min(loss_scale(sigma, q) for sigma, q, _ in history)
+        scales = [(loss_scale(sigma, q), t) for sigma, q, t in history]
         steps = sum(t for _, _, t in history)
+        if len({value for value, _ in scales}) == 1:
+            scale = scales[0][0]
+        else:
+            with np.errstate(over="ignore"):
+                variance = sum(t * value * value for value, t in scales)
+            scale = math.sqrt(variance / steps) if math.isfinite(variance) else math.inf
         widen = float(np.clip(math.sqrt(1e4 / steps), 1.0, 10.0))
         return float(np.clip(scale / 40.0 * widen, _MIN_H, _MAX_H))
 
@@ -267,28 +290,83 @@ class PLDAccountant(Accountant):
         """Evaluate on finer grids until the relative gap is within ``eps_tolerance``.
 
         ``evaluate(pld) -> (Bounds, relative_gap)``.  The gap of connect-the-dots bounds shrinks
-        about like ``h^2``, which sets the next step.
+        about like ``h^2``, which sets the next step.  Every grid gives certified bounds, so their
+        intersection is certified too; it is returned as soon as
+
+        * the gap is within ``eps_tolerance`` (relative to the upper bound), or
+        * the part of the gap a finer grid can shrink (the gap minus ``pld.last_floor``, the
+          floating-point and truncation terms) is within ``eps_tolerance`` or below that floor --
+          for deltas far below the error floor a relative target cannot be met by any grid, or
+        * refining stops helping (the gap shrank by less than a quarter), the grid would need
+          more memory than ``memory_limit``, or eight grids were tried.
+
+        ``eps_tolerance`` is a target: when it is not met, the certified bounds are returned with
+        an :class:`~dpplugins.pld.AccuracyWarning` saying what limits them.  Only when not even
+        the first grid can be evaluated does :class:`~dpplugins.errors.NumericalError` propagate.
         """
         h = self.initial_grid_step(history)
         fixed = self.value_discretization_interval is not None
-        last_error = None
-        for _ in range(6):
-            try:
-                bounds, gap = evaluate(self._pld(history, h))
-            except NumericalError as error:
-                last_error = error
+        tolerance = self.eps_tolerance
+        best, previous_gap, reason = None, None, "eight grids were tried"
+        for _ in range(8):
+            if best is not None and self._grid_bins(history, h) > self.memory_limit // 48:
+                reason = "a finer grid needs more memory than memory_limit allows"
                 break
-            if fixed or gap <= self.eps_tolerance:
-                return bounds
-            h = max(h * max(0.2, 0.8 * math.sqrt(self.eps_tolerance / gap)), _MIN_H)
-        if last_error is not None:
-            raise NumericalError(
-                f"the accuracy eps_tolerance={self.eps_tolerance:g} needs a grid finer than the "
-                f"memory limit allows ({last_error.what})",
-                "raise eps_tolerance, raise memory_limit, or pass value_discretization_interval")
-        raise NumericalError(
-            f"the certified gap stayed above eps_tolerance={self.eps_tolerance:g} at grid step "
-            f"{h:.3g}", "raise eps_tolerance or pass a smaller value_discretization_interval")
+            try:
+                pld = self._pld(history, h)
+                bounds, _ = evaluate(pld)
+            except (NumericalError, MemoryError) as error:
+                if best is None:
+                    raise
+                reason = f"a finer grid could not be evaluated ({getattr(error, 'what', error)})"
+                break
+            floor = float(getattr(pld, "last_floor", 0.0))
+            best = bounds if best is None else Bounds(max(best.lower, bounds.lower),
+                                                      min(best.upper, bounds.upper))
+            best = Bounds(min(best.lower, best.upper), best.upper)
+            gap = best.upper - best.lower
+            if fixed or not math.isfinite(best.upper) or gap <= tolerance * best.upper:
+                return best
+            refinable = (bounds.upper - bounds.lower) - floor
+            if refinable <= max(tolerance * best.upper, floor):
+                reason = (f"floating-point and truncation terms ({floor:.3g}) limit it, "
+                          "not the grid")
+                break
+            if previous_gap is not None and gap > 0.75 * previous_gap:
+                reason = "refining the grid stopped narrowing it"
+                break
+            if h <= _REFINE_MIN_H:
+                reason = f"the grid step reached {_REFINE_MIN_H:g}"
+                break
+            previous_gap = gap
+            target = tolerance * best.upper
+            h = max(h * float(np.clip(0.8 * math.sqrt(target / refinable), 0.2, 0.8)),
+                    _REFINE_MIN_H)
+        warnings.warn(
+            f"pld: certified bounds [{best.lower:.6g}, {best.upper:.6g}] have a relative gap of "
+            f"{(best.upper - best.lower) / best.upper:.3g}, above eps_tolerance="
+            f"{tolerance:g}: {reason}. The bounds are valid; the upper one is the certified "
+            "value", AccuracyWarning, stacklevel=4)
+        return best
+
+    def _grid_bins(self, history, h: float) -> int:
+        """Largest number of grid bins of one component at grid step ``h`` (from the loss range
+        of each step, as :func:`~dpplugins.pld.PrivacyLossDistribution.from_mechanism` builds
+        it), to stop refining before the memory limit is hit."""
+        from dpplugins import mechanisms
+        from dpplugins.pld.distribution import SINGLE_TAIL
+        largest = 0
+        for sigma, q, _ in history:
+            try:
+                pairs = mechanisms.poisson_subsampled_gaussian(sigma, q,
+                                                               neighbouring=self.neighbouring)
+                for pair in pairs.pairs.values():
+                    lo, hi = pair.loss_range(SINGLE_TAIL)
+                    lo, hi = max(min(lo, 0.0), -600.0), min(max(hi, 0.0), 600.0)
+                    largest = max(largest, int((hi - lo) / h) + 4)
+            except (ArithmeticError, ValueError):
+                continue
+        return largest
 
     def _only_gaussian(self, history) -> bool:
         return all(is_poisson_gaussian(leaf) for leaf, _ in private_leaves(history))

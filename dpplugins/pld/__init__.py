@@ -4,6 +4,6 @@ See :class:`PrivacyLossDistribution`; the constructions are in :mod:`dpplugins.p
 FFT composition with its error terms in :mod:`dpplugins.pld.compose`.
 """
 
-from dpplugins.pld.distribution import DIRECTIONS, Bounds, PrivacyLossDistribution
+from dpplugins.pld.distribution import DIRECTIONS, AccuracyWarning, Bounds, PrivacyLossDistribution
 
-__all__ = ["Bounds", "PrivacyLossDistribution", "DIRECTIONS"]
+__all__ = ["Bounds", "PrivacyLossDistribution", "DIRECTIONS", "AccuracyWarning"]

@@ -24,25 +24,34 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
+from scipy.optimize import minimize_scalar
 
 from dpplugins import mechanisms
-from dpplugins.errors import (ParameterError, check_count, check_nonnegative, check_open_unit,
-                              check_positive)
+from dpplugins.errors import (NumericalError, ParameterError, check_count, check_nonnegative,
+                              check_open_unit, check_positive, check_real)
 from dpplugins.mechanisms.pairs import grid_range
 from dpplugins.mechanisms.types import MechanismPairs
-from dpplugins.pld.compose import ComposedPLD, compose_grid_pmfs
+from dpplugins.pld.compose import ComposedPLD, _CumulantSum, compose_grid_pmfs
 from dpplugins.pld.grid import (GridPMF, optimistic_from_bins, pessimistic_from_bins,
                                 pessimistic_from_profile)
 
-__all__ = ["Bounds", "PrivacyLossDistribution", "DIRECTIONS"]
+__all__ = ["Bounds", "PrivacyLossDistribution", "DIRECTIONS", "AccuracyWarning"]
 
 DIRECTIONS = ("remove", "add")
 #: probability left outside the loss range of a single mechanism (goes to delta(inf) or is
 #: handled conservatively; affects accuracy only)
 SINGLE_TAIL = 1e-24
-#: largest share of delta we let the floating-point error term take before recomputing in
-#: extended precision
+#: noise multipliers for which the Gaussian grid constructions are computed directly; outside,
+#: :meth:`PrivacyLossDistribution.from_poisson_subsampled_gaussian` brackets by dominance
+NOISE_RANGE = (1e-100, 1e100)
+#: largest share of delta we let the floating-point and truncation terms take before recomputing
+#: in extended precision, then tilted towards the query (:func:`compose_grid_pmfs`)
 FP_SHARE = 1e-3
+
+
+class AccuracyWarning(UserWarning):
+    """Certified bounds are returned, but their gap is wider than the requested accuracy (for
+    example because floating-point or truncation terms, not the grid, limit it)."""
 
 
 class Bounds(NamedTuple):
@@ -95,7 +104,10 @@ class PrivacyLossDistribution:
         self.description = description
         self.tail_mass = tail_mass
         self.memory_limit = memory_limit
-        self._cache: dict[tuple[str, str], ComposedPLD] = {}
+        self._cache: dict[tuple, ComposedPLD] = {}
+        #: after a query: the part of ``upper - lower`` due to error terms that a finer grid
+        #: does not shrink (floating point, truncation), in the query's units
+        self.last_floor: float = 0.0
 
     # -- constructors -----------------------------------------------------------------------
     @classmethod
@@ -157,8 +169,39 @@ class PrivacyLossDistribution:
         standard deviation is ``noise_multiplier * sensitivity``."""
         sigma = check_positive("noise_multiplier", noise_multiplier)
         sens = check_positive("sensitivity", sensitivity)
-        return cls.from_mechanism(mechanisms.poisson_subsampled_gaussian(
-            sigma * sens, sampling_probability, sens, neighbouring=neighbouring), **options)
+        if NOISE_RANGE[0] <= sigma <= NOISE_RANGE[1]:
+            return cls.from_mechanism(mechanisms.poisson_subsampled_gaussian(
+                sigma * sens, sampling_probability, sens, neighbouring=neighbouring), **options)
+        return cls._bracketed_gaussian(sigma, sampling_probability, neighbouring, **options)
+
+    @classmethod
+    def _bracketed_gaussian(cls, sigma: float, sampling_probability: float, neighbouring: str, *,
+                            value_discretization_interval: float = 1e-4,
+                            tail_mass: float = 1e-15, memory_limit: int = 1 << 30):
+        """A noise multiplier outside :data:`NOISE_RANGE`, where the grid constructions would
+        overflow, bracketed by dominance (adding independent Gaussian noise is a post-processing,
+        so less noise dominates more; our derivation from Balle & Wang 2018, Thm 8):
+
+        * ``sigma > 1e100``: upper bound from ``sigma = 1e100``, lower bound from the mechanism
+          without privacy loss (``P = Q``), which every mechanism dominates;
+        * ``sigma < 1e-100``: upper bound from the fully revealing mechanism (all P-mass at loss
+          ``+inf``: epsilon is ``inf`` for every delta < 1), lower bound from ``sigma = 1e-100``.
+        """
+        h = check_positive("value_discretization_interval", value_discretization_interval)
+        if sigma > NOISE_RANGE[1]:
+            upper = _discretise(mechanisms.poisson_subsampled_gaussian(
+                NOISE_RANGE[1], sampling_probability, 1.0, neighbouring=neighbouring), h)
+            lower = _discretise(mechanisms.discrete_pair([1.0], [1.0], symmetric=True), h)
+            comps = {d: _Component(upper[d].upper, lower[d].lower) for d in DIRECTIONS}
+        else:
+            lower = _discretise(mechanisms.poisson_subsampled_gaussian(
+                NOISE_RANGE[0], sampling_probability, 1.0, neighbouring=neighbouring), h)
+            revealing = GridPMF(h, 0, np.zeros(1), 1.0, 0.0)
+            comps = {d: _Component(revealing, lower[d].lower) for d in DIRECTIONS}
+        return cls({d: ((comps[d], 1),) for d in DIRECTIONS}, h,
+                   description=f"Poisson-subsampled Gaussian(sigma={sigma:g}, "
+                               f"q={sampling_probability:g}, {neighbouring}), bracketed",
+                   tail_mass=tail_mass, memory_limit=memory_limit)
 
     @classmethod
     def from_pmfs(cls, p, q, *, symmetric: bool = False, **options):
@@ -261,13 +304,15 @@ class PrivacyLossDistribution:
             a[0] is b[0] and a[1] == b[1] for a, b in zip(remove, add))
         return ["remove"] if same else list(DIRECTIONS)
 
-    def _composed(self, direction: str, kind: str, extended: bool = False) -> ComposedPLD:
-        key = (direction, kind, extended)
+    def _composed(self, direction: str, kind: str, extended: bool = False,
+                  tilt: float = 0.0) -> ComposedPLD:
+        key = (direction, kind, extended) if tilt == 0 else (direction, kind, extended, tilt)
         if key not in self._cache:
             parts = [(getattr(c, kind), k) for c, k in self._directions[direction]]
             self._cache[key] = compose_grid_pmfs(parts, tail_mass=self.tail_mass,
                                                  memory_limit=self.memory_limit,
-                                                 extended=extended)
+                                                 extended=extended, extended_inverse=extended,
+                                                 tilt=tilt)
         return self._cache[key]
 
     def _accurate(self, direction: str, kind: str, scale: float) -> ComposedPLD:
@@ -286,25 +331,115 @@ class PrivacyLossDistribution:
             composed = self._composed(direction, kind, extended=True)
         return composed
 
+    def _levels(self, direction: str, kind: str, scale: float, tilt_of):
+        """Composed PLDs of increasing accuracy (and cost), lazily: untilted double or extended
+        precision (:meth:`_accurate`), then tilted towards the query (``tilt_of()``; see
+        :func:`~dpplugins.pld.compose.compose_grid_pmfs`) in double and in extended precision.
+        A level that needs more memory than allowed is skipped when an earlier one exists."""
+        yield self._accurate(direction, kind, scale)
+        tilt = tilt_of()
+        if not tilt > 0:
+            return
+        for extended in (False, True):
+            try:
+                yield self._composed(direction, kind, extended, tilt)
+            except NumericalError:
+                return
+
+    def _tilt(self, direction: str, kind: str, objective) -> float:
+        """``lam`` in ``[1e-3, 1e6]`` approximately minimising ``objective(lam, K(lam))`` (``K``
+        the cumulant generating function of the composed finite loss; a log grid, then a bounded
+        search).  Any ``lam > 0`` gives certified bounds; a good one makes them tight.  0 when a
+        component has no finite part."""
+        parts = [(getattr(c, kind), k) for c, k in self._directions[direction]]
+        if any(not np.any(c.pmf > 0) for c, _ in parts):
+            return 0.0
+        cumulants = _CumulantSum(parts)
+        grid = np.exp(np.linspace(math.log(1e-3), math.log(1e6), 64))
+        values = np.array([objective(lam, cumulants(lam)) for lam in grid])
+        if not np.any(np.isfinite(values)):
+            return 0.0
+        best = int(np.nanargmin(values))
+        lo_g = math.log(grid[max(best - 1, 0)])
+        hi_g = math.log(grid[min(best + 1, len(grid) - 1)])
+        result = minimize_scalar(lambda g: objective(math.exp(g), cumulants(math.exp(g))),
+                                 bounds=(lo_g, hi_g), method="bounded",
+                                 options={"xatol": 1e-2, "maxiter": 20})
+        lam = math.exp(result.x) if result.fun < values[best] else float(grid[best])
+        return float(f"{lam:.6g}")  # a stable cache key
+
+    def _tilt_for_delta(self, direction: str, kind: str, delta: float) -> float:
+        """Tilt for an epsilon query at ``delta``: the Chernoff optimum of
+        ``(K(lam) - log delta) / lam`` (its minimiser puts the tilted mean at the Chernoff
+        epsilon, just above the answer)."""
+        log_delta = math.log(delta)
+        return self._tilt(direction, kind, lambda lam, k: (k - log_delta) / lam)
+
+    def _tilt_for_epsilon(self, direction: str, kind: str, epsilon: float) -> float:
+        """Tilt for a delta query at ``epsilon``: the minimiser of ``K(lam) - lam epsilon`` (it puts
+        the tilted mean at ``epsilon``); 0 when ``epsilon`` is below the mean loss."""
+        return self._tilt(direction, kind, lambda lam, k: k - lam * epsilon)
+
     def delta_for_epsilon(self, epsilon: float) -> Bounds:
         """Certified bounds on ``delta(epsilon)`` (the max over both directions)."""
         epsilon = check_nonnegative("epsilon", epsilon)
         directions = self._directions_to_evaluate()
-        uppers = {d: self._delta_upper(d, epsilon) for d in directions}
+        found = {d: self._delta_upper_certified(d, epsilon) for d in directions}
+        uppers = {d: value for d, (value, _) in found.items()}
         dominant = max(uppers, key=uppers.get)
-        lower = 0.0
+        lower, floor = 0.0, found[dominant][1]
         if self.has_lower_bound:
             # a lower bound for any one direction is a lower bound for the maximum; use the
             # direction that decides the upper bound
-            lower = self._accurate(dominant, "lower", uppers[dominant]).delta_lower(epsilon)
-        return Bounds(lower, uppers[dominant])
+            lower, lower_floor = self._delta_lower_certified(dominant, epsilon, uppers[dominant])
+            floor += lower_floor
+        self.last_floor = floor
+        return Bounds(min(lower, uppers[dominant]), uppers[dominant])
+
+    def _delta_upper_certified(self, direction: str, epsilon: float) -> tuple[float, float]:
+        """Smallest certified upper bound over the accuracy levels, and its additive error."""
+        best, floor = math.inf, 0.0
+        tilt_of = lambda: self._tilt_for_epsilon(direction, "upper", epsilon)  # noqa: E731
+        for composed in self._levels_for_value(direction, "upper", epsilon, tilt_of):
+            value = composed.delta_upper(epsilon)
+            if value < best:
+                best, floor = value, max(value - composed.delta_ideal(epsilon), 0.0)
+            if composed.additive_error(epsilon) <= FP_SHARE * value:
+                break
+        return best, floor
+
+    def _levels_for_value(self, direction, kind, epsilon, tilt_of):
+        """Like :meth:`_levels` with the scale taken from the first (double) value."""
+        first = self._composed(direction, kind)
+        yield first
+        value = first.delta_upper(epsilon) if kind == "upper" else first.delta_lower(epsilon)
+        if first.additive_error(epsilon, kind) <= FP_SHARE * max(value, 0.0):
+            return
+        yield self._composed(direction, kind, extended=True)
+        tilt = tilt_of()
+        if not tilt > 0:
+            return
+        for extended in (False, True):
+            try:
+                yield self._composed(direction, kind, extended, tilt)
+            except NumericalError:
+                return
+
+    def _delta_lower_certified(self, direction: str, epsilon: float,
+                               upper: float) -> tuple[float, float]:
+        best, floor = 0.0, 0.0
+        tilt_of = lambda: self._tilt_for_epsilon(direction, "lower", epsilon)  # noqa: E731
+        for composed in self._levels_for_value(direction, "lower", epsilon, tilt_of):
+            value = composed.delta_lower(epsilon)
+            error = composed.delta_ideal(epsilon) - value
+            if value > best or best == 0.0:
+                best, floor = max(value, best), max(error, 0.0)
+            if composed.additive_error(epsilon, "lower") <= FP_SHARE * max(upper, 1e-300):
+                break
+        return best, floor
 
     def _delta_upper(self, direction: str, epsilon: float) -> float:
-        composed = self._composed(direction, "upper")
-        value = composed.delta_upper(epsilon)
-        if composed.fp_error > FP_SHARE * value:
-            value = self._composed(direction, "upper", extended=True).delta_upper(epsilon)
-        return value
+        return self._delta_upper_certified(direction, epsilon)[0]
 
     def epsilon_for_delta(self, delta: float, *, lower: bool = True) -> Bounds:
         """Certified bounds on the smallest epsilon with ``delta(epsilon) <= delta``.
@@ -313,13 +448,54 @@ class PrivacyLossDistribution:
         """
         delta = check_open_unit("delta", delta)
         directions = self._directions_to_evaluate()
-        uppers = {d: self._accurate(d, "upper", delta).epsilon_upper(delta) for d in directions}
+        found = {d: self._epsilon_upper_certified(d, delta) for d in directions}
+        uppers = {d: value for d, (value, _) in found.items()}
         dominant = max(uppers, key=uppers.get)
-        low = 0.0
+        low, floor = 0.0, found[dominant][1]
         if lower and self.has_lower_bound:
             # the lower bound of the direction that decides the upper bound (valid for the max)
-            low = self._accurate(dominant, "lower", delta).epsilon_lower(delta)
+            low, lower_floor = self._epsilon_lower_certified(dominant, delta)
+            floor += lower_floor
+        self.last_floor = floor
         return Bounds(min(low, uppers[dominant]), uppers[dominant])
+
+    def _epsilon_upper_certified(self, direction: str, delta: float) -> tuple[float, float]:
+        """Smallest certified epsilon over the accuracy levels and the part of it due to the
+        error terms (``epsilon - epsilon of the window sum alone``)."""
+        best, floor, last_error = math.inf, 0.0, None
+        tilt_of = lambda: self._tilt_for_delta(direction, "upper", delta)  # noqa: E731
+        for composed in self._levels(direction, "upper", delta, tilt_of):
+            try:
+                eps = composed.epsilon_upper(delta)
+            except NumericalError as error:
+                last_error = error
+                continue
+            if eps < best or not math.isfinite(best):
+                ideal = composed.epsilon_upper_ideal(delta)
+                best = eps
+                floor = max(eps - ideal, 0.0) if math.isfinite(eps) and math.isfinite(ideal) \
+                    else 0.0
+            if not math.isfinite(eps) or composed.additive_error(eps) <= FP_SHARE * delta:
+                break
+        if best == math.inf and last_error is not None:
+            raise NumericalError(
+                last_error.what + ", also after tilting the composition towards the query in "
+                "extended precision",
+                "ask for a larger delta, or a smaller tail_mass when the truncation term "
+                "dominates")
+        return best, floor
+
+    def _epsilon_lower_certified(self, direction: str, delta: float) -> tuple[float, float]:
+        best, floor = 0.0, 0.0
+        tilt_of = lambda: self._tilt_for_delta(direction, "lower", delta)  # noqa: E731
+        for composed in self._levels(direction, "lower", delta, tilt_of):
+            eps = composed.epsilon_lower(delta)
+            if eps >= best:
+                ideal = composed.epsilon_lower_ideal(delta)
+                best, floor = eps, max(ideal - eps, 0.0)
+            if composed.additive_error(eps, "lower") <= FP_SHARE * delta:
+                break
+        return best, floor
 
     def __repr__(self) -> str:
         return (f"PrivacyLossDistribution({self.description!r}, "

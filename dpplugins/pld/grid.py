@@ -31,9 +31,15 @@ grid points.  Everything in this package reduces a mechanism to such grid PLDs:
   convex function lies above it.
 
 Floating point: every construction carries ``fp_error``, a bound on how much delta computed from the
-stored masses can differ from delta of the exact construction, from the relative accuracy of the
-bin masses (see :mod:`dpplugins.mechanisms.distributions`) and the rounding of the formulas below
-(each step is O(u) with u the unit round-off; we charge 64 u per unit of mass).
+stored masses can differ from delta of the exact construction.  :func:`pessimistic_from_bins` and
+:func:`optimistic_from_bins` make it (almost) zero by rounding in the safe direction: the bin masses
+are relatively accurate (see :mod:`dpplugins.mechanisms.distributions`; we allow 64 u, u the unit
+round-off), and each formula's rounding error is bounded and pushed towards more delta (upper) or
+less delta (lower) -- see their docstrings.  Only the snapping of losses onto grid points and
+rounding-level clipping remain in ``fp_error``.  Why it matters: an allowance charged per unit of
+mass (the previous model, still used by :func:`pessimistic_from_profile`) adds up to ``T * 64 u``
+after ``T`` compositions (7e-9 for ``T = 10^6``), an absolute floor under every delta; a safely
+rounded construction composes into a bias relative to the delta itself.
 """
 
 from __future__ import annotations
@@ -100,13 +106,33 @@ def pessimistic_from_bins(bins: LossBins) -> GridPMF:
     ``p - x_{j+1} b``.  Mass below ``eps_lo`` goes to ``eps_lo`` (pessimistic), and the part of the
     mass above ``eps_hi`` that exceeds ratio ``x_hi`` goes to ``+inf``, so that the profile at
     ``eps_hi`` is exact.
+
+    Floating point (our derivation): the stored masses *dominate* the exact construction, so no
+    error term is left for the composition.  The bin masses are within a relative ``r_b`` (the
+    :class:`LossBins` contract, "a few units of round-off"; we allow ``r_b = 64 u``), and the split
+    ``p_up = (p - x_j q) / (1 - e^-h)`` is off by at most ``(2 r_b + u (|eps_j| + 8)) p /
+    (1 - e^-h)`` (the cancellation in ``p - x_j q``, with ``x_j q <= p``, and the rounding of
+    ``x_j = e^eps_j``).  We add that much to ``p_up`` (capped at ``p``): more P-mass at the upper
+    point, which only raises every delta, and it makes ``p_up`` at least the exact value.  Then all
+    masses are scaled up by ``1 + 2 r_b + u (max |eps| + 16)``, which covers the bins' relative error
+    and the few roundings of the sums, and ``delta(inf)`` gets the same treatment.  Every stored
+    mass is then at least the exact connect-the-dots mass after an upward move, so every delta of
+    every composition of stored masses is at least the exact one (the hockey-stick integrand is
+    non-negative and non-decreasing in the loss).  The cost is a bias of order ``r_b`` times the
+    mass near ``eps`` per composed step, where an absolute allowance cost ``r_b`` per step.
+    Only a mechanism's own rounding of losses onto grid points (``bins.fp_error`` beyond the
+    default ``FP_ALLOWANCE``; discrete pairs) remains in ``fp_error``.
     """
     h, lo, hi = bins.h, bins.lo, bins.hi
     eps = (lo + np.arange(hi - lo)) * h  # lower end of each bin
+    r_b = FP_ALLOWANCE
     with np.errstate(over="ignore", invalid="ignore"):
         excess = bins.p - np.exp(eps) * bins.q  # = P-mass - x_j * Q-mass >= 0
     excess = np.where(np.isfinite(excess), excess, bins.p)
-    p_up = np.clip(excess / -np.expm1(-h), 0.0, bins.p)
+    h1 = -np.expm1(-h)
+    p_up = np.clip(excess / h1, 0.0, bins.p)
+    margin = bins.p * ((2 * r_b + _UNIT_ROUNDOFF * (np.abs(eps) + 16)) / h1)
+    p_up = np.minimum(p_up + margin, bins.p)
     pmf = np.zeros(hi - lo + 1)
     pmf[:-1] += bins.p - p_up
     pmf[1:] += p_up
@@ -114,8 +140,14 @@ def pessimistic_from_bins(bins: LossBins) -> GridPMF:
     x_hi_q = np.exp(hi * h) * bins.q_above if bins.q_above > 0 else 0.0
     at_top = min(x_hi_q, bins.p_above)
     pmf[-1] += at_top
-    inf_mass = bins.p_above - at_top + bins.p_inf
-    return _trimmed(h, lo, pmf, inf_mass, bins.fp_error)
+    eps_abs = max(abs(lo), abs(hi)) * h
+    scale = 1.0 + 2 * r_b + _UNIT_ROUNDOFF * (eps_abs + 16)
+    inf_margin = (2 * r_b + _UNIT_ROUNDOFF * (eps_abs + 16)) * (bins.p_above + at_top) \
+        + 2 * r_b * bins.p_inf
+    # delta(inf) <= 1 always: capping keeps the bound valid (and 1 - delta(inf) >= 0)
+    inf_mass = min((bins.p_above - at_top + bins.p_inf + inf_margin) * scale, 1.0)
+    fp_error = max(float(bins.fp_error) - FP_ALLOWANCE, 0.0)
+    return _trimmed(h, lo, pmf * scale, inf_mass, fp_error)
 
 
 def optimistic_from_bins(bins: LossBins) -> GridPMF:
@@ -133,95 +165,178 @@ def optimistic_from_bins(bins: LossBins) -> GridPMF:
     With ``g_k = (q_k - p_k e^(-eps_{k+1})) / (e^h - 1)`` (gap between the profile and the tangent in
     bin k, over the next grid step), the Q-mass at ``x_j`` is ``q_{j-1} + g_{j-1} - g_{j-2}``; if
     that is negative somewhere the polygon is not convex and the hull is computed explicitly.
+
+    Floating point (our derivation): writing a grid PLD's profile as ``sum_j m_j (x_j - x)_+``
+    (``m_j`` the Q-mass at ``x_j``), raising ``g_k`` moves Q-mass from ``x_{k+1}`` down to ``x_k``
+    and lowers the profile everywhere; lowering a Q-mass or a P-mass also lowers it.  So we use
+    ``g_k`` plus a bound on its rounding error (from the bins' relative accuracy ``r_b`` and the
+    cancellation in ``q - p/x``), Q-masses times ``1 - r_b``, P-masses rounded down, a tail atom
+    computed from lower estimates of ``v_J`` and ``x*``, and we end the polygon at the last
+    ``J`` where ``v_J`` exceeds its own error bound (so the exact ``v_J`` is ``>= 0``).  The stored
+    profile then lies below the exact construction's, which lies below the true profile; the
+    composition preserves this (each delta of a composition is an integral of one component's
+    profile against the others' P-masses).  What remains in ``fp_error``: kinks clipped at 0 and
+    the atom snapped onto a grid point (both absolute, as before).
     """
     h, lo = bins.h, bins.lo
     n = bins.hi - lo + 1
     eps = (lo + np.arange(n)) * h
     x = np.exp(eps)
     em1 = np.expm1(h)
+    r_b = FP_ALLOWANCE
+    u = _UNIT_ROUNDOFF
+    abs_eps = np.abs(eps)
     p_ext = np.concatenate([[bins.p_below], bins.p])  # region j-1 below grid point j
     q_ext = np.concatenate([[bins.q_below], bins.q])
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         g = (q_ext - p_ext / x) / em1  # g[j] belongs to the region just below x_j
     # G_{j-1} lies in [0, (x_j - x_{j-1}) q_{j-1}], so g lies in [0, q_{j-1} e^-h]
     g = np.clip(np.nan_to_num(g, nan=0.0, posinf=0.0), 0.0, q_ext * np.exp(-h))
-    # profile at grid points from suffix sums (absolute error O(u)), then the polygon values
-    sp = np.concatenate([np.cumsum(bins.p[::-1])[::-1], [0.0]]) + bins.p_above
-    sq = np.concatenate([np.cumsum(bins.q[::-1])[::-1], [0.0]]) + bins.q_above
+    # bound on |g - exact g| (p/x <= q in each region, so the numerator loses 2 r_b q + rounding)
+    g_err = q_ext * ((2 * r_b + u * (abs_eps + 10)) / em1 + r_b + 4 * u)
+    # profile at grid points from suffix sums (long double), then the polygon values
+    ld = np.longdouble
+    p_ld = np.asarray(bins.p, dtype=ld)
+    q_ld = np.asarray(bins.q, dtype=ld)
+    sp = (np.concatenate([np.cumsum(p_ld[::-1])[::-1], [ld(0)]]) + ld(bins.p_above)).astype(float)
+    sq = (np.concatenate([np.cumsum(q_ld[::-1])[::-1], [ld(0)]]) + ld(bins.q_above)).astype(float)
+    sum_rel = r_b + 2 * n * float(np.finfo(ld).eps) + 2 * u  # relative error of sp, sq
     profile_finite = np.maximum(sp - x * sq, 0.0)
     gap = g * x * em1  # G_{j-1} = g_{j-1} * (x_{j+1} - x_j)
     v = profile_finite - gap  # v_j - p_inf
+    v_err = (sum_rel + u * (abs_eps + 6)) * (sp + x * sq) + g_err * x * em1 * (1 + 4 * u) \
+        + 4 * u * (gap + np.abs(v))
     if 1.0 - x[0] - bins.p_inf <= 0:
         raise ValueError("optimistic construction needs e^eps_lo < 1 - delta(inf); "
                          "start the grid lower")
     v[0] = 1.0 - x[0] - bins.p_inf
-    below = np.flatnonzero(v < 0)
+    v_err[0] = u * (abs_eps[0] + 6) * x[0] + r_b * bins.p_inf + 2 * u
+    below = np.flatnonzero(v < v_err)
     last = n - 1 if len(below) == 0 else max(int(below[0]) - 1, 0)
     q_gt_last = sq[last]
     pmf = np.zeros(n)
     # tail line from (x_last, v_last) with slope -Q(L > eps_last) down to p_inf at x_star
     tail_atom = None
-    fp_error = bins.fp_error
+    fp_error = max(float(bins.fp_error) - FP_ALLOWANCE, 0.0)
     if q_gt_last > 0:
-        x_star = x[last] + v[last] / q_gt_last
-        j_star, snapped = _round_loss_down(np.log(x_star), h)
+        v_low = max(float(v[last] - v_err[last]), 0.0)
+        x_low = x[last] * (1 - u * (abs_eps[last] + 8))
+        q_high = q_gt_last * (1 + sum_rel)
+        x_star_low = (x_low + v_low / q_high) * (1 - 4 * u)
+        x_star = x[last] + max(float(v[last]), 0.0) / q_gt_last
+        atom = (x_low * q_gt_last * (1 - sum_rel) + v_low) * (1 - 4 * u)
+        j_star, moved = _round_loss_down(np.log(x_star_low), h,
+                                         slack=max(np.log(x_star) - np.log(x_star_low), 0.0))
         j_star = max(min(j_star - lo, n - 1), last)
-        tail_atom = (j_star, x_star * q_gt_last)
-        fp_error += snapped * tail_atom[1]
-    # Q-masses at the kinks of the polygon 0..last
+        tail_atom = (j_star, atom)
+        fp_error += moved * atom
+    # Q-masses at the kinks of the polygon 0..last (g raised by its error: Q-mass moves down)
+    g_up = g + g_err
+    q_low = q_ext * (1 - r_b)
     m = np.empty(last + 1)
-    m[0] = bins.q_below + g[0] if last > 0 else 1.0 - q_gt_last
+    m[0] = q_low[0] + g_up[0] if last > 0 else (1.0 - q_gt_last * (1 + sum_rel)) * (1 - 2 * u)
     if last >= 2:
-        m[1:last] = q_ext[1:last] + g[1:last] - g[0:last - 1]
+        m[1:last] = q_low[1:last] + g_up[1:last] - g_up[0:last - 1]
     if last >= 1:
-        m[last] = q_ext[last] - g[last - 1]
+        m[last] = q_low[last] - g_up[last - 1]
+    # the polygon is not convex where a kink of the plain (unraised) construction is clearly
+    # negative: then take the lower convex hull explicitly
+    plain = np.empty(last + 1)
+    plain[0] = q_ext[0] + g[0] if last > 0 else 1.0 - q_gt_last
+    if last >= 2:
+        plain[1:last] = q_ext[1:last] + g[1:last] - g[0:last - 1]
+    if last >= 1:
+        plain[last] = q_ext[last] - g[last - 1]
     tolerance = 1e-12 * (q_ext[: last + 1] + g[: last + 1] + np.concatenate([[0.0], g[: last]]))
-    if np.any(m < -tolerance - 1e-300):
-        return _optimistic_hull(bins, x, v, last, q_gt_last)
-    pmf[: last + 1] = x[: last + 1] * np.maximum(m, 0.0)
-    # clipping rounding-level negative kinks adds at most this much P-mass (charged to fp_error)
-    fp_error += float(np.sum(x[: last + 1] * np.maximum(-m, 0.0)))
+    if np.any(plain < -tolerance - 1e-300):
+        return _optimistic_hull(bins, x, v, v_err, last, q_gt_last, sum_rel)
+    # raising g can leave rounding-level negative kinks: carry each deficit down to the next
+    # kink (moving Q-mass c from x_{j-1} up to x_j raises the profile by at most
+    # c (x_j - x_{j-1}), charged to fp_error); what reaches kink 0 is clipped (charged c x_0)
+    negative = np.flatnonzero(m < 0)
+    for j in negative[::-1]:
+        deficit = -m[j]
+        if deficit <= 0:
+            continue
+        m[j] = 0.0
+        i = j - 1
+        while deficit > 0 and i >= 0:
+            fp_error += deficit * (x[i + 1] - x[i]) * (1 + 4 * u)
+            take = min(deficit, m[i])
+            m[i] -= take
+            deficit -= take
+            i -= 1
+        if deficit > 0:
+            fp_error += deficit * x[0]
+    x_down = x[: last + 1] * (1 - u * (abs_eps[: last + 1] + 8))
+    pmf[: last + 1] = x_down * np.maximum(m, 0.0)
     if tail_atom is not None:
         pmf[tail_atom[0]] += tail_atom[1]
-    inf_mass = bins.p_inf if q_gt_last > 0 else bins.p_inf + max(v[last], 0.0)
+    if q_gt_last > 0:
+        inf_mass = bins.p_inf * (1 - 2 * r_b)
+    else:
+        inf_mass = (bins.p_inf * (1 - 2 * r_b) + max(float(v[last] - v_err[last]), 0.0)) \
+            * (1 - 4 * u)
     return _trimmed(h, lo, pmf, inf_mass, fp_error)
 
 
-def _optimistic_hull(bins: LossBins, x: np.ndarray, v: np.ndarray, last: int,
-                     q_gt_last: float) -> GridPMF:
-    """Slow path of :func:`optimistic_from_bins`: explicit lower convex hull of the polygon."""
+def _optimistic_hull(bins: LossBins, x: np.ndarray, v: np.ndarray, v_err: np.ndarray, last: int,
+                     q_gt_last: float, sum_rel: float) -> GridPMF:
+    """Slow path of :func:`optimistic_from_bins`: explicit lower convex hull of the polygon.
+
+    Certified the same way (our derivation): the polygon's values are lowered by their error
+    bounds and its tail ends at a lower estimate of ``x*``, so the hull lies below the exact
+    polygon; slopes and kinks are computed in long double and each kink is lowered by a bound on
+    its rounding error (a smaller Q-mass at a kink lowers the profile everywhere)."""
     h, lo = bins.h, bins.lo
     n = len(x)
-    xs = [np.array([0.0]), x[: last + 1]]
-    vs = [np.array([1.0 - bins.p_inf]), v[: last + 1]]
-    if q_gt_last > 0 and v[last] > 0:
-        xs.append(np.array([x[last] + v[last] / q_gt_last]))
+    u = _UNIT_ROUNDOFF
+    ld = np.longdouble
+    u_ld = float(np.finfo(ld).eps) / 2
+    top = (1.0 - bins.p_inf) * (1 - 2 * u)
+    v_low = np.asarray(v[: last + 1], dtype=float) - v_err[: last + 1]
+    x_low = x[: last + 1] * (1 - u * (np.abs(np.log(x[: last + 1])) + 8))
+    xs = [np.array([0.0]), x_low]
+    vs = [np.array([top]), v_low]
+    slack = 0.0
+    if q_gt_last > 0 and v_low[-1] > 0:
+        x_star_low = (x_low[-1] + v_low[-1] / (q_gt_last * (1 + sum_rel))) * (1 - 4 * u)
+        x_star = x[last] + max(float(v[last]), 0.0) / q_gt_last
+        slack = max(math.log(x_star) - math.log(x_star_low), 0.0)
+        xs.append(np.array([x_star_low]))
         vs.append(np.array([0.0]))
     xs_a, vs_a = np.concatenate(xs), np.concatenate(vs)
     keep = lower_convex_hull(xs_a, vs_a)
-    hx, hv = xs_a[keep], vs_a[keep]
-    slopes = np.concatenate([np.diff(hv) / np.diff(hx), [0.0]])
-    qk = np.maximum(np.diff(slopes), 0.0)
+    hx, hv = xs_a[keep].astype(ld), vs_a[keep].astype(ld)
+    dx, dv = np.diff(hx), np.diff(hv)
+    slopes = np.concatenate([dv / dx, [ld(0)]])
+    # |error of a slope| <= u_ld (|v| + |v'|) / dx + 3 u_ld |slope| (the inputs are exact in ld)
+    slope_err = np.concatenate([u_ld * (np.abs(hv[1:]) + np.abs(hv[:-1])) / dx
+                                + 3 * u_ld * np.abs(dv / dx), [ld(0)]])
+    qk = np.diff(slopes) - (slope_err[1:] + slope_err[:-1]) - u_ld * np.abs(np.diff(slopes))
+    qk = np.maximum(qk, ld(0))
     pmf = np.zeros(n)
     grid_index = np.concatenate([[-1], np.arange(last + 1), [-2]])[: len(xs_a)][keep]
-    fp_error = bins.fp_error
+    fp_error = max(float(bins.fp_error) - FP_ALLOWANCE, 0.0)
     for xv, qm, j in zip(hx[1:], qk, grid_index[1:]):
+        mass = float(xv * qm) * (1 - 4 * u)
         if j < 0:  # the off-grid kink x*: round its loss down (optimistic)
-            j, snapped = _round_loss_down(np.log(xv), h)
+            j, snapped = _round_loss_down(float(np.log(xv)), h, slack=slack)
             j = min(max(j - lo, last), n - 1)
-            fp_error += snapped * xv * qm
-        pmf[j] += xv * qm
-    inf_mass = bins.p_inf + max(float(hv[-1]), 0.0)
+            fp_error += snapped * mass
+        pmf[j] += mass
+    inf_mass = max(bins.p_inf * (1 - 2 * FP_ALLOWANCE) + max(float(hv[-1]), 0.0), 0.0) * (1 - 4 * u)
     return _trimmed(h, lo, pmf, inf_mass, fp_error)
 
 
-def _round_loss_down(loss: float, h: float) -> tuple[int, float]:
-    """Grid index at or below ``loss``; a loss within its own rounding error (16 u max(1, |loss|))
-    below a grid point is put on that point.  Returns the index and the distance moved up (to be
-    charged to ``fp_error``: delta is 1-Lipschitz in the loss of each unit of mass)."""
+def _round_loss_down(loss: float, h: float, slack: float = 0.0) -> tuple[int, float]:
+    """Grid index at or below ``loss``; a loss within its own rounding error (16 u max(1, |loss|),
+    plus ``slack`` when ``loss`` is itself a lower estimate) below a grid point is put on that
+    point.  Returns the index and the distance moved up (to be charged to ``fp_error``: delta is
+    1-Lipschitz in the loss of each unit of mass)."""
     index = loss / h
     nearest = round(index)
-    tolerance = 16 * _UNIT_ROUNDOFF * max(1.0, abs(loss))
+    tolerance = 16 * _UNIT_ROUNDOFF * max(1.0, abs(loss)) + slack
     if nearest > index and (nearest - index) * h <= tolerance:
         return int(nearest), tolerance
     return int(np.floor(index)), 0.0

@@ -1,0 +1,212 @@
+"""Reliability of the PLD accountant at the edges: huge epsilon, deltas below the old
+floating-point floor, small epsilons, extreme noise multipliers, mixed histories.
+
+Every check compares with something independent of our PLD code: the closed form of the composed
+Gaussian (T Gaussian steps with noise sigma = one with sigma / sqrt(T); Dong, Roth, Su 2022,
+Cor. 3.3), dp_accounting's PLD accountant, or an exact long-double convolution of the grid PLD.
+"""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from conftest import epsilon_from_delta_curve, gaussian_delta_exact
+from dpplugins.accountants import create
+from dpplugins.errors import ParameterError, check_real
+from dpplugins.pld import AccuracyWarning
+from dpplugins.pld import PrivacyLossDistribution as PLD
+from dpplugins.pld.compose import compose_grid_pmfs
+
+dp_accounting = pytest.importorskip("dp_accounting")
+from dp_accounting.pld import pld_privacy_accountant  # noqa: E402
+
+
+def _pld_accountant(history, **options):
+    acc = create("pld", **options)
+    for sigma, q, steps in history:
+        acc.step(noise_multiplier=sigma, sample_rate=q, count=steps)
+    return acc
+
+
+def _dp_accounting(history, vdi):
+    acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=vdi)
+    for sigma, q, steps in history:
+        acc.compose(dp_accounting.SelfComposedDpEvent(
+            dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps))
+    return acc
+
+
+def _gaussian_epsilon(mu, delta):
+    return epsilon_from_delta_curve(lambda e: gaussian_delta_exact(e, mu), delta)
+
+
+# -- 1. huge epsilon ---------------------------------------------------------------------------
+def test_huge_epsilon_is_a_value_and_matches_the_closed_form():
+    """sigma = 0.1, 230 steps: epsilon ~ 12146, beyond exp's long-double range (~11356)."""
+    acc = _pld_accountant([(0.1, 1.0, 230)])
+    mu = math.sqrt(230) / 0.1
+    exact_delta = gaussian_delta_exact(12150.0, mu)
+    d = acc.get_delta_bounds(12150.0)
+    assert d.lower <= exact_delta <= d.upper < 1.0
+    assert d.upper - d.lower <= 1e-2 * exact_delta
+    exact = _gaussian_epsilon(mu, 1e-5)
+    b = acc.get_epsilon_bounds(1e-5)
+    assert b.lower <= exact <= b.upper
+    assert b.upper - b.lower <= 1e-3 * exact
+
+
+# -- 2. delta queries ---------------------------------------------------------------------------
+def test_get_delta_on_an_ordinary_history_against_dp_accounting():
+    acc = _pld_accountant([(1.0, 0.01, 100)])
+    b = acc.get_delta_bounds(2.0)
+    theirs = _dp_accounting([(1.0, 0.01, 100)], 1e-4).get_delta(2.0)  # pessimistic estimate
+    assert b.lower <= theirs * (1 + 1e-9)
+    assert abs(b.upper - theirs) <= 1e-3 * theirs
+    assert b.upper - b.lower <= 1e-3 * b.upper
+    assert acc.get_delta(2.0) == b.upper
+
+
+@pytest.mark.parametrize("steps,sigma,eps", [(1, 1.0, 8.1656), (1, 1.0, 9.5), (1000, 20.0, 14.0)])
+def test_delta_below_the_old_floating_point_floor(steps, sigma, eps):
+    """Deltas of 1e-15 .. 1e-20: certified bounds around the closed form, no error."""
+    acc = _pld_accountant([(sigma, 1.0, steps)])
+    exact = gaussian_delta_exact(eps, math.sqrt(steps) / sigma)
+    assert exact < 2e-15
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AccuracyWarning)
+        b = acc.get_delta_bounds(eps)
+    assert b.lower <= exact <= b.upper
+    assert b.upper <= exact * 1.01
+
+
+def test_unreachable_tolerance_returns_certified_bounds_with_a_warning():
+    acc = _pld_accountant([(2.0, 1.0, 10)], eps_tolerance=1e-9, memory_limit=1 << 22)
+    exact = _gaussian_epsilon(math.sqrt(10) / 2.0, 1e-5)
+    with pytest.warns(AccuracyWarning, match="eps_tolerance"):
+        b = acc.get_epsilon_bounds(1e-5)
+    assert b.lower <= exact <= b.upper
+    assert b.upper - b.lower <= 1e-4 * exact
+
+
+# -- 3. and 7. deltas down to 1e-15 -----------------------------------------------------------
+@pytest.mark.parametrize("steps,sigma,delta", [(1, 1.0, 1e-15), (2, 1.0, 1e-12), (2, 1.0, 1e-15),
+                                               (1000, 20.0, 1e-12), (1000, 20.0, 1e-15),
+                                               (100_000, 200.0, 1e-12)])
+def test_gaussian_small_delta_against_the_closed_form(steps, sigma, delta):
+    acc = _pld_accountant([(sigma, 1.0, steps)])
+    exact = _gaussian_epsilon(math.sqrt(steps) / sigma, delta)
+    b = acc.get_epsilon_bounds(delta)
+    assert b.lower <= exact <= b.upper
+    assert b.upper - b.lower <= 1e-3 * exact
+
+
+def test_subsampled_delta_1e12_against_dp_accounting():
+    history = [(2.0, 1e-3, 1000)]
+    b = _pld_accountant(history).get_epsilon_bounds(1e-12)
+    theirs = _dp_accounting(history, 1e-5).get_epsilon(1e-12)  # pessimistic: 0.110163
+    assert b.lower <= theirs * (1 + 1e-9)
+    assert abs(b.upper - theirs) <= 1e-3 * theirs
+    assert b.upper - b.lower <= 1e-3 * b.upper
+
+
+def test_fft_error_bound_covers_the_error_measured_in_long_double():
+    """The double-precision FFT's certified l1 error bound is at least its actual error, measured
+    against the long-double composition (about 2000 times more accurate)."""
+    step = PLD.from_poisson_subsampled_gaussian(2.0, 1e-3, value_discretization_interval=4e-5)
+    part = step._directions["remove"][0][0].upper
+    for count in (10, 1000):
+        double = compose_grid_pmfs([(part, count)])
+        extended = compose_grid_pmfs([(part, count)], extended=True, extended_inverse=True)
+        assert (double.lo, len(double.pmf)) == (extended.lo, len(extended.pmf))
+        measured = float(np.sum(np.abs(double.pmf - extended.pmf)))
+        assert measured <= double.fp_error - extended.fp_error
+        assert extended.fp_error <= 1e-3 * double.fp_error
+
+
+def _exact_composition(part, count):
+    """``count``-fold convolution of a grid PMF by repeated squaring, directly in long double."""
+    base = np.asarray(np.maximum(part.pmf, 0.0), dtype=np.longdouble)
+    result, lo, power, power_lo = np.array([1], dtype=np.longdouble), 0, base, part.lo
+    while count:
+        if count & 1:
+            result, lo = np.convolve(result, power), lo + power_lo
+        count >>= 1
+        if count:
+            power, power_lo = np.convolve(power, power), 2 * power_lo
+    return lo, result
+
+
+def _exact_delta(lo, pmf, h, eps, inf_mass=0.0, count=1):
+    """Hockey-stick divergence of the composition: the finite part from the convolved masses
+    plus delta(inf) = 1 - (1 - delta_1(inf))^count."""
+    s = (lo + np.arange(len(pmf))).astype(np.longdouble) * np.longdouble(h)
+    keep = s > eps
+    finite = np.sum(pmf[keep] * -np.expm1(np.longdouble(eps) - s[keep]))
+    infinite = -np.expm1(count * np.log1p(-np.longdouble(inf_mass)))
+    return float(finite + infinite)
+
+
+@pytest.mark.parametrize("kind", ["upper", "lower"])
+def test_tilted_composition_brackets_an_exact_long_double_convolution(kind):
+    """The exponentially tilted FFT (used for tiny deltas) against the exact composition of the
+    same grid PLD: its certified bounds contain the exact hockey-stick divergence (1e-7 .. 1e-20)
+    for any tilt, and near the Chernoff-optimal tilt they are tight."""
+    step = PLD.from_poisson_subsampled_gaussian(1.0, 0.05, value_discretization_interval=0.01)
+    part = getattr(step._directions["remove"][0][0], kind)
+    count = 24
+    lo, exact_pmf = _exact_composition(part, count)
+    plain = compose_grid_pmfs([(part, count)], extended=True, extended_inverse=True)
+    for eps, tilt in [(3.0, 4.6), (6.0, 5.0), (9.0, 5.2)]:
+        exact = _exact_delta(lo, exact_pmf, part.h, eps, part.inf_mass, count)
+        assert 1e-22 < exact < 1e-6
+        for lam in (tilt, 1.0):
+            composed = compose_grid_pmfs([(part, count)], tilt=lam)
+            assert composed.delta_lower(eps) <= exact <= composed.delta_upper(eps)
+        tilted = compose_grid_pmfs([(part, count)], tilt=tilt)
+        assert tilted.delta_upper(eps) - tilted.delta_lower(eps) <= 1e-6 * exact
+        assert plain.delta_lower(eps) <= exact <= plain.delta_upper(eps)
+
+
+# -- 4. small epsilon ---------------------------------------------------------------------------
+def test_small_epsilon_regime_against_dp_accounting():
+    history = [(5.0, 1e-4, 1000)]
+    b = _pld_accountant(history).get_epsilon_bounds(1e-5)
+    theirs = _dp_accounting(history, 3e-7).get_epsilon(1e-5)  # 0.0011345
+    assert b.lower <= theirs * (1 + 1e-9)
+    assert abs(b.upper - theirs) <= 1e-3 * theirs
+    assert b.upper - b.lower <= 1e-3 * b.upper
+    loose = _pld_accountant([(5.0, 1e-4, 100_000)], eps_tolerance=1e-2).get_epsilon_bounds(1e-5)
+    assert 0.0164 < loose.lower <= loose.upper < 0.0166
+
+
+# -- 5. extreme noise multipliers -----------------------------------------------------------------
+@pytest.mark.parametrize("q", [0.5, 1.0])
+def test_extreme_noise_multipliers_answer(q):
+    # sigma = 1e308: the loss is below 1e-300 everywhere, so delta(0) < 1e-5 and epsilon = 0
+    assert _pld_accountant([(1e308, q, 10)]).get_epsilon_bounds(1e-5) == (0.0, 0.0)
+    assert _pld_accountant([(1e120, q, 10)]).get_epsilon(1e-5) <= 1e-100
+    # sigma -> 0: the remove direction reveals the record with probability q > delta (q < 1),
+    # and for q = 1 the loss is ~ 1/(2 sigma^2): epsilon is infinite (or beyond any float)
+    assert _pld_accountant([(1e-300, q, 10)]).get_epsilon(1e-5) == math.inf
+    assert _pld_accountant([(1e-300, q, 10)]).get_delta(1.0) == 1.0
+
+
+def test_integers_beyond_the_float_range_are_a_parameter_error():
+    with pytest.raises(ParameterError, match="noise_multiplier.*float range"):
+        create("pld").step(noise_multiplier=10 ** 400, sample_rate=0.5)
+    with pytest.raises(ParameterError, match="x=.*1.798e\\+308"):
+        check_real("x", -10 ** 400)
+
+
+# -- 6. mixed histories ---------------------------------------------------------------------------
+def test_a_tiny_sample_rate_does_not_set_the_grid():
+    history = [(1.0, 0.5, 1), (1.0, 1e-6, 1)]
+    acc = _pld_accountant(history)
+    alone = _pld_accountant(history[:1])
+    assert acc.initial_grid_step(history) >= 0.5 * alone.initial_grid_step(history[:1])
+    b = acc.get_epsilon_bounds(1e-5)
+    theirs = _dp_accounting(history, 1e-4).get_epsilon(1e-5)  # 3.533998
+    assert b.lower <= theirs * (1 + 1e-9)
+    assert abs(b.upper - theirs) <= 1e-3 * theirs

@@ -1,0 +1,191 @@
+"""Random allocation: the certified numerics stay small at small delta, many epochs, large and
+small noise (regressions for the floating-point slack that grew with steps x epochs, the memory
+blow-up at large noise, and the overflowing slack at small noise).
+
+Independent references (none goes through our grids or FFTs):
+* t = 2: the exact profile by one-dimensional adaptive quadrature (inner expectation in closed
+  form, a log-normal call / put), with tolerances far below the deltas asked for;
+* the Gaussian mechanism in closed form (conftest.gaussian_delta_exact): an epoch of random
+  allocation is a post-processing of it, and under P its loss is at least the Gaussian loss
+  minus log t, so eps_G(delta) - n log t <= eps(delta) <= eps_G(delta) for n epochs;
+* large noise: the one-epoch privacy loss is Gaussian up to a relative O(mu) correction, with
+  mu^2 = (e^(1/sigma^2) - 1) / t (second-order expansion of log(mean_j e^(l_j)));
+* importance-sampled Monte Carlo (monte_carlo_delta) with its standard error.
+"""
+
+import math
+import tracemalloc
+
+import pytest
+from scipy import integrate, special
+from scipy.optimize import brentq
+
+from conftest import gaussian_delta_exact
+from dpplugins.amplification.allocation import monte_carlo_delta, random_allocation_pld
+
+
+def _gaussian_epsilon(mu: float, delta: float) -> float:
+    hi = mu * mu / 2 + 40 * mu + 10
+    return brentq(lambda e: gaussian_delta_exact(e, mu) - delta, 0.0, hi, xtol=1e-13,
+                  rtol=1e-14)
+
+
+def _delta_two_steps(sigma: float, epsilon: float) -> float:
+    """max(remove, add) of one epoch with t = 2 by quadrature over the first coordinate:
+    remove E_Q[(a S - g)_+], add E_Q[(1 - g a S)_+], S = e^G1 + e^G2, G ~ N(0, s^2); the inner
+    expectation over G2 is the log-normal call / put.  Tight tolerances (deltas down to 1e-12)."""
+    s = 1 / sigma
+    a = math.exp(-s * s / 2) / 2
+    g = math.exp(epsilon)
+    mean = math.exp(s * s / 2)
+
+    def call(k):  # E[(Y - k)_+]
+        if k <= 0:
+            return mean - k
+        lk = math.log(k)
+        return mean * special.ndtr((s * s - lk) / s) - k * special.ndtr(-lk / s)
+
+    def put(k):  # E[(k - Y)_+]
+        if k <= 0:
+            return 0.0
+        lk = math.log(k)
+        return k * special.ndtr(lk / s) - mean * special.ndtr((lk - s * s) / s)
+
+    def density(x):
+        return math.exp(-0.5 * (x / s) ** 2) / (s * math.sqrt(2 * math.pi))
+
+    opts = dict(limit=800, epsabs=1e-30, epsrel=1e-11)
+    kink_r = math.log(g / a)
+    kink_a = math.log(1 / (g * a))
+    remove = sum(integrate.quad(lambda x: density(x) * a * call(g / a - math.exp(x)), lo, hi,
+                                **opts)[0]
+                 for lo, hi in ((-14 * s, kink_r), (kink_r, 14 * s)) if lo < hi)
+    add = sum(integrate.quad(lambda x: density(x) * g * a * put(1 / (g * a) - math.exp(x)),
+                             lo, hi, **opts)[0]
+              for lo, hi in ((-14 * s, min(kink_a, 14 * s)),) if lo < hi)
+    return max(remove, add)
+
+
+# -- small delta: the slack used to be 5e-11 per epoch (t = 2, geometric route) ----------------
+@pytest.mark.parametrize("sigma,delta", [(0.5, 1e-8), (1.0, 1e-12)])
+def test_two_steps_at_small_delta_bracket_quadrature(sigma, delta):
+    bounds = random_allocation_pld(sigma, 2, 1).epsilon_for_delta(delta)
+    # eps_true lies in [lower, upper] iff delta_true(upper) <= delta <= delta_true(lower)
+    assert _delta_two_steps(sigma, bounds.upper) <= delta * (1 + 1e-8)
+    assert _delta_two_steps(sigma, bounds.lower) >= delta * (1 - 1e-8)
+    assert bounds.upper - bounds.lower <= 1e-2 * bounds.upper
+
+
+def test_two_steps_delta_at_small_delta_brackets_quadrature():
+    exact = _delta_two_steps(1.0, 6.5)   # about 1e-12
+    b = random_allocation_pld(1.0, 2, 1).delta_for_epsilon(6.5)
+    assert b.lower <= exact * (1 + 1e-8) and exact * (1 - 1e-8) <= b.upper
+    # what is left is the PLD engine's own floating-point allowance (about 5e-14 per epoch)
+    assert b.upper - b.lower <= 0.15 * exact
+
+
+# -- many epochs, few steps: certified terms no longer grow with steps x epochs ---------------
+@pytest.mark.parametrize("sigma,t,epochs", [(1.0, 10, 100), (1.0, 100, 100)])
+def test_many_epochs_at_delta_1e8_answer_within_the_gaussian_bracket(sigma, t, epochs):
+    delta = 1e-8
+    bounds = random_allocation_pld(sigma, t, epochs).epsilon_for_delta(delta)
+    gauss = _gaussian_epsilon(math.sqrt(epochs) / sigma, delta)
+    assert gauss - epochs * math.log(t) <= bounds.lower <= bounds.upper <= gauss * (1 + 1e-9)
+    assert bounds.upper - bounds.lower <= 1e-2 * bounds.upper   # the accountant's tolerance
+
+
+def test_additive_numerical_terms_stay_far_below_small_deltas():
+    """The additive part of the certificates (what does not scale with delta) per epoch: the
+    truncated summands' mass (about 1e-14) on the geometric route, plus FFT round-off (long
+    double) on the FFT route; it used to be 1e-11 .. 1e-10 per epoch (32 ulps relative per
+    summand mass, times t, charged in l1)."""
+    geometric = random_allocation_pld(1.0, 10, 1)
+    fft = random_allocation_pld(1.0, 100, 1)
+    assert geometric.slack_at(8.0) < 1e-13
+    assert fft.slack_at(8.0) < 2e-12
+    many = fft.self_compose(1000)
+    assert many.slack_at(8.0) <= 1000 * fft.slack_at(8.0) * 1.01
+
+
+def test_many_epochs_fft_route_brackets_monte_carlo():
+    sigma, t, epochs, eps = 1.0, 100, 100, 4.0
+    b = random_allocation_pld(sigma, t, epochs).delta_for_epsilon(eps)
+    mr = monte_carlo_delta(sigma, t, eps, epochs=epochs, direction="remove", samples=4000,
+                           tilt=0.5, seed=1)
+    ma = monte_carlo_delta(sigma, t, eps, epochs=epochs, direction="add", samples=4000, seed=2)
+    top = max(mr.estimate + 4.5 * mr.standard_error, ma.estimate + 4.5 * ma.standard_error)
+    bottom = max(mr.estimate - 4.5 * mr.standard_error, ma.estimate - 4.5 * ma.standard_error)
+    assert b.lower <= top and b.upper >= bottom
+    assert b.upper - b.lower <= 0.01 * b.upper
+
+
+# -- large noise: a grid of a few hundred cells, within memory_limit --------------------------
+@pytest.mark.parametrize("t", [2, 100])
+def test_large_noise_stays_within_the_memory_limit_and_matches_the_gaussian_limit(t):
+    sigma, limit = 1e6, 1 << 28
+    tracemalloc.start()
+    try:
+        pld = random_allocation_pld(sigma, t, 1, memory_limit=limit)
+        mu = math.sqrt(math.expm1(1 / sigma ** 2) / t)
+        cases = [(eps, pld.delta_for_epsilon(eps)) for eps in (0.1 * mu, mu)]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak <= limit
+    for eps, b in cases:
+        approx = gaussian_delta_exact(eps, mu)   # relative error O(mu) ~ 1e-7
+        assert b.lower <= approx * (1 + 1e-4) and approx * (1 - 1e-4) <= b.upper
+        assert b.upper - b.lower <= 1e-2 * approx
+
+
+def test_moderate_large_noise_two_steps_brackets_quadrature():
+    sigma = 1e3
+    pld = random_allocation_pld(sigma, 2, 1)
+    for eps in (1e-4, 1e-3):
+        exact = _delta_two_steps(sigma, eps)
+        b = pld.delta_for_epsilon(eps)
+        assert b.lower <= exact * (1 + 1e-6) and exact * (1 - 1e-6) <= b.upper
+        assert b.upper - b.lower <= 3e-2 * exact
+
+
+# -- small noise: finite, certified and tight, never an overflowing slack ----------------------
+@pytest.mark.parametrize("sigma,t,epochs", [(0.1, 10, 1),      # geometric route
+                                            (0.04, 10, 1),     # Gaussian bounds on the PLD grid
+                                            (1e-3, 10, 1),     # closed-form Gaussian bounds
+                                            (0.03, 10, 200)])  # composed loss beyond the grid
+def test_small_noise_gives_finite_bounds_within_the_gaussian_bracket(sigma, t, epochs):
+    delta = 1e-5
+    pld = random_allocation_pld(sigma, t, epochs)
+    bounds = pld.epsilon_for_delta(delta)
+    gauss = _gaussian_epsilon(math.sqrt(epochs) / sigma, delta)
+    assert math.isfinite(bounds.upper)
+    # the true epsilon lies in [gauss - epochs log t, gauss] and in [lower, upper]
+    assert bounds.lower <= gauss * (1 + 1e-9) and bounds.upper >= gauss - epochs * math.log(t)
+    # ... and the bounds are about as informative as that bracket
+    assert bounds.lower >= gauss - epochs * math.log(t) - 1e-4 * gauss
+    assert bounds.upper <= gauss * (1 + 1e-6)
+    assert bounds.upper - bounds.lower <= 1e-2 * bounds.upper
+    assert 0.0 <= pld.slack_at(bounds.upper) < 1e-10
+    d = pld.delta_for_epsilon(bounds.upper)
+    assert 0.0 <= d.lower <= d.upper <= 1.0
+
+
+def test_small_noise_delta_brackets_monte_carlo():
+    sigma, t, eps = 0.1, 10, 60.0
+    b = random_allocation_pld(sigma, t, 1).delta_for_epsilon(eps)
+    mr = monte_carlo_delta(sigma, t, eps, direction="remove", samples=20_000, seed=3)
+    ma = monte_carlo_delta(sigma, t, eps, direction="add", samples=20_000, seed=4)
+    top = max(mr.estimate + 4.5 * mr.standard_error, ma.estimate + 4.5 * ma.standard_error)
+    bottom = max(mr.estimate - 4.5 * mr.standard_error, ma.estimate - 4.5 * ma.standard_error)
+    assert b.lower <= top and b.upper >= bottom
+    assert b.upper - b.lower <= 1e-2 * b.upper
+
+
+def test_accountant_answers_where_the_slack_used_to_refuse():
+    from dpplugins.accountants import create
+    acc = create("balls_and_bins")
+    acc.step(noise_multiplier=1.0, sample_rate=1 / 10, count=10 * 10)
+    lower, upper = acc.get_epsilon_bounds(1e-8)
+    gauss = _gaussian_epsilon(math.sqrt(10), 1e-8)
+    assert gauss - 10 * math.log(10) <= lower <= upper <= gauss
+    assert upper - lower <= 1e-2 * upper

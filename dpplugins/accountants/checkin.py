@@ -21,11 +21,16 @@ from dpplugins.passes import Pass, cut_passes
 from dpplugins.amplification.checkin import (VARIANTS, admissible_delta0, delta1_for_delta0,
                                              expected_dummy_updates, pass_privacy_profile,
                                              pld_from_profile, profile_grid)
-from dpplugins.errors import (ParameterError, check_choice, check_count, check_nonnegative,
-                              check_positive, check_probability)
+from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_count,
+                              check_nonnegative, check_positive, check_probability)
+from dpplugins.mechanisms.gaussian import gaussian_delta
 from dpplugins.pld import Bounds, PrivacyLossDistribution
 
 __all__ = ["CheckInAccountant", "pass_profile", "local_noise_multiplier"]
+
+#: grid points of one pass's PLD that fit in the PLD engine's default memory (1 GiB, a few
+#: float64 arrays of the grid)
+_MAX_GRID_POINTS = 2**25
 
 
 class CheckInAccountant(Accountant):
@@ -104,6 +109,10 @@ class CheckInAccountant(Accountant):
             self.checkin_probability = check_probability("checkin_probability",
                                                          checkin_probability)
             self.delta0 = check_nonnegative("delta0", delta0)
+            if self.delta0 >= 1.0:
+                raise ParameterError("delta0", delta0, "in [0, 1)")
+            if not isinstance(per_example_noise, (bool, np.bool_)):
+                raise ParameterError("per_example_noise", per_example_noise, "True or False")
             self.per_example_noise = bool(per_example_noise)
             return
         self.num_examples = check_count("num_examples", num_examples, minimum=1)
@@ -269,7 +278,7 @@ class CheckInAccountant(Accountant):
                 label = f"sigma={worst.noise_multiplier:g}"
             runs.append((pass_profile(p.protocol, worst), count,
                          f"{p.protocol.variant} check-in pass ({label})"))
-        h, eps_max = profile_grid([r[0] for r in runs], self.value_discretization_interval)
+        h, eps_max = self._grid([r[0] for r in runs])
         total = None
         for profile, count, description in runs:
             pld = pld_from_profile(profile, h, eps_max, description=description)
@@ -277,13 +286,86 @@ class CheckInAccountant(Accountant):
             total = part if total is None else total.compose(part)
         return total
 
+    def _grid(self, profiles) -> tuple[float, float]:
+        """``(h, epsilon_max)`` of :func:`profile_grid`; :class:`ParameterError` when the given
+        ``value_discretization_interval`` is too fine for the grid to fit in memory."""
+        h, eps_max = profile_grid(profiles, self.value_discretization_interval)
+        points = 2.0 * eps_max / h
+        if not points <= _MAX_GRID_POINTS:
+            raise ParameterError(
+                "value_discretization_interval", self.value_discretization_interval,
+                f">= {2.0 * eps_max / _MAX_GRID_POINTS:.3g} for this history (privacy losses "
+                f"up to {eps_max:g}: at most {_MAX_GRID_POINTS} grid points fit in memory)",
+                "or leave it None: the accountant then chooses the grid")
+        return h, eps_max
+
+    def gaussian_mu(self, history=None) -> float | None:
+        """``mu`` of a Gaussian-DP bound for the whole history (no amplification), or ``None``
+        when a pass uses an (eps0, delta0) randomizer.  A client is in at most one slot of a
+        pass and reaches the output only through that slot's update, released with Gaussian
+        noise ``sigma`` on a sum of clipped updates (its own, or the batch's for the averaged
+        variant with central noise), whose replace-one L2 sensitivity is 2: a pass is a
+        post-processing of one Gaussian mechanism with ``mu = 2 / sigma`` (the pass's smallest
+        noise multiplier), and passes compose to ``sqrt(sum mu^2)`` (Dong, Roth, Su 2022,
+        Cor. 3.3).  Where the PLD of the passes cannot be computed or is vacuous (its window is
+        too short for thousands of passes of large privacy loss), this still gives a finite
+        certified epsilon."""
+        total = 0.0
+        for p, count in self._cut(history):
+            if isinstance(p.events[0], EpsilonDeltaEvent):
+                return None
+            sigma = min(e.noise_multiplier for e in p.events)
+            total += count * (2.0 / sigma) ** 2
+        return math.sqrt(total)
+
     def _epsilon_bounds(self, history, delta: float) -> Bounds:
-        pld = self._cached(("pld",), self._pld)
-        return Bounds(0.0, pld.epsilon_for_delta(delta, lower=False).upper)
+        mu = self.gaussian_mu(history)
+        try:
+            pld = self._cached(("pld",), self._pld)
+            upper = pld.epsilon_for_delta(delta, lower=False).upper
+        except NumericalError:
+            if mu is None:
+                raise
+            upper = math.inf
+        if mu is not None:
+            upper = min(upper, _gaussian_epsilon(mu, delta))
+        return Bounds(0.0, upper)
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
-        pld = self._cached(("pld",), self._pld)
-        return Bounds(0.0, pld.delta_for_epsilon(epsilon).upper)
+        mu = self.gaussian_mu(history)
+        try:
+            pld = self._cached(("pld",), self._pld)
+            upper = pld.delta_for_epsilon(epsilon).upper
+        except NumericalError:
+            if mu is None:
+                raise
+            upper = 1.0
+        if mu is not None:
+            plain = _gaussian_delta_up(epsilon, mu)
+            if math.isfinite(plain):   # (NaN where both tails underflow, at eps ~ 1e308)
+                upper = min(upper, plain)
+        return Bounds(0.0, min(upper, 1.0))
+
+
+def _gaussian_delta_up(epsilon: float, mu: float) -> float:
+    """The exact profile of mu-GDP (Balle & Wang 2018, Thm 8), rounded up."""
+    return float(gaussian_delta(np.array([epsilon]), mu)[0]) * (1 + 1e-12) + 1e-300
+
+
+def _gaussian_epsilon(mu: float, delta: float) -> float:
+    """Certified upper bound on epsilon(delta) of mu-GDP: bisection on the rounded-up profile,
+    returning a point where it is at most ``delta``."""
+    if _gaussian_delta_up(0.0, mu) <= delta:
+        return 0.0
+    lo, hi = 0.0, max(1.0, mu * mu)
+    while not _gaussian_delta_up(hi, mu) <= delta:
+        lo, hi = hi, 2 * hi
+        if hi > 1e300:   # pragma: no cover - delta > 1e-300 is reached long before
+            return math.inf
+    while hi - lo > 1e-12 * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if _gaussian_delta_up(mid, mu) <= delta else (mid, hi)
+    return hi
 
 
 def local_noise_multiplier(event: RandomCheckInEvent, noise_multiplier: float) -> float:

@@ -22,12 +22,18 @@ from dpplugins.amplification.iteration import (NOISES, PNSGDSetting, epsilon_for
 from dpplugins.errors import ParameterError, check_choice, check_count, check_positive
 from dpplugins.pld import Bounds, PrivacyLossDistribution
 
-__all__ = ["PNSGDAccountant", "split_into_passes"]
+__all__ = ["PNSGDAccountant", "split_into_passes", "pass_runs"]
 
 VARIANTS = ("shuffled", "randomly_stopped", "online")
 #: (profile evaluations) x (distinct noise runs in a pass) spent on one pass's PLD; passes with
 #: many noise levels are sampled on a coarser sub-grid (still a dominating PLD, a little looser)
 EVALUATION_BUDGET = 4_000_000
+#: grid points (``epsilon_max / h``) of one pass's PLD above which the grid step is coarsened:
+#: passes whose profile stays above 1e-16 far out (little noise) would otherwise need 10^5 to
+#: 4 x 10^5 points per pass and minutes of FFT work for bounds in the hundreds
+MAX_PASS_GRID_POINTS = 100_000
+#: the PLD engine's rule for where a profile ends (``from_privacy_profile``'s default)
+_PROFILE_FLOOR, _PROFILE_END_LIMIT = 1e-16, 400.0
 Pass = tuple  # ((noise_multiplier, steps), ...), steps summing to at most dataset_size
 
 
@@ -41,22 +47,47 @@ def split_into_passes(history, dataset_size: int) -> list[Pass]:
         >>> split_into_passes([(1.0, 0.1, 25)], 10)
         [((1.0, 10),), ((1.0, 10),), ((1.0, 5),)]
     """
+    return [p for p, count in pass_runs(history, dataset_size) for _ in range(count)]
+
+
+def pass_runs(history, dataset_size: int) -> list[tuple[Pass, int]]:
+    """:func:`split_into_passes` run-length encoded: ``(pass, number of such passes in a row)``,
+    in time and memory linear in the number of runs of the history (not of passes).
+
+    Example::
+
+        >>> pass_runs([(1.0, 0.1, 25)], 10)
+        [(((1.0, 10),), 2), (((1.0, 5),), 1)]
+    """
     n = check_count("dataset_size", dataset_size, minimum=1)
-    passes: list[Pass] = []
+    out: list[tuple[Pass, int]] = []
+
+    def emit(p: Pass, count: int) -> None:
+        if out and out[-1][0] == p:
+            out[-1] = (p, out[-1][1] + count)
+        else:
+            out.append((p, count))
+
     current: list[tuple[float, int]] = []
     filled = 0
     for sigma, _, steps in history:
-        while steps > 0:
+        if filled:                       # complete the pass under way
             take = min(steps, n - filled)
             current.append((sigma, take))
             filled += take
             steps -= take
-            if filled == n:
-                passes.append(tuple(current))
-                current, filled = [], 0
+            if filled < n:
+                continue
+            emit(tuple(current), 1)
+            current, filled = [], 0
+        full, steps = divmod(steps, n)   # whole passes of this run
+        if full:
+            emit(((sigma, n),), full)
+        if steps:
+            current, filled = [(sigma, steps)], steps
     if current:
-        passes.append(tuple(current))
-    return passes
+        emit(tuple(current), 1)
+    return out
 
 
 class PNSGDAccountant(Accountant):
@@ -87,9 +118,11 @@ class PNSGDAccountant(Accountant):
       the guarantee of the least protected (latest) record.
 
     Passes compose through the PLD engine: each pass's profile becomes a dominating PLD
-    (``PrivacyLossDistribution.from_privacy_profile``, grid ``value_discretization_interval``,
-    profile evaluated at every grid point, or on a coarser sub-grid for passes with thousands of
-    noise levels -- :meth:`profile_step`) and the passes are composed by FFT -- never by the
+    (``PrivacyLossDistribution.from_privacy_profile``, grid ``value_discretization_interval``
+    -- coarser for passes so little noisy that their profile needs more than
+    ``MAX_PASS_GRID_POINTS`` grid points, :meth:`grid_step` -- profile evaluated at every grid
+    point, or on a coarser sub-grid for passes with thousands of noise levels --
+    :meth:`profile_step`) and the passes are composed by FFT -- never by the
     seed's (eps, delta) -> RDP conversion (REFERENCE.md, the trap).  A single pass is answered
     directly from its profile.  Passes may differ in noise (steps with different
     ``noise_multiplier`` inside a pass use the per-step forms of the same theorems).
@@ -147,7 +180,8 @@ class PNSGDAccountant(Accountant):
             self.variant = check_choice("variant", variant, VARIANTS)
             self.contraction = check_positive("contraction", contraction)
             self.noise = check_choice("noise", noise, NOISES)
-            self.smoothness = smoothness
+            self.smoothness = (None if smoothness is None
+                               else check_positive("smoothness", smoothness))
             self.value_discretization_interval = check_positive(
                 "value_discretization_interval", value_discretization_interval)
             self._setting = None
@@ -254,11 +288,12 @@ class PNSGDAccountant(Accountant):
                 runs.append((scale, 1.0 / leaf.dataset_size, steps))
         return configured, runs
 
-    def _passes(self, history) -> list[Pass]:
+    def _passes(self, history) -> list[tuple[Pass, int]]:
+        """The passes of a version-0.1 history, run-length encoded (:func:`pass_runs`)."""
         history = validate_history(history)
         for i, (_, q, _) in enumerate(history):
             self._check_sample_rate(f"history[{i}].sample_rate", q)
-        return split_into_passes(history, self.dataset_size)
+        return pass_runs(history, self.dataset_size)
 
     # -- one pass -----------------------------------------------------------------------------
     def _profile_of(self, runs: Pass):
@@ -282,28 +317,47 @@ class PNSGDAccountant(Accountant):
         return lambda eps: np.maximum(full(eps), partial(eps))
 
     # -- composition --------------------------------------------------------------------------
-    def profile_step(self, runs: Pass, profile) -> float:
-        """Sub-grid on which a pass's profile is evaluated: every grid point (``h``) unless the
-        pass has so many noise levels that ``EVALUATION_BUDGET`` would be exceeded; then a
-        multiple of ``h`` (connect-the-dots on a sub-grid still dominates the mechanism)."""
-        h = self.value_discretization_interval
+    def profile_step(self, runs: Pass, profile, h: float | None = None) -> float:
+        """Sub-grid on which a pass's profile is evaluated: every grid point (``h``, default the
+        accountant's grid step) unless the pass has so many noise levels that
+        ``EVALUATION_BUDGET`` would be exceeded; then a multiple of ``h`` (connect-the-dots on a
+        sub-grid still dominates the mechanism)."""
+        h = self.value_discretization_interval if h is None else h
         eps_max = 0.25  # where the profile falls below 1e-16 (the engine's rule, at most 50)
         while eps_max < 50 and float(profile(np.array([eps_max]))[0]) > 1e-16:
             eps_max *= 2
         points = 2 * min(eps_max, 50.0) / h
         return h * max(1, math.ceil(points * len(runs) / EVALUATION_BUDGET))
 
-    def _pld(self, passes: list[Pass]) -> PrivacyLossDistribution:
-        h = self.value_discretization_interval
+    @staticmethod
+    def _profile_end(profile) -> float:
+        """Where the profile falls to 1e-16 (a power of two from 0.25, at most 400): the end of
+        the pass's PLD grid, as ``from_privacy_profile`` chooses it by default."""
+        eps = 0.25
+        while eps < _PROFILE_END_LIMIT and float(profile(np.array([eps]))[0]) > _PROFILE_FLOOR:
+            eps *= 2
+        return min(eps, _PROFILE_END_LIMIT)
+
+    def grid_step(self, ends) -> float:
+        """PLD grid step for passes whose profiles end at ``ends``: the accountant's
+        ``value_discretization_interval``, coarser when a pass would need more than
+        ``MAX_PASS_GRID_POINTS`` points (any grid gives a dominating PLD, i.e. certified upper
+        bounds; a coarser one is only looser)."""
+        return max(self.value_discretization_interval, max(ends) / MAX_PASS_GRID_POINTS)
+
+    def _pld(self, passes: list[tuple[Pass, int]]) -> PrivacyLossDistribution:
         counts: dict[Pass, int] = {}
-        for p in passes:
-            counts[p] = counts.get(p, 0) + 1
+        for p, count in passes:
+            counts[p] = counts.get(p, 0) + count
+        profiles = {runs: self.pass_profile(runs) for runs in counts}
+        ends = {runs: self._profile_end(profile) for runs, profile in profiles.items()}
+        h = self.grid_step(ends.values())
         total = None
         for runs, k in counts.items():
-            profile = self.pass_profile(runs)
+            profile = profiles[runs]
             one = PrivacyLossDistribution.from_privacy_profile(
-                profile, value_discretization_interval=h,
-                profile_step=self.profile_step(runs, profile), symmetric=True,
+                profile, epsilon_max=ends[runs], value_discretization_interval=h,
+                profile_step=self.profile_step(runs, profile, h), symmetric=True,
                 description=f"one pass of {self.variant} PNSGD")
             part = one.self_compose(k)
             total = part if total is None else total.compose(part)
@@ -312,14 +366,16 @@ class PNSGDAccountant(Accountant):
     def _epsilon_bounds(self, history, delta: float) -> Bounds:
         acc, runs = self._configured(history)
         passes = acc._passes(runs)
-        if len(passes) == 1:
-            return Bounds(0.0, epsilon_for_delta(acc.pass_profile(passes[0]), delta))
-        return Bounds(0.0, acc._pld(passes).epsilon_for_delta(delta, lower=False).upper)
+        if passes == [(passes[0][0], 1)]:
+            return Bounds(0.0, epsilon_for_delta(acc.pass_profile(passes[0][0]), delta))
+        pld = self._cached(("pld", history), lambda _: acc._pld(passes))
+        return Bounds(0.0, pld.epsilon_for_delta(delta, lower=False).upper)
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
         acc, runs = self._configured(history)
         passes = acc._passes(runs)
-        if len(passes) == 1:
-            value = float(acc.pass_profile(passes[0])(np.array([epsilon]))[0])
+        if passes == [(passes[0][0], 1)]:
+            value = float(acc.pass_profile(passes[0][0])(np.array([epsilon]))[0])
             return Bounds(0.0, min(value, 1.0))
-        return Bounds(0.0, acc._pld(passes).delta_for_epsilon(epsilon).upper)
+        pld = self._cached(("pld", history), lambda _: acc._pld(passes))
+        return Bounds(0.0, pld.delta_for_epsilon(epsilon).upper)

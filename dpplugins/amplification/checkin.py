@@ -49,6 +49,7 @@ Example::
 from __future__ import annotations
 
 import math
+import sys
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -781,6 +782,9 @@ def pass_privacy_profile(variant: str, *, num_clients: int, num_slots: int,
                              "assumes every client checks in)")
     if variant == "sliding" and m > n:
         raise ParameterError("window", m, f"<= num_examples={n} (Thm 4.3 needs m in [n])")
+    for name, value in (("num_clients", n), ("num_slots", m)):
+        if value > sys.float_info.max:   # the theorems' formulas are evaluated in floats
+            raise ParameterError(name, value, f"at most {sys.float_info.max:.4g}")
     if (eps0 is None) == (noise_multiplier is None):
         raise ParameterError("eps0", eps0, "given exactly when noise_multiplier is not "
                              f"(noise_multiplier={noise_multiplier!r})")

@@ -213,8 +213,11 @@ def _log_theta_pair_regular(log_gamma: np.ndarray, r: np.ndarray
     half = r / 2
     lp = log_ndtr(half - a)
     lq = log_ndtr(-a - half)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         log_theta = lp + np.log(-np.expm1(np.minimum(log_gamma + lq - lp, 0.0)))
+    # Q(a - r/2) underflows to 0 (lp = -inf) for log(gamma) beyond ~1e154 r: then lq = -inf too,
+    # the difference above is NaN, and theta <= Q(a - r/2) = 0
+    log_theta = np.where(lp == -np.inf, -np.inf, log_theta)
     log_comp = np.logaddexp(log_ndtr(a - half), log_gamma + lq)
     return log_theta, log_comp
 

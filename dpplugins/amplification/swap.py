@@ -42,7 +42,8 @@ from typing import Callable
 
 import numpy as np
 
-from dpplugins.errors import (ParameterError, check_count, check_nonnegative, check_open_unit)
+from dpplugins.errors import (ParameterError, check_count, check_nonnegative, check_open_unit,
+                              check_positive)
 
 __all__ = ["SwapBound", "epsilon", "coefficients", "pure_profile", "minimal_delta1",
            "approximate_profile", "gaussian_profile", "gaussian_local_delta", "GAUSSIAN_EPS0_GRID"]
@@ -222,7 +223,12 @@ def gaussian_profile(noise_multiplier: float, n: int, *, sensitivity: float = 2.
     n = check_count("n", n, minimum=2)
     grid = GAUSSIAN_EPS0_GRID if eps0_grid is None else np.asarray(eps0_grid, float)
     deltas0 = gaussian_local_delta(grid, noise_multiplier, sensitivity)
-    delta1 = np.array([minimal_delta1(float(e), float(d)) for e, d in zip(grid, deltas0)])
+    # With little noise the randomizer is (eps0, delta0)-DP only for delta0 = 1 at some (or
+    # all) grid points: no delta1 is admissible there (the theorem needs delta0 < 1), so such
+    # points are dropped; with none left the profile is the trivial bound 1 and the caller keeps
+    # its no-amplification bound.
+    delta1 = np.array([minimal_delta1(float(e), float(d)) if 0.0 <= d < 1.0 else math.inf
+                       for e, d in zip(grid, deltas0)])
     usable = np.isfinite(delta1) & (2 * n * delta1 < 1)
     grid, delta1 = grid[usable], delta1[usable]
     coeffs = np.array([coefficients(8 * float(e), n) for e in grid]).reshape(-1, 2)

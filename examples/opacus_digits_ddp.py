@@ -6,7 +6,8 @@ Launch on one machine with two processes::
 
 Every rank builds the same *global* schedule from the shared seed and epoch and trains on its
 shard of every global step (``ShuffledEpochs(..., num_replicas, rank)`` and friends; with
-``--sampler poisson`` Opacus' own distributed Poisson sampler).  Opacus' distributed optimizer
+``--sampler poisson`` Opacus' own distributed Poisson sampler; with ``--sampler torch`` torch's
+``DistributedSampler``, whose global step is a shuffled-epochs step of the global batch).  Opacus' distributed optimizer
 adds the Gaussian noise once per step (on rank 0) to the sum of all ranks' clipped gradients, so
 a step releases what the single-process sampler's step would: the accountant records the global
 event on every rank and every rank reports the same epsilon.
@@ -14,7 +15,9 @@ event on every rank and every rank reports the same epsilon.
 ``--out DIR`` writes one JSON file per rank (epsilon, the indices of every shard, the accountant
 state); ``--stop-after K`` saves a checkpoint (accountant and sampler state, written by rank 0)
 after K optimizer steps and stops; ``--resume FILE`` continues from such a checkpoint on every
-rank.  The test suite uses these to check sharding, equal epsilon and exact resumption.
+rank.  The test suite uses these to check sharding, equal epsilon and exact resumption; the
+per-epoch training time is recorded too (``epoch_seconds``, used by
+``benchmarks/ddp_epoch_time.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 import warnings
 from pathlib import Path
 
@@ -56,7 +60,7 @@ def make_sampler(kind: str, n: int, batch_size: int, seed: int, world: int, rank
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sampler", choices=("shuffle", "balls_and_bins", "poisson"),
+    parser.add_argument("--sampler", choices=("shuffle", "balls_and_bins", "poisson", "torch"),
                         default="shuffle")
     parser.add_argument("--accountant", default=None,
                         help="registry name (default: shuffle / balls_and_bins / pld)")
@@ -68,6 +72,8 @@ def main() -> None:
     parser.add_argument("--stop-after", type=int, default=None)
     parser.add_argument("--resume", type=Path, default=None)
     args = parser.parse_args()
+    if args.resume is not None and args.sampler == "torch":
+        parser.error("--resume needs a sampler with a state (torch's DistributedSampler has none)")
     warnings.filterwarnings("ignore")
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -76,9 +82,15 @@ def main() -> None:
     data = digits(args.seed)
     n = len(data)
     accountant = args.accountant or {"shuffle": "shuffle", "balls_and_bins": "balls_and_bins",
-                                     "poisson": "pld"}[args.sampler]
+                                     "poisson": "pld", "torch": "shuffle"}[args.sampler]
     sampler = make_sampler(args.sampler, n, args.batch_size, args.seed, world, rank)
-    if sampler is None:
+    torch_sampler = None
+    if args.sampler == "torch":   # torch's own: a shard of one permutation per epoch per rank
+        torch_sampler = torch.utils.data.DistributedSampler(
+            data, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
+        loader = torch.utils.data.DataLoader(data, batch_size=args.batch_size // world,
+                                             sampler=torch_sampler)
+    elif sampler is None:
         loader = torch.utils.data.DataLoader(data, batch_size=args.batch_size // world)
     else:
         loader = make_data_loader(data, sampler)
@@ -89,7 +101,7 @@ def main() -> None:
     model, optimizer, loader = engine.make_private(
         module=model, optimizer=optimizer, data_loader=loader,
         noise_multiplier=args.noise_multiplier, max_grad_norm=1.0,
-        poisson_sampling=sampler is None)
+        poisson_sampling=args.sampler == "poisson")
     steps_done = 0
     if args.resume is not None:
         checkpoint = json.loads(args.resume.read_text())
@@ -98,9 +110,12 @@ def main() -> None:
             sampler.load_state_dict(checkpoint["sampler"])
         steps_done = checkpoint["steps"]
     criterion = torch.nn.CrossEntropyLoss()
-    shards = []
+    shards, epoch_seconds = [], []
     total = args.epochs * len(loader)       # global steps of the whole run
     while steps_done < total:
+        if torch_sampler is not None:         # torch's sampler needs its epoch set
+            torch_sampler.set_epoch(steps_done // len(loader))
+        start = time.perf_counter()
         batches = iter(loader)                # the sampler continues where it stands
         while steps_done < total:
             if args.stop_after is not None and steps_done == args.stop_after:
@@ -116,6 +131,7 @@ def main() -> None:
             optimizer.step()
             shards.append(index.tolist())
             steps_done += 1
+        epoch_seconds.append(time.perf_counter() - start)
     epsilon = engine.accountant.get_epsilon(DELTA)
     print(f"rank {rank}/{world}: {steps_done} steps, epsilon = {epsilon:.4f} at delta = {DELTA:g} "
           f"({accountant}, certified upper bound, valid for the {args.sampler} sampler)")
@@ -123,7 +139,8 @@ def main() -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         state = engine.accountant.state_dict()
         record = {"rank": rank, "world": world, "epsilon": epsilon, "shards": shards,
-                  "steps": steps_done, "accountant": _json(state)}
+                  "steps": steps_done, "accountant": _json(state),
+                  "epoch_seconds": epoch_seconds}
         (args.out / f"rank{rank}.json").write_text(json.dumps(record))
         if args.stop_after is not None and rank == 0:
             checkpoint = {"accountant": _json(state), "steps": steps_done,

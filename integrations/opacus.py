@@ -30,6 +30,9 @@ read from the data loader ``make_private`` really returns (:func:`loader_event`)
   so by joint convexity its privacy loss is at most the fixed order's worst case).  Amplification
   by shuffling or swapping (batch size 1) needs a fresh random order, so a fixed order with batch
   size 1 is *not* described (see the last item);
+* under DPDDP, a ``DataLoader`` over torch's ``DistributedSampler`` on every rank: one global
+  step is shuffled epochs of the global batch (``num_replicas x batch_size``), see
+  :func:`_distributed_step` for the argument and what is refused;
 * anything else -- another sampler, an iterable dataset, a batch size of 1 in a fixed order --
   is :class:`~dpplugins.events.UnsupportedEvent` with the reason, which every accountant refuses
   (unknown means refuse).
@@ -188,6 +191,8 @@ def _step_of(data_loader, noise: GaussianEvent, poisson_sampling: bool) -> tuple
     if type(batch_sampler) is tud.BatchSampler:
         sampler, b = batch_sampler.sampler, batch_sampler.batch_size
         drop_last = bool(batch_sampler.drop_last)
+        if type(sampler) is tud.DistributedSampler:
+            return _distributed_step(sampler, b, drop_last, n, noise, steps)
         if type(sampler) is tud.RandomSampler:
             if sampler.replacement or sampler.num_samples != n:
                 return _unsupported("a RandomSampler with replacement or num_samples != "
@@ -213,6 +218,49 @@ def _step_of(data_loader, noise: GaussianEvent, poisson_sampling: bool) -> tuple
                         "whose sampling is not described (use Opacus' DPDataLoader, one of "
                         "dpplugins' samplers via make_data_loader, or a DataLoader with "
                         "batch_size and shuffle)")
+
+
+def _distributed_step(sampler, per_rank_batch: int, drop_last: bool, n: int,
+                      noise: GaussianEvent, steps: int) -> tuple[Event, int]:
+    """One global step of DPDDP training over torch's ``DistributedSampler``.
+
+    torch deals rank ``r`` the positions ``r, r + R, r + 2R, ...`` of one permutation of the
+    dataset (drawn from ``seed + epoch``; ``R = num_replicas``), and each rank's loader batches
+    its positions in order, so batch ``j`` of all ranks together is the block of positions
+    ``[j R b, (j + 1) R b)`` of the permutation: the global step is a shuffled-epochs step of
+    ``R b`` examples (our derivation, from torch's documented dealing; the union over ranks is
+    checked in the distributed test).  Opacus' distributed optimizer adds the noise once to the
+    sum over ranks, so the step releases what that single-process step would.  Refused: a
+    dataset size that ``R`` does not divide (torch then pads the epoch with repeated examples,
+    or drops a random remainder), ``num_replicas`` other than the running process group's size
+    (each rank would release only its shard), and a global batch of one example (amplification
+    by shuffling needs a fresh order every epoch, which only ``set_epoch`` gives).  Call
+    ``sampler.set_epoch(epoch)`` every epoch, as torch documents: without it the order repeats;
+    the upper bounds (one batch per example per epoch) hold either way, the lower bounds are
+    stated for fresh orders.
+    """
+    import torch.distributed as dist
+
+    world = int(sampler.num_replicas)
+    running = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    if world != running:
+        return _unsupported(f"a DistributedSampler with num_replicas={world} in a process group "
+                            f"of {running}: each rank would release only its own shard")
+    if n % world:
+        return _unsupported(f"a DistributedSampler over {n} examples, not divisible by "
+                            f"num_replicas={world}: torch pads the epoch with repeated examples "
+                            "(or drops a random remainder); use a dataset size divisible by the "
+                            "world size, or dpplugins' samplers with num_replicas and rank")
+    if world * per_rank_batch == 1:
+        return _unsupported("a global batch of one example: amplification by shuffling needs "
+                            "a fresh order every epoch (set_epoch), which cannot be checked here")
+    if drop_last and per_rank_batch > n // world:
+        return _unsupported("drop_last=True with a batch larger than a rank's shard: no batches")
+    event = ShuffledEpochsEvent(n, world * per_rank_batch, 1, noise, drop_last)
+    if event.steps_per_epoch != steps:  # pragma: no cover - torch's len(BatchSampler)
+        return _unsupported(f"{steps} batches where shuffled epochs have "
+                            f"{event.steps_per_epoch}")
+    return event.with_steps(1), steps
 
 
 def loader_event(data_loader, noise_multiplier: float, *, epochs=None,

@@ -52,6 +52,7 @@ SLOW_FILES = frozenset({
     "test_tf_privacy_compat.py", "test_ddp.py", "test_examples.py", "test_pnsgd_torch.py",
     "test_dp_accounting_suite.py", "test_cli_events.py", "test_report_events.py",
     "test_flower.py", "test_fdp_accountant.py", "test_properties.py", "test_pld_exact.py",
+    "test_opacus_peer.py", "test_reliability_pld.py", "test_allocation_reliability.py",
 })
 
 

@@ -39,7 +39,7 @@ def launch(out: Path, procs: int, *extra: str) -> list[dict]:
 
 
 def single_process(kind: str):
-    if kind == "shuffle":
+    if kind in ("shuffle", "torch"):     # torch's DistributedSampler: shuffled global batches
         return ShuffledEpochs(N, BATCH, rng=SEED)
     return balls_and_bins(N, -(-N // BATCH), rng=SEED)
 
@@ -55,7 +55,7 @@ def shuffle_run(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind,procs", [("shuffle", 2), ("balls_and_bins", 3)])
+@pytest.mark.parametrize("kind,procs", [("shuffle", 2), ("balls_and_bins", 3), ("torch", 2)])
 def test_shards_are_disjoint_complete_and_every_rank_reports_the_same_epsilon(
         tmp_path, kind, procs, shuffle_run):
     epochs = EPOCHS
@@ -64,13 +64,28 @@ def test_shards_are_disjoint_complete_and_every_rank_reports_the_same_epsilon(
     reference = single_process(kind)
     steps = [b.tolist() for _ in range(epochs) for b in reference]
     assert all(r["steps"] == len(steps) for r in ranks)
-    for step, batch in enumerate(steps):
-        union = [i for r in ranks for i in r["shards"][step]]
-        assert sorted(union) == sorted(batch)          # disjoint and complete, every step
+    if kind == "torch":
+        # torch's own permutation: every global step is BATCH distinct examples, every epoch
+        # covers the dataset exactly once (the shuffled-epochs protocol of the global batch)
+        per_epoch = len(steps) // epochs
+        for epoch in range(epochs):
+            seen = []
+            for step in range(epoch * per_epoch, (epoch + 1) * per_epoch):
+                union = [i for r in ranks for i in r["shards"][step]]
+                assert len(union) == len(set(union)) == BATCH
+                seen += union
+            assert sorted(seen) == list(range(N))
+        first = [i for r in ranks for i in r["shards"][0]]
+        assert first != [i for r in ranks for i in r["shards"][per_epoch]]   # set_epoch
+    else:
+        for step, batch in enumerate(steps):
+            union = [i for r in ranks for i in r["shards"][step]]
+            assert sorted(union) == sorted(batch)          # disjoint and complete, every step
     epsilons = {r["epsilon"] for r in ranks}
     assert len(epsilons) == 1
     # the single-process accountant on the same global schedule
-    offline = create(kind).compose(reference.event(SIGMA, epochs))
+    offline = create("shuffle" if kind == "torch" else kind).compose(
+        reference.event(SIGMA, epochs))
     assert epsilons.pop() == pytest.approx(offline.get_epsilon(1e-5), rel=1e-12)
 
 

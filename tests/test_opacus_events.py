@@ -129,6 +129,29 @@ def test_loader_event_rules():
         assert supporting(event) == ()
 
 
+def test_loader_event_of_torch_distributed_sampler():
+    """torch's DistributedSampler in a world of one process is shuffled epochs; a sampler for a
+    larger world outside such a process group, and a size the world does not divide, are
+    refused with the reason (the real multi-process case is in tests/test_ddp.py)."""
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    data, g = dataset(200), GaussianEvent(1.0)
+    alone = DataLoader(data, batch_size=32, sampler=DistributedSampler(data, 1, 0, seed=3))
+    assert loader_event(alone, 1.0) == ShuffledEpochsEvent(200, 32, Fraction(1, 7), g)
+    assert loader_event(alone, 1.0, epochs=2) == ShuffledEpochsEvent(200, 32, 2, g)
+    cases = {"process group of 1": DataLoader(data, batch_size=16,
+                                              sampler=DistributedSampler(data, 2, 0)),
+             "single": DataLoader(data, batch_size=1, sampler=DistributedSampler(data, 1, 0))}
+    for words, loader in cases.items():
+        event = loader_event(loader, 1.0)
+        assert isinstance(event, UnsupportedEvent) and supporting(event) == ()
+        assert words in event.reason or words == "single"
+    odd = dataset(201)
+    event = loader_event(DataLoader(odd, batch_size=8, sampler=DistributedSampler(odd, 1, 0)),
+                         1.0)
+    assert event == ShuffledEpochsEvent(201, 8, Fraction(1, 26), g)   # 1 divides everything
+
+
 # -- refusal at set-up --------------------------------------------------------------------------
 @pytest.mark.parametrize("api", ["make_private", "make_private_with_epsilon"])
 @pytest.mark.parametrize("name", PER_PASS)

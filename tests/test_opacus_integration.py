@@ -430,7 +430,9 @@ def test_gradient_accumulation_with_checkin_sampler_is_averaged_checkin(variant,
                       checkin_probability=1.0,
                       max_batch_size=cap if variant == "averaged" else None)
     physical.step(noise_multiplier=4.0, sample_rate=1 / 8, count=16)
-    assert physical.get_epsilon(DELTA) != engine.get_epsilon(DELTA)  # the test can tell them
+    # the test can tell them apart: the physical slots are another protocol (both epsilons are
+    # the 2/sigma-GDP bound per pass here, which is below the check-in theorems' bounds)
+    assert physical.history != engine.accountant.history
 
 
 def test_gradient_accumulation_resume_equals_uninterrupted(tmp_path):

@@ -22,6 +22,15 @@ from dpplugins.samplers import RandomCheckIn, ShuffledEpochs, SlidingWindowCheck
 SMALL = dict(dataset_size=600, batch_size=60, epochs=2, noise_multiplier=1.0, delta=1e-5)
 
 
+def _gdp_epsilon(mu, delta):
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    def excess(eps):
+        return norm.cdf(mu / 2 - eps / mu) - math.exp(eps) * norm.cdf(-mu / 2 - eps / mu) - delta
+    return brentq(excess, 0.0, 200.0, xtol=1e-13)
+
+
 def _reject(token):
     raise AssertionError(f"non-strict JSON token {token}")
 
@@ -183,15 +192,27 @@ def test_json_is_strict_with_infinite_and_missing_numbers():
     rows = compare(config, accountants=["checkin", "shuffle", "balls_and_bins"],
                    references=False)
     by_name = {r.accountant: r for r in rows}
-    assert math.isinf(by_name["checkin"].epsilon)     # Thm 4.1 with central noise: no bound
+    # check-ins with central noise: each pass is a post-processing of one Gaussian mechanism of
+    # replace-one sensitivity 2, i.e. 2/sigma-GDP per pass, composed over 2 passes (Dong, Roth,
+    # Su 2022, Cor. 3.3); closed-form epsilon of mu-GDP (Balle & Wang 2018, Thm 8) by brentq
+    assert by_name["checkin"].epsilon == pytest.approx(_gdp_epsilon(2 * math.sqrt(2), 1e-5),
+                                                       rel=1e-6)
     data = {r["accountant"]: r for r in json.loads(report.to_json(rows), parse_constant=_reject)}
-    assert data["checkin"]["epsilon"] is None and data["checkin"]["infinite"] == ["epsilon"]
-    assert "infinite" in data["checkin"]["reason"]
     assert data["shuffle"]["epsilon"] is None and data["shuffle"]["infinite"] == []
     assert data["balls_and_bins"]["epsilon"] == by_name["balls_and_bins"].epsilon
     text = report.to_csv(rows).splitlines()
     assert text[0].startswith("accountant,epsilon") and len(text) == 4
-    assert ",inf," in text[1 + [r.accountant for r in rows].index("checkin")]
+    # an infinite bound: no noise at all (sigma = 1e-300 is valid) -> inf, written as null
+    tiny = TrainingConfig(**dict(SMALL, noise_multiplier=1e-300), sampler="poisson")
+    rows = compare(tiny, accountants=["pld"], references=False)
+    assert math.isinf(rows[0].epsilon)
+    data = json.loads(report.to_json(rows), parse_constant=_reject)[0]
+    # (closed form: a Poisson step at q = 0.1 with disjoint outputs has delta(eps) >= q for
+    # every eps, so the lower bound is infinite too)
+    assert data["epsilon"] is None and data["lower"] is None
+    assert data["infinite"] == ["epsilon", "lower"]
+    assert "infinite" in data["reason"]
+    assert ",inf," in report.to_csv(rows).splitlines()[1]
 
 
 def test_progress_uses_tqdm_when_importable(monkeypatch):

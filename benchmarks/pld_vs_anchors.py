@@ -10,9 +10,10 @@ fixed delta with
                    (its pessimistic estimate) and ``dp_accounting.rdp.RdpAccountant``;
 * prv-accountant:  ``PRVAccountant`` (lower and upper bounds; ``eps_error`` 0.01 by default),
 
-and the wall-clock time of each (``time.perf_counter``, one run, a fresh accountant per timing so
-no cache helps; every library is warmed up once on a tiny problem first so imports and one-off
-set-up are not counted).
+and the wall-clock time of each (``time.perf_counter``, a fresh accountant per timing so no cache
+helps; ``--rounds`` rounds per cell (default 3), each running every accountant once in a rotated
+order, and the median time is reported; every library is warmed up once on a tiny problem first
+so imports and one-off set-up are not counted).
 
 Sections
 --------
@@ -201,15 +202,38 @@ def warm_up(prv_eps_error: float) -> None:
     measure_prv(0.5, 1.0, 3, eps_error=prv_eps_error)
 
 
+#: rounds per cell: every round runs each accountant once, in a rotated order (A/B alternation,
+#: so drift of a busy machine hits all alike); the cell keeps each accountant's median time
+ROUNDS = 3
+
+
+def _median_of(runs: list[Measurement]) -> Measurement:
+    """The last run's bounds with the median time of all runs (an error or skip is kept)."""
+    for m in runs:
+        if not m.ok:
+            return m
+    last = runs[-1]
+    return Measurement(lower=last.lower, upper=last.upper,
+                       seconds=median([m.seconds for m in runs]))
+
+
 def measure_cell(q: float, sigma: float, steps: int, prv_eps_error: float,
-                 with_rdp: bool = True, with_prv: bool = True) -> Cell:
+                 with_rdp: bool = True, with_prv: bool = True, rounds: int | None = None) -> Cell:
     cell = Cell(q, sigma, steps)
-    cell.ours = measure_ours(q, sigma, steps)
-    cell.dpacc_pld = measure_dpacc_pld(q, sigma, steps)
-    cell.prv = (measure_prv(q, sigma, steps, eps_error=prv_eps_error) if with_prv
-                else Measurement(skipped="not run"))
-    cell.dpacc_rdp = (measure_dpacc_rdp(q, sigma, steps) if with_rdp
-                      else Measurement(skipped="not run"))
+    candidates = {"ours": lambda: measure_ours(q, sigma, steps),
+                  "dpacc_pld": lambda: measure_dpacc_pld(q, sigma, steps)}
+    if with_prv:
+        candidates["prv"] = lambda: measure_prv(q, sigma, steps, eps_error=prv_eps_error)
+    if with_rdp:
+        candidates["dpacc_rdp"] = lambda: measure_dpacc_rdp(q, sigma, steps)
+    names = list(candidates)
+    runs: dict[str, list[Measurement]] = {name: [] for name in names}
+    for r in range(ROUNDS if rounds is None else rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            runs[name].append(candidates[name]())
+    cell.prv = cell.dpacc_rdp = Measurement(skipped="not run")
+    for name, measured in runs.items():
+        setattr(cell, name, _median_of(measured))
     return cell
 
 
@@ -482,11 +506,16 @@ def parse_arguments(argv=None) -> argparse.Namespace:
                         help="run only the headline case, the long run and calibration")
     parser.add_argument("--prv-eps-error", type=float, default=0.01,
                         help="eps_error passed to prv-accountant (default 0.01)")
+    parser.add_argument("--rounds", type=int, default=ROUNDS,
+                        help="alternating rounds per cell; the median time is reported "
+                             f"(default {ROUNDS})")
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> None:
+    global ROUNDS
     args = parse_arguments(argv)
+    ROUNDS = max(1, args.rounds)
     report_missing_anchors()
     warm_up(args.prv_eps_error)
     if not args.quick:

@@ -91,6 +91,10 @@ def epochs_as_fraction(name: str, value: Any, steps_per_epoch: int) -> Fraction 
         frac = Fraction(int(value))
     elif isinstance(value, Real) and math.isfinite(float(value)):
         product = float(value) * steps_per_epoch
+        if not math.isfinite(product):   # beyond the float range as a number of steps
+            raise ParameterError(name, value, "a float number of epochs whose steps fit in a "
+                                 f"float (at most {1.7976931348623157e308 / steps_per_epoch:.4g})",
+                                 "pass an int or a fractions.Fraction")
         steps = round(product)
         if abs(product - steps) > _EPOCH_TOLERANCE * max(1.0, abs(product)):
             raise ParameterError(name, value,

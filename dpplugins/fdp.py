@@ -1,12 +1,13 @@
 """f-DP and Gaussian DP: trade-off functions, conversions, composition, subsampling, CLT, groups.
 
-Sources (theorem numbers as in arXiv:1905.02383, the numbering the seed paper uses; the published
-version, JRSS-B 84(1) 2022, renumbers some results):
+Sources (theorem numbers as in arXiv:1905.02383, the numbering van Dijk & Nguyen use; the
+published version, JRSS-B 84(1) 2022, renumbers some results):
 
 * **DRS** -- Dong, Roth, Su (2022), "Gaussian differential privacy".
 * **BDLS** -- Bu, Dong, Long, Su (2020), "Deep learning with Gaussian differential privacy",
   Harvard Data Science Review 2(3).
-* Seed: ``papers/dp-training-theory-fdp-gdp.txt`` (van Dijk et al.), Sec. 4.
+* van Dijk, Nguyen (2023), "Considerations on the Theory of Training Models with Differential
+  Privacy", arXiv:2303.04676, Sec. 4.
 
 Conventions.  A trade-off function ``f = T(P, Q)`` maps a type I error ``alpha`` (test of the null
 ``P``) to the smallest type II error (DRS Def. 2.1); it is convex, continuous, non-increasing and
@@ -55,7 +56,8 @@ from scipy.optimize import brentq
 from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_count,
                               check_nonnegative, check_open_unit, check_positive,
                               check_probability)
-from dpplugins.mechanisms.gaussian import gaussian_delta
+from dpplugins.mechanisms.gaussian import gaussian_delta, gaussian_delta_upper
+from dpplugins.numerics import smallest_epsilon
 from dpplugins.pld.grid import lower_convex_hull
 
 __all__ = [
@@ -65,6 +67,7 @@ __all__ = [
     "G_mu",
     "epsilon_delta_tradeoff",
     "default_alphas",
+    "alpha_array",
     "tradeoff_curve",
     "tradeoff_from_privacy_profile",
     "tradeoff_from_pld",
@@ -96,13 +99,24 @@ TradeoffLike = Union["TradeoffCurve", Callable[[np.ndarray], np.ndarray]]
 
 
 # -- validation ------------------------------------------------------------------------------
-def _alpha_array(alpha, name: str = "alpha") -> np.ndarray:
+def alpha_array(alpha, name: str = "alpha") -> np.ndarray:
+    """``alpha`` as a float array of type I errors, checked: ParameterError naming ``name``
+    unless every value is in [0, 1] (and there is at least one).
+
+    Example::
+
+        >>> alpha_array([0.0, 0.5]).tolist()
+        [0.0, 0.5]
+    """
     arr = np.asarray(alpha, dtype=float)
     if arr.size == 0 or np.any(np.isnan(arr)) or np.any(arr < 0) or np.any(arr > 1):
         bad = arr[np.isnan(arr) | (arr < 0) | (arr > 1)] if arr.size else arr
         shown = float(bad.flat[0]) if bad.size else alpha
         raise ParameterError(name, shown, "in [0, 1] (a type I error)")
     return arr
+
+
+_alpha_array = alpha_array   # the name of version 0.1 (other modules: use alpha_array)
 
 
 def _mu(mu, name: str = "mu") -> float:
@@ -120,7 +134,7 @@ def _as_curve(f: TradeoffLike, alphas) -> "TradeoffCurve":
 
 # -- trade-off functions ---------------------------------------------------------------------
 def gaussian_tradeoff(alpha, mu: float) -> np.ndarray:
-    """``G_mu(alpha) = Phi(Phi^-1(1 - alpha) - mu)`` (DRS Def. 2.6; restated in the seed paper).
+    """``G_mu(alpha) = Phi(Phi^-1(1 - alpha) - mu)`` (DRS Def. 2.6; restated by van Dijk & Nguyen 2023).
 
     Computed as ``Phi(-Phi^-1(alpha) - mu)`` so that small ``alpha`` keeps its digits.
 
@@ -129,7 +143,7 @@ def gaussian_tradeoff(alpha, mu: float) -> np.ndarray:
         >>> float(gaussian_tradeoff(0.5, 0.0))   # mu = 0: perfect privacy, 1 - alpha
         0.5
     """
-    a = _alpha_array(alpha)
+    a = alpha_array(alpha)
     mu = _mu(mu)
     with np.errstate(divide="ignore", invalid="ignore"):
         return special.ndtr(-special.ndtri(a) - mu)
@@ -150,7 +164,7 @@ def epsilon_delta_tradeoff(alpha, epsilon: float, delta: float) -> np.ndarray:
         >>> float(epsilon_delta_tradeoff(0.0, 1.0, 0.1))
         0.9
     """
-    a = _alpha_array(alpha)
+    a = alpha_array(alpha)
     eps = check_nonnegative("epsilon", epsilon)
     delta = check_probability("delta", delta, allow_zero=True)
     return np.maximum.reduce([np.zeros_like(a), 1 - delta - math.exp(eps) * a,
@@ -196,7 +210,7 @@ class TradeoffCurve:
     description: str = ""
 
     def __post_init__(self) -> None:
-        a = _alpha_array(self.alphas, "alphas")
+        a = alpha_array(self.alphas, "alphas")
         v = np.asarray(self.values, dtype=float)
         if a.ndim != 1 or a.size < 2 or a[0] != 0.0 or a[-1] != 1.0 or np.any(np.diff(a) <= 0):
             raise ParameterError("alphas", f"{a.size} points from {a.flat[0]:g} to {a.flat[-1]:g}",
@@ -211,12 +225,12 @@ class TradeoffCurve:
 
     def __call__(self, alpha) -> np.ndarray:
         """Linear interpolation at ``alpha`` (in [0, 1])."""
-        return np.interp(_alpha_array(alpha), self.alphas, self.values)
+        return np.interp(alpha_array(alpha), self.alphas, self.values)
 
     def resample(self, alphas) -> "TradeoffCurve":
         """The same piecewise-linear curve evaluated on another grid (kinks between the new grid
         points are lost; the result lies on or above this curve when this curve is convex)."""
-        alphas = _alpha_array(alphas, "alphas")
+        alphas = alpha_array(alphas, "alphas")
         return TradeoffCurve(alphas, np.interp(alphas, self.alphas, self.values), self.description)
 
     def is_tradeoff_function(self, tol: float = 1e-12) -> bool:
@@ -318,7 +332,7 @@ def tradeoff_curve(f: Callable[[np.ndarray], np.ndarray], alphas=None, *,
 
         >>> curve = tradeoff_curve(lambda a: gaussian_tradeoff(a, 2.0), description="G_2")
     """
-    alphas = default_alphas() if alphas is None else _alpha_array(alphas, "alphas")
+    alphas = default_alphas() if alphas is None else alpha_array(alphas, "alphas")
     return TradeoffCurve(alphas, np.asarray(f(alphas), dtype=float), description)
 
 
@@ -348,7 +362,7 @@ def tradeoff_from_privacy_profile(delta_for_epsilon: Callable[[np.ndarray], np.n
 
         >>> curve = tradeoff_from_privacy_profile(lambda e: gdp_delta_for_epsilon(1.0, e))
     """
-    alphas = default_alphas() if alphas is None else _alpha_array(alphas, "alphas")
+    alphas = default_alphas() if alphas is None else alpha_array(alphas, "alphas")
     eps = (_profile_epsilons(delta_for_epsilon, points) if epsilons is None
            else np.asarray(epsilons, dtype=float))
     if eps.ndim != 1 or eps.size == 0 or np.any(~np.isfinite(eps)) or np.any(eps < 0):
@@ -476,8 +490,10 @@ def gdp_epsilon_for_delta(mu: float, delta: float) -> float:
     """Smallest eps >= 0 with ``delta_mu(eps) <= delta`` (DRS Cor. 2.13), rounded up.
 
     The bracket widens geometrically until it contains the root, so large ``mu`` works (Opacus'
-    fixed ``[0, 500]`` bracket fails there: Opacus issue #775).  The returned value satisfies
-    ``gdp_delta_for_epsilon(mu, eps) <= delta`` as evaluated in floating point.
+    fixed ``[0, 500]`` bracket fails there); the search is
+    :func:`dpplugins.numerics.smallest_epsilon` on the certified upper bound
+    :func:`dpplugins.mechanisms.gaussian.gaussian_delta_upper`, so the returned value satisfies
+    ``gdp_delta_for_epsilon(mu, eps) <= delta``.
 
     Example::
 
@@ -489,31 +505,21 @@ def gdp_epsilon_for_delta(mu: float, delta: float) -> float:
     if mu == 0.0:
         return 0.0
 
-    def excess(e: float) -> float:
-        return float(gaussian_delta(e, mu)) - delta
-
-    if excess(0.0) <= 0:
-        return 0.0
-    lo, hi = 0.0, max(1.0, mu * mu / 2)
-    while excess(hi) > 0:
-        lo, hi = hi, 2 * hi
-        if hi > 1e12:
-            raise NumericalError(f"no epsilon below 1e12 reaches delta={delta:g} for mu={mu:g}",
-                                 "use a smaller mu or a larger delta")
-    root = brentq(excess, lo, hi, xtol=1e-13, rtol=4 * np.finfo(float).eps)
-    step = max(abs(root), 1.0) * 1e-15
-    while excess(root) > 0:  # never round in the user's favour
-        root += step
-        step *= 2
-    return float(root)
+    eps = smallest_epsilon(lambda e: gaussian_delta_upper(e, mu), delta,
+                           start=max(1.0, mu * mu / 2), epsilon_max=1e12, rtol=1e-14)
+    if eps == math.inf:
+        raise NumericalError(f"no epsilon below 1e12 reaches delta={delta:g} for mu={mu:g}",
+                             "use a smaller mu or a larger delta")
+    return float(eps)
 
 
 def equivalent_gdp_mu(epsilon: float, delta: float) -> float:
     """The ``mu`` whose mu-GDP curve passes through (eps, delta): ``delta_mu(eps) = delta``.
 
     A *description* of one (eps, delta) point, not a guarantee: an (eps, delta)-DP mechanism is
-    not mu-GDP in general (REFERENCE.md's PNSGD trap: "one (eps, delta) point does not make a
-    mechanism mu-GDP").  Used to compare an exact
+    not mu-GDP in general (its trade-off function is the four-point curve of Kairouz, Oh,
+    Viswanath 2015, arXiv:1311.0776, Thm 2.1, which no ``G_mu`` lower-bounds when delta > 0 and
+    ``alpha`` is near 0).  Used to compare an exact
     composition with the CLT's mu.  ``delta_mu(eps)`` increases with ``mu`` (DRS Cor. 2.13).
 
     Example::
@@ -555,7 +561,7 @@ def gdp_compose(mus: Iterable[float]) -> float:
 
 def gdp_group_mu(mu: float, group_size: int) -> float:
     """mu-GDP gives ``(g mu)``-GDP for groups of ``g`` records (DRS Thm 2.14 applied to G_mu;
-    restated in the seed paper).
+    restated by van Dijk & Nguyen 2023, arXiv:2303.04676).
 
     Example::
 
@@ -577,7 +583,7 @@ def group_tradeoff(f: TradeoffLike, group_size: int, alphas=None) -> TradeoffCur
         >>> g3 = group_tradeoff(lambda a: gaussian_tradeoff(a, 0.5), 3)   # = G_1.5
     """
     g = check_count("group_size", group_size, minimum=1)
-    alphas = default_alphas() if alphas is None else _alpha_array(alphas, "alphas")
+    alphas = default_alphas() if alphas is None else alpha_array(alphas, "alphas")
     if not callable(f):  # a TradeoffCurve is callable (linear interpolation)
         raise ParameterError("f", type(f).__name__,
                              "a TradeoffCurve or a callable alpha -> f(alpha)")
@@ -590,7 +596,7 @@ def group_tradeoff(f: TradeoffLike, group_size: int, alphas=None) -> TradeoffCur
 # -- subsampling -----------------------------------------------------------------------------
 def subsampled_tradeoff(f: TradeoffLike, p: float, alphas=None) -> TradeoffCurve:
     """``C_p(f) = min{f_p, f_p^-1}**`` with ``f_p = p f + (1 - p)(1 - alpha)`` (DRS Thm 4.2 and
-    Sec. 4.1; restated in the seed paper): if ``M`` is f-DP on datasets of size ``n``, then ``M``
+    Sec. 4.1; restated by van Dijk & Nguyen 2023): if ``M`` is f-DP on datasets of size ``n``, then ``M``
     on a uniformly random subset of size ``m = p n`` (without replacement; replace-one
     neighbours) is ``C_p(f)``-DP.
 
@@ -725,12 +731,13 @@ def clt_mu_uniform(noise_multiplier: float, sample_rate: float, steps: float) ->
     Re-derived: with ``f_p`` kinked at ``alpha* = Phi(-1/(2s))``, ``kl(C_p f)`` and
     ``kappa_2(C_p f)`` are, to order ``p^2``, ``p^2 I`` and ``2 p^2 I`` with
     ``I = E[(e^(x/s - 1/(2s^2)) - 1)^2 ; x >= 1/(2s)] = e^(1/s^2) Phi(1.5/s) + 3 Phi(-0.5/s) - 2``,
-    and DRS Thm 3.5 gives ``mu = 2K/s = p sqrt(2 T I)``.  (REFERENCE.md attributes this formula to
-    Poisson sampling and ``sqrt(e^(1/sigma^2) - 1)`` to Cor. 5.4; the derivation above, Opacus'
-    ``compute_mu_uniform`` and BDLS' published numbers all support the assignment used here.)
+    and DRS Thm 3.5 gives ``mu = 2K/s = p sqrt(2 T I)`` (our derivation).  (It is sometimes
+    attributed to Poisson sampling, with ``sqrt(e^(1/sigma^2) - 1)`` for uniform sampling; the
+    derivation above, Opacus' ``compute_mu_uniform`` and BDLS' published numbers all support the
+    assignment used here.)
 
-    Sensitivity: a replaced record moves the batch sum by up to ``2C`` (the seed paper's
-    factor-2 discussion), so with noise ``sigma C`` each step is ``C_q(G_{2/sigma})`` and
+    Sensitivity: a replaced record moves the batch sum by up to ``2C`` (van Dijk & Nguyen
+    2023, Sec. 4, discuss this factor 2), so with noise ``sigma C`` each step is ``C_q(G_{2/sigma})`` and
     ``s = sigma / 2``.
     Opacus' ``compute_mu_uniform`` uses ``s = sigma`` (it takes sigma relative to the
     replace-one sensitivity); ours is the value for Opacus' noise convention.

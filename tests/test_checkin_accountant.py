@@ -228,3 +228,14 @@ def test_empty_history_reading_does_not_mutate_and_state_round_trips():
 def test_bad_options_raise_parameter_error(options, name):
     with pytest.raises(ParameterError, match=name):
         create("checkin", **options)
+
+
+def test_tiny_noise_is_an_infinite_bound_not_an_overflow():
+    """sigma = 1e-300 is valid (> 0): the 2/sigma-GDP fallback's mu overflows to inf, which is
+    the answer (no finite epsilon at delta = 1e-5; delta(1) <= 1); it used to raise
+    OverflowError from (2 / sigma) ** 2."""
+    from dpplugins.samplers import balls_and_bins
+
+    acc = create("checkin").compose(balls_and_bins(100, 10).event(1e-300, 1))
+    assert acc.get_epsilon_bounds(1e-5) == (0.0, math.inf)
+    assert acc.get_delta_bounds(1.0).upper == 1.0

@@ -13,7 +13,10 @@ interprets it:
   of version 0.1 (then one step of that protocol, the meaning a 0.1 history entry had; a 0.1
   state dict loads with that meaning).
 * ``history``: the composed events (run-length: repeats become ``SelfComposedEvent``);
-  ``len(accountant)`` is the number of optimizer steps.
+  ``len(accountant)`` (or ``accountant.steps``, which has no size limit) is the number of
+  optimizer steps.  A query on a history of more than ``MAX_COMPOSITIONS = 2**53``
+  compositions (steps, or passes of a protocol) raises :class:`NumericalError`: the engines
+  use counts as floats.
 * ``get_epsilon(delta)`` (a certified upper bound unless ``bound_type`` says estimate),
   ``get_epsilon_bounds(delta)``, ``get_delta(epsilon)``, ``get_delta_bounds(epsilon)``.  A
   history with a non-private release answers ``inf`` (delta 1).  Reading never changes the
@@ -30,23 +33,28 @@ import math
 import threading
 from typing import Any, ClassVar, Iterable
 
-from dpplugins.errors import (ParameterError, check_choice, check_count, check_nonnegative,
+from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_count, check_nonnegative,
                               check_probability, check_real)
 from dpplugins.events import (Event, GaussianEvent, NonPrivateEvent, PoissonSampledEvent,
                               SelfComposedEvent, UnsupportedEvent, from_dict, leaves)
 from dpplugins.pld import Bounds
 
 __all__ = ["Accountant", "UnsupportedEventError", "validate_history", "is_non_private",
-           "private_leaves"]
+           "private_leaves", "MAX_COMPOSITIONS", "compositions"]
 
 NEIGHBOURING = ("add_remove", "replace_one")
+#: the most compositions (steps, or passes of a protocol) a query can account for, ``2**53``:
+#: the composition engines use counts as floats (FFT powers, closed forms), exact up to 2**53
+MAX_COMPOSITIONS = 2**53
 
 
 class UnsupportedEventError(ParameterError):
     """An accountant was given an event it cannot account for.
 
     ``event`` is the offending (leaf) event, ``accountant`` the refusing accountant's name,
-    ``supported_by`` the registry names of the accountants that support the whole event.
+    ``supported_by`` the registry names of the accountants that support the whole event with
+    their default options; the message also names those that support it with other options
+    (:func:`~dpplugins.accountants.registry.describe_supporting`).
     """
 
     def __init__(self, event: Event, accountant: str, reason: str = "",
@@ -54,15 +62,18 @@ class UnsupportedEventError(ParameterError):
         self.event = event
         self.accountant = accountant
         self.reason = reason
+        described = ""
         if supported_by is None:
-            from dpplugins.accountants.registry import supporting
+            from dpplugins.accountants.registry import describe_supporting, supporting
             supported_by = supporting(event)
+            described = describe_supporting(event)   # with options where defaults do not do
         self.supported_by = tuple(supported_by)
         valid = f"an event the {accountant!r} accountant supports"
         if reason:
             valid += f" ({reason})"
-        hint = ("accountants that support it: " + ", ".join(self.supported_by)
-                if self.supported_by else "no registered accountant supports it")
+        described = described or ", ".join(self.supported_by)
+        hint = ("accountants that support it: " + described if described
+                else "no registered accountant supports it")
         super().__init__("event", event, valid, hint)
 
 
@@ -97,6 +108,30 @@ def private_leaves(history) -> list[tuple[Event, int]]:
     return out
 
 
+def compositions(history) -> int:
+    """How many mechanisms the composition engines compose for ``history``: each leaf counts
+    once per repetition, a protocol event (shuffled epochs, check-ins, PNSGD, ...) once per pass
+    (a partial pass counts as one) -- whatever the number of steps in a pass."""
+    total = 0
+    for leaf, count in private_leaves(history):
+        passes = getattr(leaf, "passes", None)
+        total += count * (math.ceil(passes) if passes is not None else 1)
+    return total
+
+
+def check_representable(history) -> None:
+    """NumericalError when ``history`` needs more than :data:`MAX_COMPOSITIONS` compositions:
+    the engines would overflow or lose exactness (a query-time check, so that a ledger records
+    whatever was released, and ``len`` and ``state_dict`` still work)."""
+    n = compositions(history)
+    if n > MAX_COMPOSITIONS:
+        raise NumericalError(
+            f"the history needs {_magnitude(n)} compositions (steps, or passes of a protocol), "
+            f"more than the {MAX_COMPOSITIONS} (2**53) the composition engines represent "
+            "exactly (counts are used as floats)",
+            "account for fewer steps or passes (split the run), or use more noise per step")
+
+
 def validate_history(history: Iterable) -> list[tuple[float, float, int]]:
     """Check and normalise a version-0.1 run-length history of ``(noise_multiplier,
     sample_rate, steps)``; merge adjacent runs with equal parameters."""
@@ -120,6 +155,12 @@ def validate_history(history: Iterable) -> list[tuple[float, float, int]]:
         else:
             out.append((sigma, q, steps))
     return out
+
+
+def _magnitude(n: int) -> str:
+    """A short text for a possibly huge integer: ``n`` itself, or ``about 10^k``."""
+    text = str(n)
+    return text if len(text) <= 20 else f"about 10^{len(text) - 1}"
 
 
 def _parse_version(text: Any) -> tuple[int, ...]:
@@ -149,6 +190,10 @@ class Accountant:
     name: ClassVar[str] = ""
     theorem: ClassVar[str] = ""
     bound_type: ClassVar[str] = "certified upper bound"
+    #: other option sets under which the accountant may support events its defaults refuse
+    #: (e.g. ``({"neighbouring": "replace_one"},)``): the registry tries them to name the
+    #: accountant, with those options, in refusals (``describe_supporting``)
+    alternative_options: ClassVar[tuple[dict, ...]] = ()
     _option_names: ClassVar[tuple[str, ...]] = ("neighbouring",)
 
     def __init__(self, *, neighbouring: str = "add_remove") -> None:
@@ -268,8 +313,15 @@ class Accountant:
         return [SelfComposedEvent(self.step_event(sigma, q), steps)
                 for sigma, q, steps in validate_history(value)]
 
-    def __len__(self) -> int:
+    @property
+    def steps(self) -> int:
+        """Noisy optimizer steps recorded (a Python int of any size)."""
         return sum(event.steps for event in self._history)
+
+    def __len__(self) -> int:
+        """:attr:`steps`; Python's ``len`` is limited to ``2**63 - 1`` (OverflowError above:
+        use :attr:`steps`)."""
+        return self.steps
 
     # -- queries ------------------------------------------------------------------------------
     def _cached(self, key: tuple, compute):
@@ -305,6 +357,7 @@ class Accountant:
                 return Bounds(0.0, 0.0)
             if self._private_history(history) is None:
                 return Bounds(math.inf, math.inf)
+            check_representable(history)
             if delta == 0.0:
                 return self._pure_epsilon_bounds(history)
             return self._epsilon_bounds(history, delta)
@@ -323,6 +376,7 @@ class Accountant:
                 return Bounds(0.0, 0.0)
             if self._private_history(history) is None:
                 return Bounds(1.0, 1.0)
+            check_representable(history)
             return self._delta_bounds(history, epsilon)
         return self._cached(("delta", epsilon), compute)
 

@@ -5,7 +5,8 @@ variants, ``num_examples - window + 1`` for the sliding window; the samplers in
 :mod:`dpplugins.samplers.checkin` produce exactly these runs).  Each pass is bounded by the
 privacy profile of :func:`dpplugins.amplification.checkin.pass_privacy_profile` (Balle et al.
 2020, Thm 3.2 / 4.1 / 4.3, minimum with the single-participation bound), turned into a dominating
-PLD and composed over passes by FFT (Koskela et al. 2021; Doroshenko et al. 2022).
+PLD and composed over passes by FFT (Koskela, Jalko, Honkela 2020, arXiv:1906.03049;
+Doroshenko, Ghazi, Kamath, Kumar, Manurangsi 2022, arXiv:2207.04380).
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from dpplugins.accountants.base import Accountant, UnsupportedEventError, privat
 from dpplugins.events import EpsilonDeltaEvent, Event, GaussianEvent, RandomCheckInEvent
 from dpplugins.passes import Pass, cut_passes
 from dpplugins.amplification.checkin import (VARIANTS, admissible_delta0, delta1_for_delta0,
-                                             expected_dummy_updates, pass_privacy_profile,
-                                             pld_from_profile, profile_grid)
+                                             expected_dummy_updates, pass_privacy_profile)
 from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_count,
                               check_nonnegative, check_positive, check_probability)
-from dpplugins.mechanisms.gaussian import gaussian_delta
+from dpplugins.mechanisms.gaussian import gaussian_delta_upper, gaussian_epsilon
 from dpplugins.pld import Bounds, PrivacyLossDistribution
+from dpplugins.profiles import pld_from_profile, profile_grid
 
 __all__ = ["CheckInAccountant", "pass_profile", "local_noise_multiplier"]
 
@@ -315,7 +316,8 @@ class CheckInAccountant(Accountant):
             if isinstance(p.events[0], EpsilonDeltaEvent):
                 return None
             sigma = min(e.noise_multiplier for e in p.events)
-            total += count * (2.0 / sigma) ** 2
+            inverse = 2.0 / sigma          # (a float product overflows to inf, ** raises)
+            total += count * (inverse * inverse)
         return math.sqrt(total)
 
     def _epsilon_bounds(self, history, delta: float) -> Bounds:
@@ -348,24 +350,14 @@ class CheckInAccountant(Accountant):
 
 
 def _gaussian_delta_up(epsilon: float, mu: float) -> float:
-    """The exact profile of mu-GDP (Balle & Wang 2018, Thm 8), rounded up."""
-    return float(gaussian_delta(np.array([epsilon]), mu)[0]) * (1 + 1e-12) + 1e-300
+    """The exact profile of mu-GDP (Balle & Wang 2018, arXiv:1805.06530, Thm 8), rounded up."""
+    return gaussian_delta_upper(epsilon, mu)
 
 
 def _gaussian_epsilon(mu: float, delta: float) -> float:
-    """Certified upper bound on epsilon(delta) of mu-GDP: bisection on the rounded-up profile,
-    returning a point where it is at most ``delta``."""
-    if _gaussian_delta_up(0.0, mu) <= delta:
-        return 0.0
-    lo, hi = 0.0, max(1.0, mu * mu)
-    while not _gaussian_delta_up(hi, mu) <= delta:
-        lo, hi = hi, 2 * hi
-        if hi > 1e300:   # pragma: no cover - delta > 1e-300 is reached long before
-            return math.inf
-    while hi - lo > 1e-12 * hi:
-        mid = 0.5 * (lo + hi)
-        lo, hi = (lo, mid) if _gaussian_delta_up(mid, mu) <= delta else (mid, hi)
-    return hi
+    """Certified upper bound on epsilon(delta) of mu-GDP to relative 1e-12
+    (:func:`dpplugins.mechanisms.gaussian.gaussian_epsilon`)."""
+    return gaussian_epsilon(mu, delta, rtol=1e-12)
 
 
 def local_noise_multiplier(event: RandomCheckInEvent, noise_multiplier: float) -> float:

@@ -111,10 +111,10 @@ class PNSGDAccountant(Accountant):
     step); a pass is ``dataset_size`` steps.  Variants (one pass, delta(eps) for every eps >= 0):
 
     * ``"shuffled"``: a fresh uniform permutation per pass, only the end of a pass released or
-      not at all (seed Thm 2): ``A (1 - B^n) / (n (1 - B))``;
+      not at all (Sordello, Bu, Dong 2021, Thm 2): ``A (1 - B^n) / (n (1 - B))``;
     * ``"randomly_stopped"``: each pass outputs ``w_T``, ``T`` uniform on ``{1..n}`` (Asoodeh et al.
       Thm 5 with the factor ``1 - B^n`` its proof gives -- numerically the same as shuffled);
-    * ``"online"``: fixed order, per-step noise (seed eq. 6.1), the maximum over positions, i.e.
+    * ``"online"``: fixed order, per-step noise (Sordello et al. 2021, eq. 6.1), the maximum over positions, i.e.
       the guarantee of the least protected (latest) record.
 
     Passes compose through the PLD engine: each pass's profile becomes a dominating PLD
@@ -123,7 +123,8 @@ class PNSGDAccountant(Accountant):
     ``MAX_PASS_GRID_POINTS`` grid points, :meth:`grid_step` -- profile evaluated at every grid
     point, or on a coarser sub-grid for passes with thousands of noise levels --
     :meth:`profile_step`) and the passes are composed by FFT -- never by the
-    seed's (eps, delta) -> RDP conversion (REFERENCE.md, the trap).  A single pass is answered
+    (eps, delta) -> RDP conversion of Sordello, Bu, Dong 2021 (arXiv:2106.11767) Sec. 5 (an
+    (eps, delta) point with delta > 0 implies no finite RDP; Mironov 2017, arXiv:1702.07476).  A single pass is answered
     directly from its profile.  Passes may differ in noise (steps with different
     ``noise_multiplier`` inside a pass use the per-step forms of the same theorems).
 
@@ -288,12 +289,16 @@ class PNSGDAccountant(Accountant):
                 runs.append((scale, 1.0 / leaf.dataset_size, steps))
         return configured, runs
 
-    def _passes(self, history) -> list[tuple[Pass, int]]:
-        """The passes of a version-0.1 history, run-length encoded (:func:`pass_runs`)."""
+    def passes_of(self, history) -> list[tuple[Pass, int]]:
+        """The passes of a version-0.1 history ``[(noise_multiplier, 1/dataset_size, steps),
+        ...]`` for this accountant's ``dataset_size``, run-length encoded (:func:`pass_runs`);
+        ParameterError for a sample rate other than ``1/dataset_size``."""
         history = validate_history(history)
         for i, (_, q, _) in enumerate(history):
             self._check_sample_rate(f"history[{i}].sample_rate", q)
         return pass_runs(history, self.dataset_size)
+
+    _passes = passes_of   # the name of version 0.1
 
     # -- one pass -----------------------------------------------------------------------------
     def _profile_of(self, runs: Pass):
@@ -365,7 +370,7 @@ class PNSGDAccountant(Accountant):
 
     def _epsilon_bounds(self, history, delta: float) -> Bounds:
         acc, runs = self._configured(history)
-        passes = acc._passes(runs)
+        passes = acc.passes_of(runs)
         if passes == [(passes[0][0], 1)]:
             return Bounds(0.0, epsilon_for_delta(acc.pass_profile(passes[0][0]), delta))
         pld = self._cached(("pld", history), lambda _: acc._pld(passes))
@@ -373,7 +378,7 @@ class PNSGDAccountant(Accountant):
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
         acc, runs = self._configured(history)
-        passes = acc._passes(runs)
+        passes = acc.passes_of(runs)
         if passes == [(passes[0][0], 1)]:
             value = float(acc.pass_profile(passes[0][0])(np.array([epsilon]))[0])
             return Bounds(0.0, min(value, 1.0))

@@ -12,7 +12,7 @@ from typing import Any
 from dpplugins.errors import ParameterError
 
 __all__ = ["register", "unregister", "create", "available", "get_class", "supporting",
-           "registered_name"]
+           "supporting_configurations", "describe_supporting", "registered_name"]
 
 _REGISTRY: dict[str, type] = {}
 #: registry name -> (module, class) of the built-in accountants, imported on first use
@@ -93,3 +93,40 @@ def supporting(event) -> tuple[str, ...]:
         except Exception:
             continue
     return tuple(names)
+
+
+def supporting_configurations(event) -> tuple[tuple[str, dict], ...]:
+    """``(name, options)`` of every way a registered accountant supports ``event``: its default
+    options first (``options == {}``, exactly :func:`supporting`), else the first of the option
+    sets the accountant class lists in ``alternative_options`` (e.g. replace-one neighbouring)
+    under which it does.  Each accountant still decides from the event (``supports``).
+
+    Example::
+
+        >>> supporting_configurations(FixedBatchEvent(1000, 10, GaussianEvent(1.0)))
+        (('fdp', {'neighbouring': 'replace_one'}),)
+    """
+    found = []
+    for name in available():
+        try:
+            cls = get_class(name)
+        except Exception:  # pragma: no cover - available() names resolve
+            continue
+        for options in ({},) + tuple(getattr(cls, "alternative_options", ())):
+            try:
+                if cls(**options).supports(event):
+                    found.append((name, dict(options)))
+                    break
+            except Exception:   # options this accountant cannot be built with: not a way
+                continue
+    return tuple(found)
+
+
+def describe_supporting(event) -> str:
+    """The accountants that support ``event``, for messages: names, with the options where the
+    defaults do not support it (``"shuffle, fdp(neighbouring='replace_one')"``); ``""`` if none."""
+    parts = []
+    for name, options in supporting_configurations(event):
+        settings = ", ".join(f"{key}={value!r}" for key, value in options.items())
+        parts.append(f"{name}({settings})" if settings else name)
+    return ", ".join(parts)

@@ -34,8 +34,10 @@ Upper bound (certified), per epoch, the pointwise minimum of valid privacy profi
   implemented: we had only its abstract.)
 
 Lower bound (certified): :func:`dpplugins.amplification.shuffle.shuffle_lower_bound` -- the
-Chua et al. (2024) pair, binned exactly and composed over epochs with the PLD engine's lower
-bounds.  ``get_epsilon_bounds`` returns ``(that lower bound, our upper bound)``.
+Chua et al. (2024, arXiv:2403.17673 and arXiv:2411.04205) pair, binned exactly and composed over
+epochs with the PLD engine's lower bounds, each epoch at its largest noise multiplier but at
+least ``LOWER_BOUND_MIN_NOISE`` (more noise is a post-processing).  Long runs use a coarser PLD
+grid (``GRID_BUDGET``): any grid gives certified bounds, a coarser one looser ones.  ``get_epsilon_bounds`` returns ``(that lower bound, our upper bound)``.
 
 When the upper bound is (close to) the no-amplification value -- which it is for every batch size
 above 1 and, with the bounds known today, for batch size 1 unless the noise is very large --
@@ -55,6 +57,7 @@ Example::
 from __future__ import annotations
 
 import math
+import sys
 from fractions import Fraction
 from typing import ClassVar
 
@@ -67,7 +70,8 @@ from dpplugins.errors import (NumericalError, ParameterError, check_count, check
 from dpplugins.events import (Event, GaussianEvent, ProtocolEvent, ShuffledEpochsEvent,
                               steps_per_epoch_for_rate)
 from dpplugins.passes import cut_passes
-from dpplugins.mechanisms.gaussian import gaussian_delta
+from dpplugins.mechanisms.gaussian import gaussian_delta, gaussian_delta_upper
+from dpplugins.mechanisms.gaussian import gaussian_epsilon as _gaussian_epsilon
 from dpplugins.pld import Bounds, PrivacyLossDistribution
 
 __all__ = ["ShuffleAccountant", "EpochPlan", "epoch_plan", "gaussian_epsilon"]
@@ -127,21 +131,64 @@ def epoch_plan(passes) -> EpochPlan:
 
 
 def gaussian_epsilon(mu: float, delta: float) -> float:
-    """Certified upper bound on epsilon(delta) of the mu-GDP (Gaussian) mechanism: safeguarded
-    Newton on the exact profile ``Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)`` (Balle & Wang
-    2018, Thm 8), rounded up by a relative 1e-12."""
-    from scipy.special import log_ndtr
+    """Certified upper bound on epsilon(delta) of the mu-GDP (Gaussian) mechanism (Balle & Wang
+    2018, arXiv:1805.06530, Thm 8): :func:`dpplugins.mechanisms.gaussian.gaussian_epsilon` to
+    relative 1e-7 (the profile rounded up by a relative 1e-12)."""
+    return _gaussian_epsilon(mu, delta, rtol=1e-7)
 
-    def upper(e):
-        value = float(gaussian_delta(np.array([e]), mu)[0]) * (1 + 1e-12) + 1e-300
-        slope = -math.exp(e + float(log_ndtr(-e / mu - mu / 2)))
-        return value, slope
 
-    hi = max(1.0, mu * mu)
-    while upper(hi)[0] > delta:
-        hi *= 2
-    return shuffle_bounds._newton_smallest_epsilon(upper, delta, hi, mu * math.sqrt(
-        2 * math.log(1 / delta)))
+#: grid points over which the composed privacy loss of a long run is spread (24 of its standard
+#: deviations): long runs get a coarser grid, so a query takes about a second whatever the
+#: number of epochs -- still certified, only looser
+GRID_BUDGET = 2**16
+#: grid points of one epoch's PLD that fit in memory (``value_discretization_interval`` finer
+#: than this allows is refused)
+MAX_EPOCH_GRID_POINTS = 2**25
+#: smallest noise multiplier of the lower-bound pair (below it the pair's far tails underflow)
+LOWER_BOUND_MIN_NOISE = 0.05
+#: a width the finite privacy losses of a lower-bound epoch always need (a user grid step must
+#: resolve it within MAX_EPOCH_GRID_POINTS)
+_PAIR_LOSS_RANGE = 1.0
+#: standard deviations of the composed privacy loss the grid budget is spread over
+_SPREAD = 24.0
+
+
+def _budget_step(h: float, spread: float) -> float:
+    """``h``, or coarser so that ``_SPREAD`` standard deviations ``spread`` of the composed
+    privacy loss take at most :data:`GRID_BUDGET` grid points."""
+    if not math.isfinite(spread):
+        return h
+    return max(h, _SPREAD * spread / GRID_BUDGET)
+
+
+def _loss_spread(p: np.ndarray, q: np.ndarray) -> float:
+    """Standard deviation of the finite privacy loss ``log(p/q)`` under ``p`` (0 if none is
+    finite): the per-epoch scale of the composed PLD's window."""
+    both = (p > 0) & (q > 0)
+    if not np.any(both):
+        return 0.0
+    w = p[both]
+    loss = np.log(w) - np.log(q[both])
+    mean = float(np.dot(w, loss) / w.sum())
+    return math.sqrt(max(float(np.dot(w, (loss - mean) ** 2) / w.sum()), 0.0))
+
+
+def _finite_loss_range(p: np.ndarray, q: np.ndarray) -> float:
+    """Width of the range of the finite privacy losses ``log(p/q)`` (both directions)."""
+    both = (p > 0) & (q > 0)
+    if not np.any(both):
+        return 0.0
+    loss = np.log(p[both]) - np.log(q[both])
+    return float(loss.max() - loss.min())
+
+
+def _profile_end(profile) -> float:
+    """Where an epoch profile falls below 1e-16 (a power of two from 0.25, at most 400): the
+    end of its PLD grid, as ``from_privacy_profile`` chooses it by default."""
+    eps = 0.25
+    while eps < 400 and float(profile(np.array([eps]))[0]) > 1e-16:
+        eps *= 2
+    return min(eps, 400.0)
 
 
 class ShuffleAccountant(Accountant):
@@ -238,11 +285,18 @@ class ShuffleAccountant(Accountant):
         if plan.batch_size != 1:
             return None
         n = plan.dataset_size
+        if n > sys.float_info.max:   # the theorem's formulas are evaluated in floats
+            return None
         return n if n >= 2 else None
 
     def _mu_total(self, plan: EpochPlan) -> float:
-        total = sum(count / (smin * smin) for (smin, _, _), count in plan.epochs.items())
-        return self.sensitivity * math.sqrt(total)
+        """``sensitivity * sqrt(sum_e 1/sigma_e^2)`` (Dong, Roth, Su 2022, Cor. 3.3), scaled by
+        the smallest sigma so that ``sigma^2`` never underflows (``inf`` past the float range)."""
+        s0 = min(smin for (smin, _, _) in plan.epochs)
+        total = sum(float(count) * (s0 / smin) ** 2 for (smin, _, _), count in plan.epochs.items())
+        with np.errstate(over="ignore"):
+            scale = self.sensitivity / s0 if s0 > 0 else math.inf
+        return scale * math.sqrt(total) if math.isfinite(scale) else math.inf
 
     # -- upper bound ----------------------------------------------------------------------------
     def _epoch_profile(self, sigma: float, n: int):
@@ -274,19 +328,42 @@ class ShuffleAccountant(Accountant):
         sigmas = {smin for (smin, _, _) in plan.epochs}
         if not any(self._amplification_helps(s, n) for s in sigmas):
             return None
-        h = self._grid_step(plan)
         counts: dict[float, int] = {}
         for (smin, _, _), count in plan.epochs.items():
             counts[smin] = counts.get(smin, 0) + count
+        # the Gaussian (no-amplification) loss, sd mu per epoch, is our proxy for the amplified
+        # one's spread; it only sets the grid of long runs (every grid is certified)
+        spread = math.sqrt(sum(float(c) * (self.sensitivity / s) ** 2 for s, c in counts.items()))
+        profiles = {sigma: self._epoch_profile(sigma, n)[0] for sigma in counts}
+        ends = {sigma: _profile_end(profile) for sigma, profile in profiles.items()}
+        h = self._fit_grid(2.0 * max(ends.values()), _budget_step(self._grid_step(plan), spread))
         total = None
         for sigma, count in counts.items():
-            profile, _ = self._epoch_profile(sigma, n)
             part = PrivacyLossDistribution.from_privacy_profile(
-                profile, symmetric=True, value_discretization_interval=h, profile_step=h,
+                profiles[sigma], epsilon_max=ends[sigma], symmetric=True,
+                value_discretization_interval=h, profile_step=h,
                 description=f"shuffled epoch, batch size 1 (sigma={sigma:g}, n={n})")
             part = part.self_compose(count)
             total = part if total is None else total.compose(part)
         return total
+
+    def _fit_grid(self, loss_range: float, h: float) -> float:
+        """``h``, checked (:meth:`_check_grid`) when the user chose the grid, else coarsened
+        until one epoch's PLD fits in :data:`MAX_EPOCH_GRID_POINTS` points."""
+        if self.value_discretization_interval is not None:
+            self._check_grid(loss_range, h)
+            return h
+        return max(h, loss_range / MAX_EPOCH_GRID_POINTS)
+
+    def _check_grid(self, loss_range: float, h: float) -> None:
+        """ParameterError when one epoch's PLD would need more than
+        :data:`MAX_EPOCH_GRID_POINTS` grid points of step ``h`` over ``loss_range``."""
+        if not loss_range / h <= MAX_EPOCH_GRID_POINTS:
+            raise ParameterError(
+                "value_discretization_interval", self.value_discretization_interval,
+                f">= {loss_range / MAX_EPOCH_GRID_POINTS:.3g} for this history (privacy losses "
+                f"spread over {loss_range:.4g}: at most {MAX_EPOCH_GRID_POINTS} grid points per "
+                "epoch fit in memory)", "or leave it None: the accountant then chooses the grid")
 
     def _upper_epsilon(self, plan: EpochPlan, delta: float) -> float:
         eps = gaussian_epsilon(self._mu_total(plan), delta)
@@ -299,7 +376,7 @@ class ShuffleAccountant(Accountant):
         return eps
 
     def _upper_delta(self, plan: EpochPlan, epsilon: float) -> float:
-        value = float(gaussian_delta(np.array([epsilon]), self._mu_total(plan))[0]) * (1 + 1e-12)
+        value = gaussian_delta_upper(epsilon, self._mu_total(plan))
         pld = self._amplified_pld(plan)
         if pld is not None:
             try:
@@ -320,19 +397,38 @@ class ShuffleAccountant(Accountant):
         return min(released * b, n) / n
 
     def _lower_plds(self, plan: EpochPlan) -> list[PrivacyLossDistribution]:
+        """The Chua et al. pair's PLDs (one per realisable pair of means), each epoch at its
+        largest noise multiplier, at least :data:`LOWER_BOUND_MIN_NOISE`: adding independent
+        Gaussian noise to a step is a post-processing, so a pair with more noise is still a
+        lower bound (and its bin masses stay representable in floating point).  The grid step is the
+        option (or a default from the noise), coarser for long runs (:data:`GRID_BUDGET`): any
+        grid gives certified lower bounds (optimistic discretisation), a coarser one is only
+        looser."""
         T = plan.steps_per_epoch
         epochs: dict[tuple, int] = {}
         for (_, smax, released), count in plan.epochs.items():
-            key = (smax, released, self._used_fraction(plan, released))
+            key = (max(smax, LOWER_BOUND_MIN_NOISE), released,
+                   self._used_fraction(plan, released))
             epochs[key] = epochs.get(key, 0) + count
         smax = max(s for (s, _, _) in epochs)
-        h = self.value_discretization_interval or float(np.clip(1.0 / (smax * 200), 1e-4, 5e-3))
-        return [shuffle_bounds.shuffle_lower_bound_pld(epochs, T, mp, mq, h)
-                for mp, mq in shuffle_bounds._neighbour_means(self.neighbouring)]
+        h0 = self.value_discretization_interval or float(np.clip(1.0 / (smax * 200), 1e-4, 5e-3))
+        if self.value_discretization_interval is not None:
+            self._check_grid(_PAIR_LOSS_RANGE, h0)
+        out = []
+        for mp, mq in shuffle_bounds.neighbour_means(self.neighbouring):
+            pairs = {key: shuffle_bounds.max_statistic_pair(
+                key[0], T, mp, mq, released_steps=key[1], released_fraction=key[2])
+                for key in epochs}
+            spread = math.sqrt(sum(float(count) * _loss_spread(*pairs[key]) ** 2
+                                   for key, count in epochs.items()))
+            h = self._fit_grid(max(_finite_loss_range(*pair) for pair in pairs.values()),
+                               _budget_step(h0, spread))
+            out.append(shuffle_bounds.pairs_pld(pairs, epochs, h))
+        return out
 
     def _lower(self, plan: EpochPlan, query) -> float:
-        if not self.lower_bound:
-            return 0.0
+        if not self.lower_bound or plan.steps_per_epoch > sys.float_info.max:
+            return 0.0   # 0 is a valid lower bound (the pair's formulas need a float T)
         best = 0.0
         for pld in self._lower_plds(plan):
             try:

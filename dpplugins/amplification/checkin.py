@@ -1,7 +1,7 @@
 """Privacy amplification by random check-ins, as pure functions.
 
 Source: B. Balle, P. Kairouz, H. B. McMahan, O. Thakkar, A. Thakurta, "Privacy Amplification via
-Random Check-Ins", NeurIPS 2020 (arXiv:2007.06605; seed text ``papers/random-check-ins.txt``).
+Random Check-Ins", NeurIPS 2020 (arXiv:2007.06605).
 Notation: ``eps0`` / ``delta0`` is the local randomizer's guarantee, ``n`` the number of clients
 (examples), ``m`` the number of check-in slots (or the window of the sliding-window protocol),
 ``p0`` the check-in probability.  ``log`` is natural.  The neighbouring relation is the paper's:
@@ -11,19 +11,21 @@ Every theorem here has the shape ``eps(delta) = B + A sqrt(log(1/delta))`` for e
 (0, 1), so it is a whole privacy profile; the ``*_profile`` functions return its exact inverse
 ``delta(eps) = exp(-((eps - B) / A)^2)`` (1 for ``eps <= B``) as a vectorised callable, which
 :meth:`dpplugins.pld.PrivacyLossDistribution.from_privacy_profile` turns into a dominating PLD, so
-repeated protocol runs compose by FFT (DESIGN.md, "Composition across epochs").
+repeated protocol runs compose by FFT (pessimistic connect-the-dots: Doroshenko, Ghazi,
+Kamath, Kumar, Manurangsi 2022, arXiv:2207.04380).
 
-Which formulas we trust (REFERENCE.md restores some displayed formulas the seed lost):
+Which formulas we trust (the text of the paper we worked from lost some displayed formulas):
 
-* Thm 3.2 and Thm 4.3: the seed states them in full; REFERENCE.md agrees.  We re-derived both from
+* Thm 3.2 and Thm 4.3: stated in full in the paper.  We re-derived both from
   Lemma A.2 with ``a = w (e^eps0 - 1)``, ``b = 1 - e^-eps0``, ``k = m`` (proof of Thm A.4;
   ``w = p0`` for A_fix, ``w = 1`` for the sliding window):
   ``a^2 / (2k(1-b)) = w^2 e^eps0 (e^eps0-1)^2 / (2m)`` and
   ``sqrt(2 a^2 log(1/delta) / (k(1-b))) = w (e^eps0-1) sqrt(2 e^eps0 log(1/delta) / m)``.
-  (The proof text of Thm 3.2 in the seed divides the second term by ``m`` instead of ``sqrt(m)``;
+  (The proof text of Thm 3.2 in the arXiv version divides the second term by ``m`` instead of ``sqrt(m)``;
   that is a typo -- the theorem statement, Thm A.4 and the derivation all give ``sqrt(m)``.)
-* Thm 4.1 (pure eps0): lost in the seed; REFERENCE.md restores it from the seed's approximate-DP
-  statement by ``8 eps0 -> eps0``.  We trust the restoration: (i) the same substitution maps every
+* Thm 4.1 (pure eps0): its display was lost in our copy; we restore it from the paper's
+  approximate-DP statement by ``8 eps0 -> eps0`` (our derivation, not checked against the
+  original display).  We trust the restoration: (i) the same substitution maps every
   other pure/approximate pair in the paper (Thms 3.2, 4.3, 5.1) into each other; (ii) the ratio of
   its leading term to Thm 3.2's (p0 = 1) is ``e^(2 eps0) / e^(eps0/2) = e^(3 eps0/2)``, the
   "additional O(e^(3 eps0/2)) factor" the text announces; (iii) ``eps1`` re-derives from the proof
@@ -33,8 +35,9 @@ Which formulas we trust (REFERENCE.md restores some displayed formulas the seed 
 * Lemma A.2: re-derived from heterogeneous advanced composition
   ``sum eps_i (e^eps_i - 1)/2 + sqrt(2 sum eps_i^2 log(1/delta))`` with ``eps_i <= a/(k - b(i-1))``
   and ``sum_i 1/(k - b(i-1))^2 <= 1/(k(1-b))`` (integral comparison); the result is also implied by
-  zCDP composition (Bun & Steinke 2016, Prop. 1.3 and Lemma 3.5), so it is sound.
-* Approximate-DP local randomizers: the seed's statements (``8 eps0`` everywhere, admissible
+  zCDP composition (Bun & Steinke 2016, arXiv:1605.02065, Prop. 1.3 and Lemma 3.5), so it is
+  sound.
+* Approximate-DP local randomizers: the paper's statements (``8 eps0`` everywhere, admissible
   ``delta0`` bound, ``delta' = delta + m (e^eps' + 1) delta1``) are used as printed; this is the
   corrected version the acknowledgements mention.
 
@@ -53,11 +56,14 @@ import sys
 from typing import Callable, NamedTuple
 
 import numpy as np
-from scipy.optimize import brentq
-from scipy.special import gammaln, logsumexp
 
+from dpplugins.composition import (advanced_composition_epsilon,
+                                   heterogeneous_composition_epsilon, optimal_composition_delta,
+                                   optimal_composition_epsilon)
 from dpplugins.errors import (ParameterError, check_choice, check_count, check_nonnegative,
                               check_open_unit, check_positive, check_probability)
+from dpplugins.numerics import smallest_epsilon
+from dpplugins.profiles import pld_from_profile, profile_grid
 
 __all__ = [
     "EpsDelta",
@@ -86,6 +92,9 @@ __all__ = [
 ]
 
 Profile = Callable[[np.ndarray], np.ndarray]
+# heterogeneous_composition_epsilon, optimal_composition_delta, optimal_composition_epsilon and
+# advanced_composition_epsilon live in dpplugins.composition, profile_grid and pld_from_profile in
+# dpplugins.profiles; they are re-exported here under their version-0.1 names
 
 #: relative safety margin added to every epsilon and delta we report, so that floating-point
 #: rounding never moves a bound in the user's favour (a few ulps would do; this is generous)
@@ -183,13 +192,19 @@ def _delta1(eps0: float, delta0: float) -> float:
         return 0.0
     if _admissible(eps0, 1.0) < delta0:
         return math.inf
-    lo = math.log(delta0)  # admissible(delta0) < delta0 / 8 < delta0, so the root is above
-    f = lambda t: math.log(max(_admissible(eps0, math.exp(t)), 1e-320)) - math.log(delta0)
-    t = brentq(f, lo, 0.0, xtol=1e-14, rtol=1e-14) if f(0.0) > 0 else 0.0
-    d1 = min(math.exp(t), 1.0)
-    while _admissible(eps0, d1) < delta0:
-        d1 = min(d1 * (1 + 1e-12), 1.0)
-    return d1
+    # admissible(delta0) < delta0 / 8 < delta0, so the root is above delta0: search
+    # x = log(delta1 / delta0) >= 0 for the smallest x with admissible(delta1) >= delta0
+    # (dpplugins.numerics.smallest_epsilon; the returned point was checked in floating point)
+    log_d0 = math.log(delta0)
+
+    def delta1_at(x: float) -> float:
+        return min(math.exp(log_d0 + x), 1.0)
+
+    def shortfall(x: float) -> float:   # 0 where the hypothesis holds in floating point
+        return 0.0 if _admissible(eps0, delta1_at(x)) >= delta0 else 1.0
+
+    x = smallest_epsilon(shortfall, 0.5, hi=-log_d0, rtol=1e-14)
+    return delta1_at(x)
 
 
 def _approximate_reduction(eps0: float, delta0: float) -> tuple[float, float]:
@@ -324,9 +339,10 @@ def averaged_epsilon(eps0: float, delta: float, delta2: float, num_clients: int,
     ``eps = e^(4 eps0) (e^eps0 - 1)^2 eps1^2 / 2``
     ``      + e^(2 eps0) (e^eps0 - 1) eps1 sqrt(2 log(1/delta))``
 
-    (pure statement restored in REFERENCE.md; see the module docstring for why we trust it).  For
+    (pure statement restored by us from the approximate-DP one; see the module docstring for why
+    we trust it).  For
     ``(eps0, delta0)`` randomizers: ``8 eps0`` everywhere and total delta
-    ``delta + delta2 + m (e^eps + 1) delta1`` (the seed's statement).
+    ``delta + delta2 + m (e^eps + 1) delta1`` (the paper's statement).
 
     Returns ``EpsDelta(epsilon, total_delta)``.
 
@@ -427,119 +443,6 @@ def sliding_window_profile(eps0: float, window: int, delta0: float = 0.0) -> Pro
     if math.isinf(delta1):
         return lambda eps: np.ones_like(np.asarray(eps, dtype=float))
     return _approx_profile(*_fixed_coefficients(e0, window, 1.0), window, delta1)
-
-
-# -- Lemma A.2 and composition theorems -----------------------------------------------------------
-def heterogeneous_composition_epsilon(a: float, b: float, k: int, delta: float) -> float:
-    """Lemma A.2 (Balle et al. 2020): if the i-th of ``k`` adaptive mechanisms is
-    ``log(1 + a / (k - b (i - 1)))``-DP (``a > 0``, ``b`` in [0, 1)), their composition is
-    ``(eps, delta)``-DP with ``eps = a^2 / (2k(1-b)) + sqrt(2 a^2 log(1/delta) / (k(1-b)))``.
-
-    (The paper states ``b`` in (0, 1); ``b = 0`` -- k identical ``log(1 + a/k)``-DP mechanisms --
-    follows from the same proof.)
-
-    Example::
-
-        >>> heterogeneous_composition_epsilon(2.0, 0.5, 4, math.exp(-1))  # doctest: +ELLIPSIS
-        3.0000...
-    """
-    a = check_positive("a", a)
-    b = check_nonnegative("b", b)
-    if b >= 1:
-        raise ParameterError("b", b, "in [0, 1)")
-    k = check_count("k", k, minimum=1)
-    delta = check_open_unit("delta", delta)
-    scale = k * (1.0 - b)
-    return (a * a / (2.0 * scale) + math.sqrt(2.0 * a * a * math.log(1.0 / delta) / scale)) * _UP
-
-
-def optimal_composition_delta(epsilon: float, eps_step: float, delta_step: float, k: int) -> float:
-    """Exact ``delta(epsilon)`` of the k-fold adaptive composition of ``(eps_step, delta_step)``-DP
-    mechanisms -- the optimal composition theorem (Kairouz, Oh, Viswanath 2015, Thm 3.3; its
-    general-epsilon form, Murtagh & Vadhan 2016):
-
-    ``1 - (1-d)^k + (1-d)^k sum_l C(k,l) (e^((k-l)e) - e^(epsilon + l e))_+ / (1 + e^e)^k``
-
-    with ``e = eps_step``, ``d = delta_step``; it is the hockey-stick divergence of the k-fold
-    product of the four-point dominating pair of an ``(e, d)``-DP mechanism.
-
-    Example::
-
-        >>> round(optimal_composition_delta(0.0, 1.0, 0.0, 1), 6)  # TV of RR(1): (e-1)/(e+1)
-        0.462117
-    """
-    epsilon = check_nonnegative("epsilon", epsilon)
-    e, d, k = _check_step_guarantee(eps_step, delta_step, k)
-    return _kov_delta(epsilon, e, d, k)
-
-
-def _check_step_guarantee(eps_step, delta_step, k) -> tuple[float, float, int]:
-    """Validate the per-step (eps, delta) guarantee and the number of steps."""
-    e = check_nonnegative("eps_step", eps_step)
-    d = check_nonnegative("delta_step", delta_step)
-    if d >= 1:
-        raise ParameterError("delta_step", d, "in [0, 1)")
-    return e, d, check_count("k", k, minimum=1)
-
-
-def _kov_delta(epsilon: float, e: float, d: float, k: int) -> float:
-    l = np.arange(k + 1, dtype=float)
-    margin = (k - 2 * l) * e - epsilon          # log of e^((k-l)e) / e^(epsilon + l e)
-    keep = margin > 0
-    if np.any(keep):
-        lk = l[keep]
-        log_terms = (gammaln(k + 1) - gammaln(lk + 1) - gammaln(k - lk + 1) + (k - lk) * e
-                     - k * np.logaddexp(0.0, e) + np.log(-np.expm1(-margin[keep])))
-        pure = float(np.exp(logsumexp(log_terms)))
-    else:
-        pure = 0.0
-    survive = math.exp(k * math.log1p(-d)) if d > 0 else 1.0
-    return min(1.0, ((1.0 - survive) + survive * pure) * _UP + 1e-300)
-
-
-def optimal_composition_epsilon(delta: float, eps_step: float, delta_step: float, k: int) -> float:
-    """Smallest epsilon (up to relative 1e-10, rounded up) with
-    :func:`optimal_composition_delta` ``<= delta``; ``inf`` if even ``k eps_step`` does not reach
-    it (Kairouz, Oh, Viswanath 2015, Thm 3.3).
-
-    Example::
-
-        >>> optimal_composition_epsilon(1e-6, 0.0, 0.0, 10)
-        0.0
-    """
-    delta = check_open_unit("delta", delta)
-    e, d, k = _check_step_guarantee(eps_step, delta_step, k)
-    if _kov_delta(0.0, e, d, k) <= delta:
-        return 0.0
-    hi = k * e
-    if _kov_delta(hi, e, d, k) > delta:
-        return math.inf
-    lo = 0.0
-    while hi - lo > 1e-10 * hi:
-        mid = 0.5 * (lo + hi)
-        if _kov_delta(mid, e, d, k) <= delta:
-            hi = mid
-        else:
-            lo = mid
-    return hi
-
-
-def advanced_composition_epsilon(eps_step: float, k: int, delta_slack: float) -> float:
-    """Advanced composition (Dwork, Rothblum, Vadhan 2010, Thm III.3): ``k`` adaptive
-    ``(eps_step, d)``-DP mechanisms compose to ``(eps, k d + delta_slack)``-DP with
-    ``eps = eps_step sqrt(2 k log(1/delta_slack)) + k eps_step (e^eps_step - 1)``.
-
-    This is the composition Cor. 3.3 of Balle et al. (2020) uses.
-
-    Example::
-
-        >>> round(advanced_composition_epsilon(0.1, 100, 1e-5), 4)
-        5.8502
-    """
-    e = check_nonnegative("eps_step", eps_step)
-    k = check_count("k", k, minimum=1)
-    slack = check_open_unit("delta_slack", delta_slack)
-    return (e * math.sqrt(2.0 * k * math.log(1.0 / slack)) + k * e * _expm1(e)) * _UP
 
 
 # -- Corollary 3.3: repeated A_fix ----------------------------------------------------------------
@@ -816,76 +719,3 @@ def pass_privacy_profile(variant: str, *, num_clients: int, num_slots: int,
     return profile
 
 
-# -- from a per-run profile to a PLD ------------------------------------------------------------
-_MIN_H, _MAX_H = 2e-5, 1e-3
-_MAX_EPS, _MAX_GRID_POINTS = 2.0 ** 14, 200_000
-#: profile evaluations per run (the PLD module's convex hull slows down on much longer inputs)
-_MAX_PROFILE_POINTS = 4000
-
-
-def _profile_epsilon_max(profile: Profile) -> float:
-    """First power of two (>= 1) where the profile is below 1e-16 or has reached a floor below
-    1e-3 (such as delta0)."""
-    eps_max = 1.0
-    while eps_max < _MAX_EPS:
-        now, later = profile(np.array([eps_max, 2 * eps_max]))
-        if now <= 1e-16 or (now < 1e-3 and later >= now * (1 - 1e-12)):
-            break
-        eps_max *= 2
-    return eps_max
-
-
-def _profile_epsilon(profile: Profile, delta: float, eps_max: float) -> float:
-    """Smallest eps (bisection, upper end) with profile(eps) <= delta, at most eps_max."""
-    lo, hi = 0.0, 1.0
-    while hi < eps_max and profile(np.array([hi]))[0] > delta:
-        hi *= 2
-    for _ in range(40):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (lo, mid) if profile(np.array([mid]))[0] <= delta else (mid, hi)
-    return hi
-
-
-def profile_grid(profiles, value_discretization_interval: float | None = None
-                 ) -> tuple[float, float]:
-    """Grid ``(h, epsilon_max)`` for the PLDs of runs known by their privacy profiles.
-
-    ``epsilon_max``: the first power of two where every profile is below 1e-16 or at a floor
-    (what is left there goes to ``delta(inf)``, so this only decides accuracy).  ``h``: the given
-    ``value_discretization_interval``, else a 200th of the smallest single-run epsilon at
-    ``delta = 1e-5``, clipped to ``[2e-5, 1e-3]`` and coarse enough for at most 200 000 grid
-    points.  Every choice gives certified upper bounds; this one balances accuracy and time.
-
-    Example::
-
-        >>> h, eps_max = profile_grid([single_participation_profile(1.0)])
-        >>> h, eps_max
-        (0.001, 1.0)
-    """
-    profiles = list(profiles)
-    eps_max = max(_profile_epsilon_max(p) for p in profiles)
-    if value_discretization_interval is not None:
-        return check_positive("value_discretization_interval", value_discretization_interval), \
-            eps_max
-    scale = min(_profile_epsilon(p, 1e-5, eps_max) for p in profiles)
-    h = max(float(np.clip(scale / 200.0, _MIN_H, _MAX_H)), eps_max / _MAX_GRID_POINTS)
-    return h, eps_max
-
-
-def pld_from_profile(profile: Profile, h: float, epsilon_max: float, *,
-                     description: str = "random check-in run"):
-    """Dominating PLD of one run (connect-the-dots on the profile, Doroshenko et al. 2022, via
-    :meth:`PrivacyLossDistribution.from_privacy_profile`), with the profile evaluated on at most
-    4000 points.
-
-    Example::
-
-        >>> pld = pld_from_profile(single_participation_profile(1.0), 1e-3, 1.0)
-        >>> round(pld.epsilon_for_delta(1e-9, lower=False).upper, 3)
-        1.0
-    """
-    from dpplugins.pld import PrivacyLossDistribution
-
-    return PrivacyLossDistribution.from_privacy_profile(
-        profile, epsilon_max=epsilon_max, value_discretization_interval=h,
-        profile_step=max(h, epsilon_max / _MAX_PROFILE_POINTS), description=description)

@@ -4,11 +4,10 @@ Sources
 -------
 * Asoodeh, Liao, Calmon, Kosut, Sankar (2020), "Privacy amplification of iterative algorithms via
   contraction coefficients" (ISIT 2020; arXiv:2001.06546): contraction coefficient of the
-  hockey-stick divergence, the fixed-position bound (Thm 1 of the seed, "Theorem 1") and randomly
-  stopped PNSGD (their Thm 5).
+  hockey-stick divergence, the fixed-position bound (restated as Thm 1 by Sordello et al.) and
+  randomly stopped PNSGD (their Thm 5).
 * Sordello, Bu, Dong (2021), "Privacy amplification via iteration for shuffled and online PNSGD"
-  (ECML-PKDD 2021; arXiv:2106.11767) -- ``papers/pnsgd-iteration.txt``, "the seed": A and B in
-  eqs. (1.4)-(1.5), shuffled PNSGD (Thm 2, eq. 3.1), noise-decay schedules (Thms 3-4), online
+  (ECML-PKDD 2021; arXiv:2106.11767) -- "SBD21" below: A and B in eqs. (1.4)-(1.5), shuffled PNSGD (Thm 2, eq. 3.1), noise-decay schedules (Thms 3-4), online
   PNSGD with per-step noise (eq. 6.1).
 
 The algorithm and the units
@@ -20,18 +19,19 @@ Records ``x_1, ..., x_n`` are processed one per step,
 with ``Z_t ~ N(0, sigma^2 I)`` (Gaussian) or ``Z_t ~ Laplace(0, v)`` (1-D, ``K = [a, b]``), so the
 *iterate* receives noise ``eta * Z_t`` of standard deviation ``eta * sigma`` (Laplace scale
 ``eta * v``).  ``sigma`` (``v``) is the noise on the *gradient*, in the same units as the Lipschitz
-constant ``L``.  The seed's text lost the update rule in extraction; this convention is the one
-that makes both of its formulas (1.4) consistent: neighbouring records move the mean of one step
+constant ``L``.  This convention (our reading of SBD21 Sec. 1; we had the paper's text without
+its displayed update rule) is the one that makes both of its formulas (1.4) consistent: neighbouring records move the mean of one step
 by at most ``2 eta L`` (A's argument ``2 eta L / (eta sigma) = 2L / sigma``), and two iterates of K
 are at most ``M D_K`` apart after the gradient step (B's argument ``M D_K / (eta sigma)``).
 
 Notation: ``gamma = e^eps`` with ``eps >= 0``; ``theta_gamma(r) = E_gamma(N(r, 1) || N(0, 1))
-= Q(log(gamma)/r - r/2) - gamma Q(log(gamma)/r + r/2)`` (REFERENCE.md, "Iteration (PNSGD)").
+= Q(log(gamma)/r - r/2) - gamma Q(log(gamma)/r + r/2)`` (Balle & Wang 2018, arXiv:1805.06530,
+Thm 8, with ``gamma = e^eps``; SBD21 eq. 1.4).
 
 * ``A = E_gamma`` between one step on neighbouring records from the same start (joint convexity),
-  Gaussian ``theta_gamma(2L/sigma)``, Laplace ``(1 - e^(eps/2 - L/v))_+`` (seed eqs. 1.4-1.5).
+  Gaussian ``theta_gamma(2L/sigma)``, Laplace ``(1 - e^(eps/2 - L/v))_+`` (SBD21 eqs. 1.4-1.5).
 * ``B = eta_gamma(K)``, the E_gamma contraction coefficient of one step,
-  ``sup_{w1, w2 in K} E_gamma(K(w1) || K(w2))`` (Asoodeh et al. 2020, restated in the seed before
+  ``sup_{w1, w2 in K} E_gamma(K(w1) || K(w2))`` (Asoodeh et al. 2020, restated in SBD21 before
   eq. 1.4; we checked the inequality we use, ``E_gamma(mu K || nu K) <= E_gamma(mu || nu) sup
   E_gamma(K(w1) || K(w2))`` for gamma >= 1: split ``mu - gamma nu`` into its positive part (mass
   delta) and a negative part of mass ``gamma - 1 + delta >= gamma delta``, then joint convexity):
@@ -42,17 +42,17 @@ Notation: ``gamma = e^eps`` with ``eps >= 0``; ``theta_gamma(r) = E_gamma(N(r, 1
 Privacy profiles delta(eps) for one pass (each an upper bound for every eps >= 0, and symmetric in
 the two datasets because A and B are):
 
-* fixed position i (seed Thm 1 = Asoodeh et al.): ``A B^(n-i)``; with per-step noise (seed
+* fixed position i (SBD21 Thm 1 = Asoodeh et al.): ``A B^(n-i)``; with per-step noise (SBD21
   eq. 6.1) ``A_i prod_{t>i} B_t``;
 * randomly stopped (Asoodeh et al. Thm 5; output ``w_T`` with ``T`` uniform on ``{1..n}``): the
   proof gives ``A (1 - B^(n-i+1)) / (n (1 - B))`` for position i, worst at ``i = 1``:
   ``A (1 - B^n) / (n (1 - B))``; the theorem as stated drops the factor: ``A / (n (1 - B))``;
-* shuffled (seed Thm 2, eq. 3.1): ``A (1 - B^n) / (n (1 - B))`` -- the position is uniform;
-* online (seed eq. 6.1): ``A_i prod_{t>i} B_t`` for record i; the guarantee for *every* record is
+* shuffled (SBD21 Thm 2, eq. 3.1): ``A (1 - B^n) / (n (1 - B))`` -- the position is uniform;
+* online (SBD21 eq. 6.1): ``A_i prod_{t>i} B_t`` for record i; the guarantee for *every* record is
   the maximum over i, which is attained at the last step of a run of constant noise.
 
 Note: with the proof's factor, the randomly stopped bound *equals* the shuffled one (both average
-``A B^k`` over ``k = 0..n-1``); the seed's "strictly better" compares with the bound as stated.
+``A B^k`` over ``k = 0..n-1``); SBD21's "strictly better" compares with the bound as stated.
 The fixed position ``i = 1`` is the *best* protected record (``A B^(n-1)``), ``i = n`` the worst
 (``A``): ``A B^(n-1) <= shuffled = randomly stopped <= A / (n (1 - B))`` and ``shuffled <= A``.
 
@@ -61,8 +61,9 @@ same proof (joint convexity over the position or stopping time, then the strong 
 inequality with one contraction coefficient per step, as in eq. 6.1).  Composition over passes is
 *not* done here: turn a profile into a dominating PLD
 (``PrivacyLossDistribution.from_privacy_profile``) and compose by FFT.  Do not convert one
-(eps, delta) point to RDP as the seed's Sec. 5 suggests: (eps, delta)-DP implies no finite RDP
-(REFERENCE.md, the trap).
+(eps, delta) point to RDP as SBD21 Sec. 5 suggests: an (eps, delta)-DP statement with delta > 0
+implies no finite Renyi divergence of any order > 1 (a mechanism can put mass delta where the
+other has none; Mironov 2017, arXiv:1702.07476, Sec. III).
 
 Example::
 
@@ -83,6 +84,7 @@ from typing import Callable
 import numpy as np
 from scipy.special import log_ndtr, logsumexp, zeta
 
+from dpplugins.numerics import smallest_epsilon
 from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_count,
                               check_nonnegative, check_open_unit, check_positive, check_real)
 
@@ -226,8 +228,8 @@ def hockey_stick_gaussian(gamma, r):
     """``theta_gamma(r) = E_gamma(N(r, 1) || N(0, 1))``, vectorised (numpy broadcasting).
 
     ``theta_gamma(r) = Q(log(gamma)/r - r/2) - gamma Q(log(gamma)/r + r/2)`` with ``Q`` the standard
-    normal tail (REFERENCE.md, "Iteration (PNSGD)"; the Gaussian mechanism's privacy curve,
-    Balle & Wang 2018, Thm 8, with ``gamma = e^eps``).  Evaluated in log space with
+    normal tail (the Gaussian mechanism's privacy curve, Balle & Wang 2018, arXiv:1805.06530,
+    Thm 8, with ``gamma = e^eps``; Sordello, Bu, Dong 2021, arXiv:2106.11767, eq. 1.4).  Evaluated in log space with
     ``scipy.special.log_ndtr``, so it keeps full relative accuracy deep in both tails.
 
     ``gamma > 0`` (``inf`` allowed), ``r >= 0`` (``inf`` allowed); returns a float for scalar
@@ -258,7 +260,7 @@ def hockey_stick_gaussian(gamma, r):
 
 # -- A and B --------------------------------------------------------------------------------------
 def gaussian_step_divergence(epsilon, lipschitz: float, sigma):
-    """A for Gaussian noise: ``theta_{e^eps}(2 L / sigma)`` (seed eq. 1.4).
+    """A for Gaussian noise: ``theta_{e^eps}(2 L / sigma)`` (Sordello, Bu, Dong 2021, eq. 1.4).
 
     ``sigma`` is the standard deviation of the noise added to the gradient (the iterate gets
     ``eta sigma``); arrays of ``epsilon`` and ``sigma`` broadcast.
@@ -278,7 +280,7 @@ def gaussian_step_divergence(epsilon, lipschitz: float, sigma):
 
 def gaussian_contraction_coefficient(epsilon, diameter: float, learning_rate: float, sigma,
                                      contraction: float = 1.0):
-    """B for Gaussian noise: ``theta_{e^eps}(M D_K / (eta sigma))`` (seed eq. 1.4; Asoodeh et al.
+    """B for Gaussian noise: ``theta_{e^eps}(M D_K / (eta sigma))`` (Sordello, Bu, Dong 2021, eq. 1.4; Asoodeh et al.
     2020: the E_gamma contraction coefficient of ``w -> Pi_K(psi(w) + eta Z)``).
 
     Example::
@@ -303,7 +305,7 @@ def _laplace_exponent(epsilon: np.ndarray, shift_over_scale: np.ndarray) -> np.n
 
 
 def laplace_step_divergence(epsilon, lipschitz: float, scale):
-    """A for Laplace noise (1-D): ``(1 - e^(eps/2 - L/v))_+`` (seed eq. 1.5); ``v`` = ``scale`` is
+    """A for Laplace noise (1-D): ``(1 - e^(eps/2 - L/v))_+`` (Sordello, Bu, Dong 2021, eq. 1.5); ``v`` = ``scale`` is
     the Laplace scale of the gradient noise (the iterate gets ``eta v``).
 
     Example::
@@ -321,7 +323,7 @@ def laplace_step_divergence(epsilon, lipschitz: float, scale):
 def laplace_contraction_coefficient(epsilon, interval_length: float, learning_rate: float, scale,
                                     contraction: float = 1.0):
     """B for Laplace noise on ``K = [a, b]``: ``(1 - e^(eps/2 - M (b - a) / (2 eta v)))_+``
-    (seed eq. 1.5); ``interval_length = b - a = D_K``.
+    (Sordello, Bu, Dong 2021, eq. 1.5); ``interval_length = b - a = D_K``.
 
     Example::
 
@@ -469,8 +471,8 @@ def _check_setting(setting) -> PNSGDSetting:
 def delta_fixed_position(epsilon, setting: PNSGDSetting, noise_scale, dataset_size: int,
                          position: int, *, counts=None):
     """delta(eps) when the differing record is at step ``position`` of the pass:
-    ``A B^(n - i)`` (seed "Theorem 1", after Asoodeh et al. 2020), or ``A_i prod_{t>i} B_t`` with a
-    per-step schedule (seed eq. 6.1).  ``position`` is 1-based; a position beyond the recorded
+    ``A B^(n - i)`` (Sordello, Bu, Dong 2021, arXiv:2106.11767, Thm 1, after Asoodeh et al. 2020), or ``A_i prod_{t>i} B_t`` with a
+    per-step schedule (Sordello, Bu, Dong 2021, eq. 6.1).  ``position`` is 1-based; a position beyond the recorded
     steps gives 0 (the record has not influenced the output).
 
     ``noise_scale`` is sigma (Gaussian) or v (Laplace) on the gradient, a number (constant for the
@@ -502,7 +504,8 @@ def delta_randomly_stopped(epsilon, setting: PNSGDSetting, noise_scale, dataset_
     with ``T`` uniform on ``{1, ..., n}``.
 
     Default: the bound the proof gives, ``max_i A (1 - B^(n-i+1)) / (n (1 - B))
-    = A (1 - B^n) / (n (1 - B))`` (the seed, Sec. 2, points out the factor).  ``as_stated=True``:
+    = A (1 - B^n) / (n (1 - B))`` (Sordello, Bu, Dong 2021, arXiv:2106.11767, Sec. 2, point out
+    the factor).  ``as_stated=True``:
     the theorem's ``A / (n (1 - B))`` (constant noise only; may exceed 1).
 
     Per-step schedule: for the record at position i, averaging over T and the strong data
@@ -537,7 +540,7 @@ def delta_randomly_stopped(epsilon, setting: PNSGDSetting, noise_scale, dataset_
 
 def delta_shuffled(epsilon, setting: PNSGDSetting, noise_scale, dataset_size: int, *,
                    counts=None):
-    """delta(eps) of shuffled PNSGD: ``A (1 - B^n) / (n (1 - B))`` (seed Thm 2, eq. 3.1).
+    """delta(eps) of shuffled PNSGD: ``A (1 - B^n) / (n (1 - B))`` (Sordello, Bu, Dong 2021, Thm 2, eq. 3.1).
 
     The data are shuffled uniformly, so the differing record sits at each position with
     probability 1/n; joint convexity of E_gamma averages the fixed-position bounds.  With a
@@ -562,7 +565,7 @@ def delta_shuffled(epsilon, setting: PNSGDSetting, noise_scale, dataset_size: in
 def delta_online(epsilon, setting: PNSGDSetting, noise_scale, dataset_size: int, *,
                  counts=None, position: int | None = None):
     """delta(eps) of online PNSGD with per-step noise: ``A_i prod_{t=i+1}^{n} B_t`` for the record
-    at step i (seed eq. 6.1); ``position=None`` gives the guarantee for *every* record, the
+    at step i (Sordello, Bu, Dong 2021, eq. 6.1); ``position=None`` gives the guarantee for *every* record, the
     maximum over i (attained at the last step of a run of constant noise; with constant or
     decreasing noise it is the last record's ``A_n`` -- no amplification for the newest record).
 
@@ -637,7 +640,7 @@ def epsilon_for_delta(profile: Callable[[np.ndarray], np.ndarray], delta: float,
     """Smallest eps (to ``relative_tolerance``, rounded *up*) with ``profile(eps) <= delta``.
 
     Bisection on the non-increasing profile (A and B are non-increasing in eps, so every variant
-    is).  The returned eps is an evaluated point where the profile is at most ``delta``, so the
+    is), by :func:`dpplugins.numerics.smallest_epsilon`.  The returned eps is an evaluated point where the profile is at most ``delta``, so the
     (eps, delta) statement holds for it.  Raises :class:`NumericalError` if the profile stays above
     ``delta`` up to ``epsilon_limit``.
 
@@ -654,24 +657,14 @@ def epsilon_for_delta(profile: Callable[[np.ndarray], np.ndarray], delta: float,
     def value(eps: float) -> float:
         return float(np.asarray(profile(np.array([eps])), dtype=float)[0])
 
-    if value(0.0) <= delta:
-        return 0.0
-    lo, hi = 0.0, 1.0
-    while value(hi) > delta:
-        lo, hi = hi, 2 * hi
-        if hi > limit:
-            raise NumericalError(f"the privacy profile stays above delta={delta:g} up to "
-                                 f"eps={limit:g}", "raise delta or epsilon_limit, or add noise")
-    while hi - lo > tol * hi:
-        mid = 0.5 * (lo + hi)
-        if value(mid) <= delta:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    eps = smallest_epsilon(value, delta, rtol=tol, epsilon_max=limit)
+    if eps == math.inf:
+        raise NumericalError(f"the privacy profile stays above delta={delta:g} up to "
+                             f"eps={limit:g}", "raise delta or epsilon_limit, or add noise")
+    return eps
 
 
-# -- noise-decay schedules (seed Thms 3-4 and the online variant) ---------------------------------
+# -- noise-decay schedules (SBD21 Thms 3-4 and the online variant) --------------------------------
 def shuffled_limit_delta(x):
     """``(1 - e^(-x)) / x``: the limit of the shuffled bound (3.1) when ``n (1 - B) -> x`` and
     ``A -> 1`` (``(1 - (1 - x/n)^n) / x -> (1 - e^(-x)) / x``).  Decreasing from 1 (x -> 0) to 0.
@@ -687,7 +680,9 @@ def shuffled_limit_delta(x):
 
 
 def shuffled_limit_constant(target_delta: float) -> float:
-    """The x > 0 with ``(1 - e^(-x)) / x = target_delta`` (bisection on the monotone map).
+    """The x > 0 with ``(1 - e^(-x)) / x = target_delta`` (bisection on the decreasing map,
+    :func:`dpplugins.numerics.smallest_epsilon`; the smallest x where the map is at most the
+    target).
 
     Example::
 
@@ -695,19 +690,8 @@ def shuffled_limit_constant(target_delta: float) -> float:
         1.0
     """
     target = check_open_unit("target_delta", target_delta)
-    hi = 1.0
-    while -math.expm1(-hi) / hi > target:
-        hi *= 2
-    lo = hi / 2 if hi > 1 else 0.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if mid == lo or mid == hi:
-            break
-        if (-math.expm1(-mid) / mid if mid > 0 else 1.0) > target:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    return smallest_epsilon(lambda x: -math.expm1(-x) / x if x > 0 else 1.0, target,
+                            rtol=1e-300)   # to float resolution
 
 
 def _gaussian_radius_for_complement(log_target: np.ndarray, epsilon: float) -> np.ndarray:
@@ -741,11 +725,11 @@ def _scale_for_complement(setting: PNSGDSetting, epsilon: float, log_complement:
 
 def shuffled_noise_for_limit(dataset_size: int, *, setting: PNSGDSetting, epsilon: float,
                              target_delta: float) -> float:
-    """The noise level of the seed's Thms 3 (Laplace) and 4 (Gaussian): sigma(n) or v(n) such that
+    """The noise level of Sordello, Bu, Dong 2021 (arXiv:2106.11767) Thms 3 (Laplace) and 4
+    (Gaussian): sigma(n) or v(n) such that
     the shuffled bound (3.1) at ``epsilon`` tends to ``target_delta`` as ``n -> inf``.
 
-    The statements of Thms 3-4 were lost in the seed's extraction; this is the re-derivation from
-    (3.1).  With ``x`` solving ``(1 - e^(-x))/x = target_delta`` (:func:`shuffled_limit_constant`)
+    We did not have the displayed statements of Thms 3-4; this is our derivation from (3.1).  With ``x`` solving ``(1 - e^(-x))/x = target_delta`` (:func:`shuffled_limit_constant`)
     the noise is chosen so that ``n (1 - B) = x`` exactly at ``epsilon``; then
     ``delta_n = A_n (1 - (1 - x/n)^n) / x -> (1 - e^(-x)) / x`` because ``A_n -> 1`` as the noise
     vanishes (``L > 0``).
@@ -826,7 +810,7 @@ def _online_checks(setting, epsilon, exponent, position):
 
 def online_limit_delta(x: float, *, setting: PNSGDSetting, epsilon: float, exponent: float,
                        position: int = 1) -> float:
-    """``lim_{n->inf} A_i prod_{t=i+1}^{n} B_t`` (seed eq. 6.1) for the schedule of
+    """``lim_{n->inf} A_i prod_{t=i+1}^{n} B_t`` (Sordello, Bu, Dong 2021, eq. 6.1) for the schedule of
     :func:`online_noise_schedule` with constant ``x`` (``1 - B_t = x t^-exponent`` at ``epsilon``).
 
     Example::
@@ -847,7 +831,7 @@ def online_noise_schedule(steps: int, *, setting: PNSGDSetting, epsilon: float,
     PNSGD, such that the bound (6.1) for the record at ``position`` tends to ``target_delta`` as the
     stream grows.
 
-    The seed (Sec. 6) keeps the decay rates of Thms 3-4 with ``log n`` replaced by
+    Sordello, Bu, Dong 2021 (arXiv:2106.11767, Sec. 6) keep the decay rates of Thms 3-4 with ``log n`` replaced by
     ``exponent * log t``, ``exponent > 1``; its statement was lost in extraction and this is the
     re-derivation: choose ``1 - B_t = x t^-exponent`` at ``epsilon`` (Laplace:
     ``v_t = M (b - a) / (2 eta log(t^exponent / c))``, ``c = x e^(-eps/2)``; Gaussian: solved for
@@ -879,16 +863,10 @@ def online_noise_schedule(steps: int, *, setting: PNSGDSetting, epsilon: float,
         raise ParameterError("target_delta", target_delta,
                              f"> {floor:.6g}, the smallest limit reachable for position {i} with "
                              f"exponent {alpha:g}", "use a larger target or position=1")
-    lo, hi = 0.0, x_max  # limit(lo -> 0) -> 1 > target >= ... ; limit decreasing in x
-    for _ in range(100):
-        mid = 0.5 * (lo + hi)
-        if mid <= 0 or limit(mid) > target:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-14 * hi:
-            break
-    x = hi  # limit(x) <= target
+    # limit(x -> 0) -> 1 > target > limit(x_max); limit decreasing in x: the smallest x with
+    # limit(x) <= target, by bisection (dpplugins.numerics.smallest_epsilon)
+    x = smallest_epsilon(lambda v: limit(v) if v > 0 else math.inf, target, hi=x_max,
+                         rtol=1e-14)
     t = np.arange(1, steps + 1, dtype=float)
     log_comp = np.log(x) - alpha * np.log(t)
     return _scale_for_complement(setting, eps, log_comp)

@@ -1,8 +1,7 @@
 """Amplification by shuffling: certified upper bounds, exact lower bounds, DP-SGD diagnostics.
 
 Setting (Feldman, McMillan, Talwar 2021, FOCS, arXiv:2012.12803 -- "FMT21"; Feldman, McMillan,
-Talwar 2023, SODA, arXiv:2208.04591 with its errata -- "FMT23", seed text
-``papers/stronger-shuffling-amplification.txt``): n users run an adaptive sequence of local
+Talwar 2023, SODA, arXiv:2208.04591 with its errata -- "FMT23"): n users run an adaptive sequence of local
 randomizers ``R^(i)(z_{1:i-1}, x_pi(i))`` on a uniformly random permutation of the data; each is
 eps0-DP for every value of the earlier outputs.  Neighbouring datasets differ in one record
 (*replace one*).  ``log`` is natural.
@@ -30,9 +29,9 @@ inequality ``D(A(X0) || A(X1)) <= D(P0 || P1)``.
   b: ``e^eps0 + 1 <= e^eps0 + 1`` resp. ``1 + 1 <= e^eps0 + 1`` when c in {a, b}; on other
   outputs ``2 <= e^eps0 + 1``), so ``R(c) - (Q0 + Q1)/(e^eps0 + 1) >= 0`` is the remaining
   component.  The errata's k-RR refinement (Lemma 7.3 with ``p = 1/(e^eps0 + k - 1)`` and a second
-  parameter q) lost its displayed formulas in the seed text; we do not implement it.
-* **Trap** (REFERENCE.md "Shuffling" lists the FMT23 variables ``Y^b_1`` -- which can report 2 --
-  with the FMT21 value of p): that combination is the flawed Lemma 3.5 of FMT23 at
+  parameter q) lost its displayed formulas in the copy we worked from; we do not implement it.
+* **Trap** (combining the FMT23 variables ``Y^b_1`` -- which can report 2 -- with the FMT21
+  value of p): that combination is the flawed Lemma 3.5 of FMT23 at
   ``p < 1/(e^eps0 + 1)``, and because the differing user then hides behind "2" it *under*-reports.
   FMT21's differing user never reports 2; we implement FMT21's pair as its Thm 3.1 states it.
 
@@ -89,6 +88,7 @@ from scipy import special, stats
 from dpplugins.amplification import swap
 from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_count,
                               check_nonnegative, check_open_unit, check_positive)
+from dpplugins.numerics import largest_violating_epsilon, smallest_epsilon
 from dpplugins.pld import Bounds, PrivacyLossDistribution
 
 __all__ = [
@@ -98,7 +98,7 @@ __all__ = [
     "fmt21_closed_form_epsilon", "balle2020_epsilon", "no_amplification_epsilon", "epsilon",
     "dominating_pair_pld", "shuffled_rr_delta", "rr_lower_bound_epsilon", "lower_bound",
     "gaussian_amplified_profile", "max_statistic_pair", "shuffle_lower_bound",
-    "shuffle_lower_bound_pld",
+    "shuffle_lower_bound_pld", "neighbour_means", "pairs_pld",
 ]
 
 METHODS = ("best", "fmt21", "fmt23", "fmt21_closed_form", "balle2020", "none")
@@ -256,52 +256,23 @@ class _ClonePair:
 
     def epsilon(self, delta: float) -> float:
         """Certified upper bound on the smallest eps with delta(eps) <= delta: safeguarded Newton
-        on ``log delta`` inside a bisection bracket, ending with a checked point."""
+        on ``log delta`` inside a bisection bracket, ending with a checked point
+        (:func:`dpplugins.numerics.smallest_epsilon`)."""
         def upper(e):
             bounds, slope = self.evaluate(e)
             return bounds.upper, slope
         guess = -math.expm1(-self.eps0) * math.sqrt(2 * math.exp(self.eps0) * math.log(1 / delta)
                                                       / self.n)
-        return _newton_smallest_epsilon(upper, delta, self.eps0, guess)
+        return smallest_epsilon(upper, delta, hi=self.eps0, guess=guess, newton=True, rtol=1e-7)
 
 
 def _newton_smallest_epsilon(fn: Callable[[float], tuple[float, float]], delta: float, hi: float,
                              guess: float, rtol: float = 1e-7) -> float:
-    """Smallest eps in [0, hi] with ``fn(eps)[0] <= delta`` to relative ``rtol``; ``fn`` returns
-    (an upper bound on delta(eps), the derivative of delta).  The bracket ``[lo, hi]`` keeps
-    ``fn(lo) > delta >= fn(hi)`` (``fn(hi) <= delta`` is required); Newton steps on
-    ``log delta`` that leave the bracket are replaced by bisection.  The returned point was
-    checked, so it is a certified upper bound whatever the steps did."""
-    if fn(0.0)[0] <= delta:
-        return 0.0
-    lo = 0.0
-    x = min(max(guess, 1e-3 * hi), 0.5 * hi)
-    for _ in range(200):
-        value, slope = fn(x)
-        if value <= delta:
-            hi = x
-        else:
-            lo = x
-        if hi - lo <= rtol * hi:
-            break
-        step = None
-        if value > 0 and slope < 0:
-            step = x - (math.log(value) - math.log(delta)) * value / slope
-        if step is None or not lo < step < hi:
-            step = 0.5 * (lo + hi)
-        elif abs(step - x) < 0.25 * rtol * hi:
-            # converged: probe just above and just below to close the bracket
-            above = step * (1 + 0.5 * rtol)
-            if above < hi and fn(above)[0] <= delta:
-                hi = above
-            below = step * (1 - 0.5 * rtol)
-            if below > lo and fn(below)[0] > delta:
-                lo = below
-            if hi - lo <= rtol * hi:
-                break
-            step = 0.5 * (lo + hi)
-        x = step
-    return hi
+    """Smallest eps in [0, hi] with ``fn(eps)[0] <= delta`` to relative ``rtol``, ``fn``
+    returning (an upper bound on delta(eps), the derivative of delta), ``fn(hi)[0] <= delta``:
+    :func:`dpplugins.numerics.smallest_epsilon` with safeguarded Newton (kept under this name
+    for :mod:`dpplugins.amplification.shuffle_model`, which should call numerics directly)."""
+    return smallest_epsilon(fn, delta, hi=hi, guess=guess, newton=True, rtol=rtol)
 
 
 @functools.lru_cache(maxsize=64)
@@ -336,21 +307,9 @@ def clone_pair_delta(eps0: float, n: int, clone_probability: float, epsilon: flo
 
 def _largest_violated(delta_lower: Callable[[float], float], delta: float, hi: float) -> float:
     """Largest eps in [0, hi] (to ~1e-7 relative) with ``delta_lower(eps) > delta`` (0 if none):
-    a certified lower bound on epsilon(delta) when ``delta_lower`` is a lower bound on delta."""
-    if delta_lower(0.0) <= delta:
-        return 0.0
-    lo = 0.0
-    if delta_lower(hi) > delta:
-        return hi
-    for _ in range(100):
-        mid = 0.5 * (lo + hi)
-        if delta_lower(mid) > delta:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-7 * hi + 1e-12:
-            break
-    return lo
+    a certified lower bound on epsilon(delta) when ``delta_lower`` is a lower bound on delta
+    (:func:`dpplugins.numerics.largest_violating_epsilon`)."""
+    return largest_violating_epsilon(delta_lower, delta, hi, rtol=1e-7, atol=1e-12)
 
 
 def clone_pair_epsilon(eps0: float, n: int, clone_probability: float, delta: float) -> float:
@@ -797,7 +756,7 @@ def _log_max_cdf(tau, sigma, released, fraction, mean):
     shifted = math.log(fraction) + special.log_ndtr((tau - mean) / sigma)
     if fraction < 1:
         shifted = np.logaddexp(shifted, math.log1p(-fraction) + log_phi)
-    return (released - 1) * log_phi + shifted
+    return float(released - 1) * log_phi + shifted   # float: a Python int may exceed int64
 
 
 def max_statistic_pair(noise_multiplier: float, steps_per_epoch: int, mean_p: float, mean_q: float,
@@ -810,8 +769,9 @@ def max_statistic_pair(noise_multiplier: float, steps_per_epoch: int, mean_p: fl
     holding the differing record, where it is shifted by ``mean_p`` (on X) or ``mean_q`` (on X');
     that batch is uniformly random.  Hence ``P = (1/T) sum_t N(mean_p e_t, sigma^2 I)`` and ``Q``
     likewise (Chua, Ghazi, Kamath, Kumar, Manurangsi, Sinha, Zhang: ICML 2024 "How Private are
-    DP-SGD Implementations?" and NeurIPS 2024 "Scalable DP-SGD: Shuffling vs. Poisson
-    Subsampling"; their code, google-research ``dpsgd_batch_sampler_accounting``, tests the sets
+    DP-SGD Implementations?", arXiv:2403.17673, and NeurIPS 2024 "Scalable DP-SGD: Shuffling vs.
+    Poisson Subsampling", arXiv:2411.04205; their code, google-research
+    ``dpsgd_batch_sampler_accounting``, tests the sets
     ``{max_t y_t > C}``).  ``P(M <= tau) = Phi(tau/s)^(T-1) Phi((tau - mean)/s)``; binning M is a
     post-processing, so the binned pair's divergence is a lower bound for the mechanism.  Bins are
     exact probabilities (the two end bins are half-lines), so nothing is truncated.  A partial last
@@ -837,7 +797,9 @@ def max_statistic_pair(noise_multiplier: float, steps_per_epoch: int, mean_p: fl
     hi = top - sigma * float(special.ndtri_exp(-80.0 - math.log(k)))
     gap = abs(mean_p - mean_q)
     width = bin_width or min(sigma / 10, 5e-4 * sigma * sigma / max(gap, 1e-12))
-    count = int(min(max((hi - lo) / width, 1000), 200_000))
+    with np.errstate(over="ignore", divide="ignore"):
+        # sigma^2 may underflow (sigma = 1e-300): then the finest binning
+        count = int(min(max((hi - lo) / width, 1000), 200_000)) if width > 0 else 200_000
     edges = np.linspace(lo, hi, count + 1)
     masses = []
     for mean in (mean_p, mean_q):
@@ -847,6 +809,7 @@ def max_statistic_pair(noise_multiplier: float, steps_per_epoch: int, mean_p: fl
         low_half = f[1:] <= 0.5
         with np.errstate(invalid="ignore", over="ignore"):
             inner_low = f[1:] * -np.expm1(log_f[:-1] - log_f[1:])
+        inner_low = np.where(f[1:] > 0, inner_low, 0.0)   # (-inf) - (-inf): an empty bin
         inner = np.where(low_half, inner_low, surv[:-1] - surv[1:])
         masses.append(np.maximum(np.concatenate([[f[0]], inner, [surv[-1]]]), 0.0))
     p, q = masses
@@ -855,7 +818,7 @@ def max_statistic_pair(noise_multiplier: float, steps_per_epoch: int, mean_p: fl
     return p / p.sum(), q / q.sum()
 
 
-def _neighbour_means(neighbouring: str) -> list[tuple[float, float]]:
+def neighbour_means(neighbouring: str) -> list[tuple[float, float]]:
     """(mean_p, mean_q) pairs realisable with gradients of norm <= 1 (clipping norm 1): others at
     ``u``, the differing record ``v`` vs ``v'``; means are ``v - u`` and ``v' - u``.  Zero-out
     ("add_remove": v' is the null record, gradient 0): (2, 1) with u = -1 and (1, 0) with u = 0;
@@ -863,6 +826,25 @@ def _neighbour_means(neighbouring: str) -> list[tuple[float, float]]:
     if neighbouring == "replace_one":
         return [(2.0, 0.0), (2.0, 1.0), (1.0, 0.0)]
     return [(2.0, 1.0), (1.0, 0.0)]
+
+
+_neighbour_means = neighbour_means   # the name of version 0.1
+
+
+def pairs_pld(pairs: Mapping[tuple, tuple[np.ndarray, np.ndarray]], epochs: Mapping[tuple, int],
+              h: float) -> PrivacyLossDistribution:
+    """PLD of independent epochs given their binned pairs ``{key: (p, q)}`` and counts
+    ``{key: count}`` (same keys), on grid step ``h``: each pair's PLD composed ``count`` times,
+    all composed together (the composition theorem for independent mechanisms; Dong, Roth, Su
+    2022, arXiv:1905.02383, Thm 3.2)."""
+    total = None
+    for key, count in epochs.items():
+        p, q = pairs[key]
+        part = PrivacyLossDistribution.from_pmfs(p, q, symmetric=False,
+                                                 value_discretization_interval=h)
+        part = part.self_compose(count)
+        total = part if total is None else total.compose(part)
+    return total
 
 
 def shuffle_lower_bound_pld(epochs: Mapping[tuple, int], steps_per_epoch: int,
@@ -873,15 +855,10 @@ def shuffle_lower_bound_pld(epochs: Mapping[tuple, int], steps_per_epoch: int,
     a step with less noise becomes one with noise ``sigma`` by adding independent Gaussian noise
     (a post-processing), so the pair built with ``sigma`` is a post-processing of the real one and
     its divergence is still a lower bound.  Only the PLD's lower bounds are meaningful."""
-    total = None
-    for (sigma, released, fraction), count in epochs.items():
-        p, q = max_statistic_pair(sigma, steps_per_epoch, mean_p, mean_q, released_steps=released,
-                                  released_fraction=fraction)
-        part = PrivacyLossDistribution.from_pmfs(p, q, symmetric=False,
-                                                 value_discretization_interval=h)
-        part = part.self_compose(count)
-        total = part if total is None else total.compose(part)
-    return total
+    pairs = {key: max_statistic_pair(key[0], steps_per_epoch, mean_p, mean_q,
+                                     released_steps=key[1], released_fraction=key[2])
+             for key in epochs}
+    return pairs_pld(pairs, epochs, h)
 
 
 def shuffle_lower_bound(noise_multiplier: float, steps_per_epoch: int, epochs: int, delta: float,
@@ -911,7 +888,7 @@ def shuffle_lower_bound(noise_multiplier: float, steps_per_epoch: int, epochs: i
     neighbouring = check_choice("neighbouring", neighbouring, ("add_remove", "replace_one"))
     h = value_discretization_interval or float(np.clip(1.0 / (sigma * 200), 1e-4, 5e-3))
     best = 0.0
-    for mean_p, mean_q in _neighbour_means(neighbouring):
+    for mean_p, mean_q in neighbour_means(neighbouring):
         pld = shuffle_lower_bound_pld({(sigma, T, 1.0): epochs}, T, mean_p, mean_q, h)
         try:
             best = max(best, pld.epsilon_for_delta(delta).lower)

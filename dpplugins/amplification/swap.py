@@ -1,7 +1,7 @@
 """Privacy amplification by swapping (Balle, Kairouz, McMahan, Thakkar, Thakurta 2020).
 
-Source: "Privacy Amplification via Random Check-Ins", NeurIPS 2020 (arXiv:2007.06605; seed text
-``papers/random-check-ins.txt``), Theorem A.5 (amplification by swapping) and Theorem 5.1
+Source: "Privacy Amplification via Random Check-Ins", NeurIPS 2020 (arXiv:2007.06605),
+Theorem A.5 (amplification by swapping) and Theorem 5.1
 (shuffling, proved by reducing the shuffled protocol A_sl to the swapping protocol A_swap, so the
 two theorems state the same numbers).
 
@@ -16,15 +16,16 @@ for every delta in (0, 1).  For (eps0, delta0)-DP randomizers with
     delta0 <= (1 - e^-eps0) delta1 / (4 e^eps0 (2 + log(2/delta1) / log(1/(1 - e^(-5 eps0)))))
 
 the same formula with every eps0 replaced by 8 eps0 holds with ``delta' = delta + n (e^eps' + 1)
-delta1``.  (The seed prints ``m (e^eps' + 1) delta1`` in Thm A.5, where no ``m`` exists; Thm 5.1
+delta1``.  (The arXiv version prints ``m (e^eps' + 1) delta1`` in Thm A.5, where no ``m`` exists; Thm 5.1
 prints ``n``.  ``m <= n`` in every protocol of the paper, so ``n`` is the conservative reading and
-the one we use.)  REFERENCE.md states the same formulas.
+the one we use.)
 
 Because the bound holds for every delta, ``eps = A + B sqrt(2 log(1/delta) / n)`` is a whole
 privacy profile; :func:`pure_profile` returns its exact inverse
 ``delta(eps) = exp(-n ((eps - A) / B)^2 / 2)``, which
 :meth:`dpplugins.pld.PrivacyLossDistribution.from_privacy_profile` turns into a dominating PLD
-(DESIGN.md, "Composition across epochs").  Neighbouring relation: *replace one* record.
+(pessimistic connect-the-dots, Doroshenko, Ghazi, Kamath, Kumar, Manurangsi 2022,
+arXiv:2207.04380), so epochs compose by FFT.  Neighbouring relation: *replace one* record.
 
 Example::
 
@@ -42,8 +43,7 @@ from typing import Callable
 
 import numpy as np
 
-from dpplugins.errors import (ParameterError, check_count, check_nonnegative, check_open_unit,
-                              check_positive)
+from dpplugins.errors import (ParameterError, check_count, check_nonnegative, check_open_unit)
 
 __all__ = ["SwapBound", "epsilon", "coefficients", "pure_profile", "minimal_delta1",
            "approximate_profile", "gaussian_profile", "gaussian_local_delta", "GAUSSIAN_EPS0_GRID"]

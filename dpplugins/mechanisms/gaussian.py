@@ -11,6 +11,8 @@ from dpplugins.mechanisms.distributions import Gaussian
 from dpplugins.mechanisms.pairs import MonotoneLossPair
 from dpplugins.mechanisms.types import MechanismPairs
 
+_U = float(np.finfo(float).eps) / 2
+
 
 def tail_z(tail: float) -> float:
     """``z`` with ``P(|N(0,1)| > z) < tail`` (from the bound ``P(N > z) <= e^{-z^2/2}``)."""
@@ -43,12 +45,105 @@ def gaussian(standard_deviation: float, sensitivity: float = 1.0) -> MechanismPa
 
 
 def gaussian_delta(epsilon, mu):
-    """Exact profile of ``N(mu, 1)`` vs ``N(0, 1)`` (Balle & Wang 2018, Thm 8; Dong, Roth, Su 2022,
-    Cor. 2.13): ``Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)``, computed in log space."""
+    """Exact profile of ``N(mu, 1)`` vs ``N(0, 1)`` (Balle & Wang 2018, arXiv:1805.06530, Thm 8;
+    Dong, Roth, Su 2022, arXiv:1905.02383, Cor. 2.13):
+    ``delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)``, computed in log space.
+
+    Where the first term underflows (``log Phi = -inf``, e.g. ``eps = 1e308`` or ``eps = inf``)
+    the value is 0 -- not ``(-inf) - (-inf) = NaN``; it is below every representable positive
+    number, and callers that need an upper bound add their own floor (``1e-300``).
+    ``mu = inf`` gives 1 at every finite ``eps``.
+
+    Example::
+
+        >>> import numpy as np
+        >>> [round(float(v), 6) for v in gaussian_delta(np.array([0.0, 1.0]), 1.0)]
+        [0.382925, 0.126937]
+        >>> float(gaussian_delta(1e308, 2.0))
+        0.0
+    """
     from scipy.special import log_ndtr
 
     epsilon = np.asarray(epsilon, dtype=float)
-    a = log_ndtr(-epsilon / mu + mu / 2)
-    b = epsilon + log_ndtr(-epsilon / mu - mu / 2)
-    with np.errstate(divide="ignore"):
-        return np.exp(a) * -np.expm1(np.minimum(b - a, 0.0))
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        a = log_ndtr(-epsilon / mu + mu / 2)
+        b = epsilon + log_ndtr(-epsilon / mu - mu / 2)
+        ratio = np.where(np.isneginf(a), -np.inf, np.minimum(b - a, 0.0))
+        ratio = np.where(np.isnan(ratio), 0.0, ratio)     # b - a = NaN only if a = +inf: no
+        return np.where(np.isneginf(a), 0.0, np.exp(a) * -np.expm1(ratio))
+
+
+def gaussian_delta_upper(epsilon: float, mu: float) -> float:
+    """Certified upper bound on :func:`gaussian_delta` at one ``epsilon`` (at most 1).
+
+    ``delta = Phi(x_a) (1 - e^r)`` with ``r = eps + log Phi(x_b) - log Phi(x_a)`` (``x_a =
+    -eps/mu + mu/2``, ``x_b = -eps/mu - mu/2``).  ``r`` is a difference of terms as large as
+    ``eps``, so its rounding error grows with ``eps`` (at ``mu = 1e100`` it is larger than
+    ``r``); we bound it by ``E = 16 u (|eps| + |log Phi(x_b)| + |log Phi(x_a)|) + 1e-300`` (a few
+    ulps per term -- our error model for ``log_ndtr`` and the two additions) and evaluate at
+    ``r - E``, then round up by a relative ``1e-12`` and an absolute ``1e-300``.  Our derivation;
+    at ordinary ``eps`` it changes the value by a relative ``1e-13`` or less.
+
+    Example::
+
+        >>> 0.126936 < gaussian_delta_upper(1.0, 1.0) < 0.126937
+        True
+    """
+    from scipy.special import log_ndtr
+
+    epsilon, mu = float(epsilon), float(mu)
+    if not mu < math.inf:
+        return 1.0
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        a = float(log_ndtr(-epsilon / mu + mu / 2))
+        if a == -math.inf:
+            return 1e-300
+        log_b = float(log_ndtr(-epsilon / mu - mu / 2))
+        r = epsilon + log_b - a
+        if math.isnan(r):
+            return 1e-300 if a < -745 else 1.0
+        error = 16 * _U * (abs(epsilon) + abs(log_b) + abs(a)) + 1e-300
+        value = math.exp(a) * -math.expm1(min(r - error, 0.0))
+    return min(value * (1 + 1e-12) + 1e-300, 1.0)
+
+
+def gaussian_epsilon(mu: float, delta: float, *, rtol: float = 1e-12) -> float:
+    """Certified upper bound on epsilon(delta) of mu-GDP (the Gaussian mechanism with
+    sensitivity / noise = mu): the smallest eps with :func:`gaussian_delta_upper` ``<= delta``,
+    to relative ``rtol`` from above (:func:`dpplugins.numerics.smallest_epsilon`, safeguarded
+    Newton with the exact derivative ``d delta / d eps = -e^eps Phi(-eps/mu - mu/2)``; Balle &
+    Wang 2018, arXiv:1805.06530, Thm 8 and its proof).
+
+    ``mu = 0`` gives 0; ``mu = inf`` (or an epsilon beyond the float range) gives ``inf``.  The
+    bracket starts at ``max(1, mu^2)``; where ``mu^2`` overflows it starts at the Gaussian tail
+    bound ``mu^2/2 + mu sqrt(2 log(1/delta))`` (our derivation: ``delta(eps) <=
+    Phi(-eps/mu + mu/2) <= exp(-(eps/mu - mu/2)^2 / 2)`` for ``eps >= mu^2/2``).
+
+    Example::
+
+        >>> round(gaussian_epsilon(1.0, 1e-5), 4)
+        4.3772
+    """
+    from scipy.special import log_ndtr
+
+    from dpplugins.numerics import smallest_epsilon
+
+    mu = float(mu)
+    if mu == 0.0:
+        return 0.0
+    if not mu < math.inf:
+        return math.inf
+
+    def upper(e):
+        with np.errstate(over="ignore"):
+            slope = -math.exp(min(e + float(log_ndtr(-e / mu - mu / 2)), 709.0))
+        return gaussian_delta_upper(e, mu), slope
+
+    start = mu * mu
+    if not math.isfinite(start):
+        start = mu * mu / 2 + mu * math.sqrt(2 * math.log(1 / delta))
+        if not math.isfinite(start):
+            return math.inf
+    guess = mu * math.sqrt(2 * math.log(1 / delta))
+    return smallest_epsilon(upper, delta, start=max(1.0, start), guess=guess, newton=True,
+                            rtol=rtol)

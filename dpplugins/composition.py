@@ -1,0 +1,148 @@
+"""General composition theorems for (epsilon, delta)-DP mechanisms, as pure functions.
+
+* :func:`optimal_composition_delta` / :func:`optimal_composition_epsilon`: the exact (optimal)
+  k-fold composition of ``(eps, delta)``-DP mechanisms (Kairouz, Oh, Viswanath 2015,
+  arXiv:1311.0776, Thm 3.3; Murtagh & Vadhan 2016, arXiv:1507.03113).
+* :func:`advanced_composition_epsilon`: advanced composition (Dwork, Rothblum, Vadhan 2010,
+  Thm III.3).
+* :func:`heterogeneous_composition_epsilon`: Lemma A.2 of Balle, Kairouz, McMahan, Thakkar,
+  Thakurta 2020 (arXiv:2007.06605) for mechanisms whose epsilons shrink along the sequence.
+
+Every value is rounded up (relative ``1e-12``), so floating-point rounding never moves a bound in
+the user's favour.  These theorems need only an (eps, delta) statement per mechanism; where a
+privacy profile or a PLD is known, composing PLDs (:mod:`dpplugins.pld`) is tighter.
+
+Example::
+
+    >>> from dpplugins.composition import advanced_composition_epsilon, optimal_composition_epsilon
+    >>> optimal_composition_epsilon(1e-5, 0.1, 0.0, 100) < advanced_composition_epsilon(0.1, 100, 1e-5)
+    True
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.special import gammaln, logsumexp
+
+from dpplugins.errors import (ParameterError, check_count, check_nonnegative, check_open_unit,
+                              check_positive)
+from dpplugins.numerics import smallest_epsilon
+
+__all__ = ["heterogeneous_composition_epsilon", "optimal_composition_delta",
+           "optimal_composition_epsilon", "advanced_composition_epsilon"]
+
+#: relative safety margin added to every epsilon and delta reported
+_UP = 1.0 + 1e-12
+
+
+def _expm1(x: float) -> float:
+    return math.expm1(x) if x < 709.0 else math.inf
+
+
+def heterogeneous_composition_epsilon(a: float, b: float, k: int, delta: float) -> float:
+    """Lemma A.2 (Balle, Kairouz, McMahan, Thakkar, Thakurta 2020, arXiv:2007.06605): if the i-th of ``k`` adaptive mechanisms is
+    ``log(1 + a / (k - b (i - 1)))``-DP (``a > 0``, ``b`` in [0, 1)), their composition is
+    ``(eps, delta)``-DP with ``eps = a^2 / (2k(1-b)) + sqrt(2 a^2 log(1/delta) / (k(1-b)))``.
+
+    (The paper states ``b`` in (0, 1); ``b = 0`` -- k identical ``log(1 + a/k)``-DP mechanisms --
+    follows from the same proof.)
+
+    Example::
+
+        >>> heterogeneous_composition_epsilon(2.0, 0.5, 4, math.exp(-1))  # doctest: +ELLIPSIS
+        3.0000...
+    """
+    a = check_positive("a", a)
+    b = check_nonnegative("b", b)
+    if b >= 1:
+        raise ParameterError("b", b, "in [0, 1)")
+    k = check_count("k", k, minimum=1)
+    delta = check_open_unit("delta", delta)
+    scale = k * (1.0 - b)
+    return (a * a / (2.0 * scale) + math.sqrt(2.0 * a * a * math.log(1.0 / delta) / scale)) * _UP
+
+
+def optimal_composition_delta(epsilon: float, eps_step: float, delta_step: float, k: int) -> float:
+    """Exact ``delta(epsilon)`` of the k-fold adaptive composition of ``(eps_step, delta_step)``-DP
+    mechanisms -- the optimal composition theorem (Kairouz, Oh, Viswanath 2015, arXiv:1311.0776,
+    Thm 3.3; its characterisation for general epsilon, Murtagh & Vadhan 2016, arXiv:1507.03113):
+
+    ``1 - (1-d)^k + (1-d)^k sum_l C(k,l) (e^((k-l)e) - e^(epsilon + l e))_+ / (1 + e^e)^k``
+
+    with ``e = eps_step``, ``d = delta_step``; it is the hockey-stick divergence of the k-fold
+    product of the four-point dominating pair of an ``(e, d)``-DP mechanism.
+
+    Example::
+
+        >>> round(optimal_composition_delta(0.0, 1.0, 0.0, 1), 6)  # TV of RR(1): (e-1)/(e+1)
+        0.462117
+    """
+    epsilon = check_nonnegative("epsilon", epsilon)
+    e, d, k = _check_step_guarantee(eps_step, delta_step, k)
+    return _kov_delta(epsilon, e, d, k)
+
+
+def _check_step_guarantee(eps_step, delta_step, k) -> tuple[float, float, int]:
+    """Validate the per-step (eps, delta) guarantee and the number of steps."""
+    e = check_nonnegative("eps_step", eps_step)
+    d = check_nonnegative("delta_step", delta_step)
+    if d >= 1:
+        raise ParameterError("delta_step", d, "in [0, 1)")
+    return e, d, check_count("k", k, minimum=1)
+
+
+def _kov_delta(epsilon: float, e: float, d: float, k: int) -> float:
+    l = np.arange(k + 1, dtype=float)
+    margin = (k - 2 * l) * e - epsilon          # log of e^((k-l)e) / e^(epsilon + l e)
+    keep = margin > 0
+    if np.any(keep):
+        lk = l[keep]
+        log_terms = (gammaln(k + 1) - gammaln(lk + 1) - gammaln(k - lk + 1) + (k - lk) * e
+                     - k * np.logaddexp(0.0, e) + np.log(-np.expm1(-margin[keep])))
+        pure = float(np.exp(logsumexp(log_terms)))
+    else:
+        pure = 0.0
+    survive = math.exp(k * math.log1p(-d)) if d > 0 else 1.0
+    return min(1.0, ((1.0 - survive) + survive * pure) * _UP + 1e-300)
+
+
+def optimal_composition_epsilon(delta: float, eps_step: float, delta_step: float, k: int) -> float:
+    """Smallest epsilon (up to relative 1e-10, rounded up) with
+    :func:`optimal_composition_delta` ``<= delta``; ``inf`` if even ``k eps_step`` does not reach
+    it (Kairouz, Oh, Viswanath 2015, arXiv:1311.0776, Thm 3.3).  The search is
+    :func:`dpplugins.numerics.smallest_epsilon` (bisection on the rounded-up delta).
+
+    Example::
+
+        >>> optimal_composition_epsilon(1e-6, 0.0, 0.0, 10)
+        0.0
+    """
+    delta = check_open_unit("delta", delta)
+    e, d, k = _check_step_guarantee(eps_step, delta_step, k)
+    if _kov_delta(0.0, e, d, k) <= delta:
+        return 0.0
+    hi = k * e
+    if _kov_delta(hi, e, d, k) > delta:
+        return math.inf
+    return smallest_epsilon(lambda eps: _kov_delta(eps, e, d, k), delta, hi=hi, rtol=1e-10)
+
+
+def advanced_composition_epsilon(eps_step: float, k: int, delta_slack: float) -> float:
+    """Advanced composition (Dwork, Rothblum, Vadhan 2010, FOCS, "Boosting and Differential
+    Privacy", Thm III.3): ``k`` adaptive
+    ``(eps_step, d)``-DP mechanisms compose to ``(eps, k d + delta_slack)``-DP with
+    ``eps = eps_step sqrt(2 k log(1/delta_slack)) + k eps_step (e^eps_step - 1)``.
+
+    This is the composition Cor. 3.3 of Balle et al. (2020, arXiv:2007.06605) uses.
+
+    Example::
+
+        >>> round(advanced_composition_epsilon(0.1, 100, 1e-5), 4)
+        5.8502
+    """
+    e = check_nonnegative("eps_step", eps_step)
+    k = check_count("k", k, minimum=1)
+    slack = check_open_unit("delta_slack", delta_slack)
+    return (e * math.sqrt(2.0 * k * math.log(1.0 / slack)) + k * e * _expm1(e)) * _UP

@@ -1,0 +1,216 @@
+"""One monotone inverse: the smallest argument at which a non-increasing bound meets a target.
+
+Every "epsilon for a delta" in the library is the same question: given a certified upper bound
+``delta_upper(eps)`` on a privacy profile (non-increasing in ``eps``), find the smallest ``eps``
+with ``delta_upper(eps) <= target``.  :func:`smallest_epsilon` answers it once, with guarantees
+the callers rely on:
+
+* **certified**: the returned point ``x`` was evaluated and ``delta_upper(x) <= target`` held
+  there (or ``x`` is ``0`` after a successful check at ``0``, or ``inf``), so ``x`` is an upper
+  bound on the true epsilon whatever the search did -- monotonicity of the profile is only used
+  to make the answer *tight*, never to make it *valid*;
+* **bounded**: the bracket grows by doubling at most ``max_doublings`` times and the refinement
+  runs at most ``max_iterations`` steps; a bracket that cannot be closed below ``epsilon_max``
+  answers ``inf`` (always a valid upper bound);
+* NaN values count as "above the target" (the conservative side).
+
+The refinement is bisection, or -- when the caller also gives the derivative -- safeguarded
+Newton on ``log delta`` inside the bisection bracket (a Newton step that leaves the bracket is
+replaced by a bisection step), which converges in a handful of evaluations on smooth profiles
+such as the Gaussian mechanism's.
+
+:func:`largest_violating_epsilon` is the mirror image for *lower* bounds: the largest ``eps``
+at which a certified lower bound on delta is still above the target.
+
+Example::
+
+    >>> import math
+    >>> x = smallest_epsilon(lambda e: math.exp(-e), 1e-3)   # e^-x <= 1e-3 from x = log(1000)
+    >>> 0 <= x - math.log(1000) < 1e-8
+    True
+    >>> math.exp(-x) <= 1e-3
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from dpplugins.errors import ParameterError, check_positive
+
+__all__ = ["smallest_epsilon", "largest_violating_epsilon", "MAX_DOUBLINGS", "MAX_ITERATIONS"]
+
+#: bracket doublings before giving up (2^1100 exceeds the float range from any start >= 1e-300)
+MAX_DOUBLINGS = 2100
+#: refinement steps (bisection from any bracket to relative 1e-15 takes at most ~1100)
+MAX_ITERATIONS = 1200
+
+
+def _target(target) -> float:
+    """The target as a float; ParameterError for NaN or a non-number."""
+    try:
+        value = float(target)
+    except (TypeError, ValueError):
+        value = math.nan
+    if isinstance(target, bool) or math.isnan(value):
+        raise ParameterError("target", target, "a number (not NaN)")
+    return value
+
+
+def _at_most(value: float, target: float) -> bool:
+    """``value <= target`` with NaN on the unsafe side (False)."""
+    return bool(value <= target)
+
+
+def smallest_epsilon(delta_upper: Callable[[float], float], target: float, *,
+                     hi: float | None = None, start: float = 1.0, guess: float | None = None,
+                     newton: bool = False, rtol: float = 1e-9,
+                     epsilon_max: float = math.inf, max_doublings: int = MAX_DOUBLINGS,
+                     max_iterations: int = MAX_ITERATIONS) -> float:
+    """Smallest ``eps >= 0`` (to relative ``rtol``, from above) with ``delta_upper(eps) <=
+    target``, for a non-increasing upper bound ``delta_upper`` on a privacy profile.
+
+    Parameters
+    ----------
+    delta_upper
+        ``eps -> float``: a certified upper bound on delta at ``eps`` (already rounded up by
+        the caller); only its value at the returned point matters for validity.  With
+        ``newton=True`` it returns ``(upper bound, d delta / d eps)`` instead.
+    target
+        The delta to meet (any float; NaN is refused).
+    hi
+        A point expected to have ``delta_upper(hi) <= target`` (checked; if it does not, the
+        bracket is grown from it).  Without it the bracket is grown from ``start`` by doubling.
+    guess
+        First point of the Newton iteration (default: the middle of the bracket).
+    newton
+        The refinement is safeguarded Newton on ``log delta`` (``delta_upper`` also returns
+        the derivative, which only steers the search), else bisection.
+    rtol
+        Stop when the bracket ``[lo, hi]`` has ``hi - lo <= rtol * hi``.
+    epsilon_max
+        Answer ``inf`` when no point up to ``epsilon_max`` meets the target.
+
+    Returns the upper end of the final bracket: a point where ``delta_upper <= target`` was
+    observed (``0.0`` if it holds at 0; ``inf`` if no such point was found).
+
+    Example::
+
+        >>> smallest_epsilon(lambda e: 1.0, 0.5)    # a profile that never falls: no epsilon
+        inf
+        >>> smallest_epsilon(lambda e: 0.0, 0.5)
+        0.0
+    """
+    target = _target(target)
+    rtol = check_positive("rtol", rtol)
+    if newton:
+        pair = delta_upper
+
+        def delta_upper(eps):
+            return pair(eps)[0]
+    if _at_most(delta_upper(0.0), target):
+        return 0.0
+    lo = 0.0
+    if hi is not None and not (hi > 0 and _at_most(delta_upper(hi), target)):
+        start, hi = (hi if hi > 0 else start), None    # not a bracket: grow one from there
+    if hi is None:
+        hi = check_positive("start", start)
+        doublings = 0
+        while not _at_most(delta_upper(hi), target):
+            lo = hi
+            hi *= 2.0
+            doublings += 1
+            if hi > epsilon_max or not math.isfinite(hi) or doublings > max_doublings:
+                return math.inf
+    if not newton:
+        return _bisect(delta_upper, target, lo, hi, rtol, max_iterations)
+    return _newton(pair, target, lo, hi, guess, rtol, max_iterations)
+
+
+def _bisect(fn, target, lo, hi, rtol, max_iterations) -> float:
+    for _ in range(max_iterations):
+        if hi - lo <= rtol * hi:
+            break
+        mid = 0.5 * (lo + hi)
+        if mid <= lo or mid >= hi:      # no float strictly inside: the bracket is closed
+            break
+        if _at_most(fn(mid), target):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def _newton(pair, target, lo, hi, guess, rtol, max_iterations) -> float:
+    """Safeguarded Newton on ``log delta`` keeping ``pair(lo)[0] > target >= pair(hi)[0]``."""
+    def fn(eps):
+        return pair(eps)[0]
+    if not target > 0:
+        return _bisect(fn, target, lo, hi, rtol, max_iterations)
+    log_target = math.log(target)
+    x = 0.5 * (lo + hi) if guess is None else min(max(guess, lo + 1e-3 * (hi - lo)),
+                                                  lo + 0.5 * (hi - lo))
+    for _ in range(max_iterations):
+        value, d = pair(x)
+        if _at_most(value, target):
+            hi = x
+        else:
+            lo = x
+        if hi - lo <= rtol * hi:
+            break
+        step = None
+        if value > 0 and d < 0 and math.isfinite(value):
+            step = x - (math.log(value) - log_target) * value / d
+        if step is None or not lo < step < hi:
+            step = 0.5 * (lo + hi)
+        elif abs(step - x) < 0.25 * rtol * hi:
+            # converged: probe just above and just below to close the bracket
+            above = step * (1 + 0.5 * rtol)
+            if above < hi and _at_most(fn(above), target):
+                hi = above
+            below = step * (1 - 0.5 * rtol)
+            if below > lo and not _at_most(fn(below), target):
+                lo = below
+            if hi - lo <= rtol * hi:
+                break
+            step = 0.5 * (lo + hi)
+        if not lo < step < hi:
+            break
+        x = step
+    return hi
+
+
+def largest_violating_epsilon(delta_lower: Callable[[float], float], target: float, hi: float,
+                              *, rtol: float = 1e-7, atol: float = 1e-12,
+                              max_iterations: int = MAX_ITERATIONS) -> float:
+    """Largest ``eps`` in ``[0, hi]`` (to ``rtol * eps + atol``, from below) at which a
+    certified *lower* bound on delta is still above ``target``: a certified lower bound on
+    epsilon(target).  ``0`` if the bound is already at most ``target`` at 0; ``hi`` if it is
+    still above the target at ``hi``.
+
+    The returned point was evaluated with ``delta_lower > target`` (or is 0), so the true
+    profile exceeds the target there and epsilon(target) is at least that point.
+
+    Example::
+
+        >>> import math
+        >>> x = largest_violating_epsilon(lambda e: math.exp(-e), 1e-3, 100.0)
+        >>> math.exp(-x) > 1e-3 and math.log(1000) - x < 1e-5
+        True
+    """
+    target = _target(target)
+    if not delta_lower(0.0) > target:
+        return 0.0
+    if delta_lower(hi) > target:
+        return hi
+    lo = 0.0
+    for _ in range(max_iterations):
+        mid = 0.5 * (lo + hi)
+        if delta_lower(mid) > target:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= rtol * hi + atol:
+            break
+    return lo

@@ -1,0 +1,122 @@
+"""General composition theorems (dpplugins.composition) and the profile-to-PLD helpers
+(dpplugins.profiles), against exact enumeration of product pairs and closed forms."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from scipy.optimize import brentq
+from scipy.stats import norm
+
+from dpplugins import composition
+from dpplugins.amplification import checkin
+from dpplugins.errors import ParameterError
+from dpplugins.profiles import pld_from_profile, profile_grid
+
+
+def _four_point_pair(e: float, d: float) -> tuple[np.ndarray, np.ndarray]:
+    """The dominating pair of an (e, d)-DP mechanism (Kairouz, Oh, Viswanath 2015, Thm 2.1)."""
+    x = math.exp(e)
+    p = np.array([d, (1 - d) * x / (1 + x), (1 - d) / (1 + x), 0.0])
+    return p, p[::-1].copy()
+
+
+def _enumerated_delta(epsilon: float, e: float, d: float, k: int) -> float:
+    """Hockey-stick divergence of the k-fold product of the four-point pair, by enumerating
+    every outcome (4^k of them)."""
+    p, q = _four_point_pair(e, d)
+    total = 0.0
+    for outcome in itertools.product(range(4), repeat=k):
+        pp = math.prod(p[i] for i in outcome)
+        qq = math.prod(q[i] for i in outcome)
+        total += max(pp - math.exp(epsilon) * qq, 0.0)
+    return total
+
+
+@pytest.mark.parametrize("e,d,k", [(1.0, 0.0, 1), (0.5, 0.0, 4), (0.3, 1e-3, 3), (1.2, 0.05, 5),
+                                   (0.1, 0.0, 6)])
+@pytest.mark.parametrize("epsilon", [0.0, 0.2, 0.9, 2.5])
+def test_optimal_composition_delta_is_the_enumerated_product(e, d, k, epsilon):
+    exact = _enumerated_delta(epsilon, e, d, k)
+    got = composition.optimal_composition_delta(epsilon, e, d, k)
+    assert exact <= got <= exact * (1 + 1e-9) + 1e-15
+
+
+@pytest.mark.parametrize("e,d,k,delta", [(0.5, 0.0, 4, 1e-2), (0.3, 1e-3, 3, 5e-2),
+                                         (0.1, 0.0, 6, 1e-3)])
+def test_optimal_composition_epsilon_is_certified_and_tight(e, d, k, delta):
+    eps = composition.optimal_composition_epsilon(delta, e, d, k)
+    assert _enumerated_delta(eps, e, d, k) <= delta
+    # tight: a relative 1e-6 lower already violates delta (the enumerated curve is continuous)
+    if eps > 0:
+        assert _enumerated_delta(eps * (1 - 1e-6), e, d, k) > delta * (1 - 1e-9)
+
+
+def test_optimal_composition_epsilon_ends():
+    assert composition.optimal_composition_epsilon(1e-6, 0.0, 0.0, 10) == 0.0
+    # k (eps, d) mechanisms cannot reach delta below 1 - (1 - d)^k
+    assert composition.optimal_composition_epsilon(1e-6, 0.5, 0.1, 3) == math.inf
+
+
+@pytest.mark.parametrize("e", [0.01, 0.1, 0.5])
+@pytest.mark.parametrize("k", [10, 100, 1000])
+def test_optimal_is_never_above_advanced(e, k):
+    """The optimal composition theorem is optimal: advanced composition (d = 0, slack delta)
+    can never be smaller."""
+    delta = 1e-6
+    assert composition.optimal_composition_epsilon(delta, e, 0.0, k) <= \
+        composition.advanced_composition_epsilon(e, k, delta)
+    assert composition.optimal_composition_epsilon(delta, e, 0.0, k) <= k * e * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("a,k", [(0.5, 10), (2.0, 50), (5.0, 200)])
+def test_heterogeneous_lemma_is_not_below_the_optimal_composition(a, k):
+    """Lemma A.2 with b = 0 bounds k identical log(1 + a/k)-DP mechanisms; the exact optimum of
+    that composition cannot exceed it."""
+    delta = 1e-5
+    exact = composition.optimal_composition_epsilon(delta, math.log1p(a / k), 0.0, k)
+    assert exact <= composition.heterogeneous_composition_epsilon(a, 0.0, k, delta)
+
+
+def test_old_names_are_the_same_functions():
+    for name in ("heterogeneous_composition_epsilon", "optimal_composition_delta",
+                 "optimal_composition_epsilon", "advanced_composition_epsilon"):
+        assert getattr(checkin, name) is getattr(composition, name)
+    assert checkin.profile_grid is profile_grid and checkin.pld_from_profile is pld_from_profile
+
+
+def test_bad_inputs_name_the_parameter():
+    with pytest.raises(ParameterError, match="delta_step"):
+        composition.optimal_composition_delta(0.1, 1.0, 1.0, 3)
+    with pytest.raises(ParameterError, match="b"):
+        composition.heterogeneous_composition_epsilon(1.0, 1.0, 5, 1e-5)
+    with pytest.raises(ParameterError, match="k"):
+        composition.advanced_composition_epsilon(0.1, 0, 1e-5)
+
+
+# -- profiles -> PLD ------------------------------------------------------------------------------
+def _gaussian_profile(mu: float):
+    def profile(eps):
+        eps = np.asarray(eps, dtype=float)
+        return np.minimum(norm.cdf(-eps / mu + mu / 2) - np.exp(eps) * norm.cdf(-eps / mu - mu / 2)
+                          + 1e-15, 1.0)
+    return profile
+
+
+@pytest.mark.parametrize("mu,count", [(0.5, 1), (0.5, 8), (1.0, 4)])
+def test_pld_from_a_gaussian_profile_bounds_the_composed_gaussian(mu, count):
+    """count runs of mu-GDP compose to sqrt(count) mu-GDP (Dong, Roth, Su 2022, Cor. 3.3): the
+    dominating PLD of the profile gives an upper bound within a few percent."""
+    profile = _gaussian_profile(mu)
+    h, eps_max = profile_grid([profile])
+    pld = pld_from_profile(profile, h, eps_max).self_compose(count)
+    delta = 1e-5
+    total = mu * math.sqrt(count)
+    exact = brentq(lambda e: norm.cdf(-e / total + total / 2)
+                   - math.exp(e) * norm.cdf(-e / total - total / 2) - delta, 0.0, 50.0,
+                   xtol=1e-13)
+    upper = pld.epsilon_for_delta(delta, lower=False).upper
+    assert exact <= upper <= exact * 1.05 + 0.01

@@ -1,0 +1,139 @@
+"""The monotone inverse (dpplugins.numerics) and the Gaussian profile it inverts most often.
+
+Checked against closed forms (e^-x, step functions) and against an independent evaluation of
+the Gaussian profile with ``scipy.stats.norm`` and ``scipy.optimize.brentq``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.optimize import brentq
+from scipy.stats import norm
+
+from dpplugins.errors import ParameterError
+from dpplugins.mechanisms.gaussian import gaussian_delta, gaussian_delta_upper, gaussian_epsilon
+from dpplugins.numerics import (MAX_DOUBLINGS, MAX_ITERATIONS, largest_violating_epsilon,
+                                smallest_epsilon)
+
+
+def _gaussian_delta_reference(eps: float, mu: float) -> float:
+    """Balle & Wang 2018 Thm 8 with scipy.stats.norm (another code path than log_ndtr)."""
+    return float(norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2))
+
+
+# -- smallest_epsilon ------------------------------------------------------------------------------
+@pytest.mark.parametrize("target", [0.5, 1e-3, 1e-9, 1e-300])
+@pytest.mark.parametrize("newton", [False, True])
+def test_exponential_profile_closed_form(target, newton):
+    def fn(x):
+        return (math.exp(-x), -math.exp(-x)) if newton else math.exp(-x)
+
+    x = smallest_epsilon(fn, target, rtol=1e-10, newton=newton)
+    exact = math.log(1 / target)
+    assert math.exp(-x) <= target                 # certified: checked at the returned point
+    assert exact <= x <= exact * (1 + 1e-9)
+
+
+@given(st.floats(1e-6, 1e6), st.floats(1e-8, 1e-2))
+@settings(max_examples=60, deadline=None)
+def test_step_profile_is_met_from_above(c, rtol):
+    """delta = 1 below c, 0 from c on: the answer is in [c, c (1 + rtol)]."""
+    x = smallest_epsilon(lambda e: 1.0 if e < c else 0.0, 0.5, rtol=rtol)
+    assert c <= x <= c * (1 + rtol) + 1e-300
+
+
+def test_zero_and_never():
+    assert smallest_epsilon(lambda e: 0.0, 1e-5) == 0.0
+    assert smallest_epsilon(lambda e: 1.0, 1e-5) == math.inf
+    assert smallest_epsilon(lambda e: 1.0, 1e-5, epsilon_max=10.0) == math.inf
+
+
+def test_nan_counts_as_above_the_target():
+    assert smallest_epsilon(lambda e: math.nan, 0.5) == math.inf
+    x = smallest_epsilon(lambda e: math.nan if e < 2.0 else 0.0, 0.5, rtol=1e-12)
+    assert 2.0 <= x <= 2.0 * (1 + 1e-12)
+
+
+def test_evaluations_are_bounded():
+    calls = []
+
+    def never(e):
+        calls.append(e)
+        return 1.0
+    assert smallest_epsilon(never, 0.5, start=1e-300) == math.inf
+    assert len(calls) <= MAX_DOUBLINGS + 2
+    calls.clear()
+    # a target that no float between two neighbours separates: the bracket closes
+    c = 1.0 + 2 ** -40
+    x = smallest_epsilon(lambda e: (calls.append(e), 1.0 if e < c else 0.0)[1], 0.5, rtol=1e-300)
+    assert x >= c and len(calls) <= MAX_ITERATIONS + MAX_DOUBLINGS + 2
+
+
+def test_a_given_bracket_that_is_not_one_is_grown():
+    x = smallest_epsilon(lambda e: math.exp(-e), 1e-6, hi=1.0)
+    assert math.exp(-x) <= 1e-6 and x <= math.log(1e6) * (1 + 1e-8)
+
+
+def test_bad_target():
+    with pytest.raises(ParameterError, match="target"):
+        smallest_epsilon(lambda e: 0.0, math.nan)
+
+
+# -- largest_violating_epsilon (lower bounds) -------------------------------------------------------
+@pytest.mark.parametrize("target", [0.5, 1e-3, 1e-12])
+def test_largest_violating_is_a_lower_bound(target):
+    x = largest_violating_epsilon(lambda e: math.exp(-e), target, 100.0, rtol=1e-10)
+    exact = math.log(1 / target)
+    assert math.exp(-x) > target
+    assert exact * (1 - 1e-9) - 1e-12 <= x <= exact
+
+
+def test_largest_violating_ends():
+    assert largest_violating_epsilon(lambda e: 0.0, 0.5, 10.0) == 0.0
+    assert largest_violating_epsilon(lambda e: 1.0, 0.5, 10.0) == 10.0
+
+
+# -- the Gaussian profile and its inverse ---------------------------------------------------------
+@pytest.mark.parametrize("mu", [0.1, 1.0, 3.0, 10.0])
+def test_gaussian_delta_matches_scipy_norm(mu):
+    for eps in [0.0, 0.5, 2.0, 5.0]:
+        ref = _gaussian_delta_reference(eps, mu)
+        if ref > 1e-12:
+            assert float(gaussian_delta(eps, mu)) == pytest.approx(ref, rel=1e-9)
+
+
+def test_gaussian_delta_never_nan():
+    """Regression: eps = 1e308 gave (-inf) - (-inf) = NaN."""
+    values = gaussian_delta(np.array([1e308, math.inf, 1e300, 0.0]), 2.0)
+    assert not np.any(np.isnan(values))
+    assert values[0] == 0.0 and values[1] == 0.0 and values[2] == 0.0
+    assert float(gaussian_delta(3.0, math.inf)) == 1.0
+    assert gaussian_delta_upper(1e308, 2.0) == 1e-300
+
+
+@pytest.mark.parametrize("mu", [0.05, 0.5, 1.0, 4.0, 30.0])
+@pytest.mark.parametrize("delta", [1e-2, 1e-5, 1e-10])
+def test_gaussian_epsilon_against_brentq(mu, delta):
+    eps = gaussian_epsilon(mu, delta)
+    assert gaussian_delta_upper(eps, mu) <= delta
+    f = lambda e: _gaussian_delta_reference(e, mu) - delta  # noqa: E731
+    if f(0.0) <= 0:
+        assert eps == 0.0
+        return
+    hi = mu * mu / 2 + mu * math.sqrt(2 * math.log(1 / delta)) + 1.0
+    exact = brentq(f, 0.0, hi, xtol=1e-14, rtol=1e-14)
+    assert exact * (1 - 1e-9) <= eps <= exact * (1 + 1e-9) + 1e-12
+
+
+def test_gaussian_epsilon_extremes():
+    assert gaussian_epsilon(0.0, 1e-5) == 0.0
+    assert gaussian_epsilon(math.inf, 1e-5) == math.inf
+    assert gaussian_epsilon(1e300, 1e-5) == math.inf      # mu^2 / 2 is beyond the float range
+    big = gaussian_epsilon(1e100, 1e-5)
+    assert 0.5e200 <= big <= 0.5e200 * (1 + 1e-6)          # mu^2/2 + mu sqrt(2 log(1/delta))
+    assert gaussian_epsilon(1e-300, 1e-5) == 0.0           # delta(0) ~ 0.4 mu << 1e-5

@@ -1,26 +1,48 @@
 """Shuffle model with a known randomizer vs FMT21 and the VLDB 2024 (variation-ratio) numbers.
 
-For binary RR on the grid n in {1e3, 1e4, 1e5, 1e6}, eps0 in {0.5, 1, 2, 4, 8},
-delta in {1e-6, 1e-8} it prints our certified upper bound (the exact worst case over datasets,
-:class:`dpplugins.amplification.shuffle_model.BinaryRRWorstCase`), the certified lower bound,
-their gap, FMT21 (every eps0-DP randomizer) and the ratio ours/FMT21, the number the
-variation-ratio pair gives (for binary RR it is FMT23's stronger clone, valid there), and the
-wall-clock time of our upper bound (caches cleared; no assertion).  Then k-RR (k = 4, 16): our
-upper bound (blanket / stronger clone), Wang et al.'s k-RR number -- which is a certified *lower*
-bound, see the module docstring -- and the time.  Then general eps0-DP randomizers: FMT21 (what
-we certify) against the VLDB "general mechanisms" number, which rests on the unproven stronger
-clone.  Last, 10 rounds composed by PLD, upper vs lower.
+Values (each computed once):
 
-Run: ``PYTHONPATH=. python benchmarks/shuffle_model_vs_vldb.py [--quick]``
+* binary RR on the grid n in {1e3, 1e4, 1e5, 1e6}, eps0 in {0.5, 1, 2, 4, 8},
+  delta in {1e-6, 1e-8}: our certified upper bound (exact worst case over datasets,
+  :class:`dpplugins.amplification.shuffle_model.BinaryRRWorstCase`), the certified lower bound,
+  their gap, FMT21 and the variation-ratio pair's number (for binary RR it is FMT23's stronger
+  clone, valid there);
+* k-RR (k = 4, 16): our bound (blanket / stronger clone), Wang et al.'s k-RR number (a certified
+  *lower* bound, see :mod:`dpplugins.amplification.shuffle_model`);
+* the families of :mod:`dpplugins.amplification.shuffle_model_families`: FMT21, the errata's
+  Lemma 7.3 bound, the lower bound, and the variation-ratio number with Wang et al.'s parameters
+  (not certified: its reduction is the withdrawn FMT23 Lemma 3.5);
+* general eps0-DP randomizers: FMT21 (what we certify) against the VLDB "general" number;
+* 10 rounds composed by PLD.
+
+Timing: alternating A/B rounds (:mod:`benchmarks._ab`), caches cleared before every call of
+ours: ours against the authors' public code (``amplificationUB`` of ``unifiedamplification.py``
+from github.com/wangsw/PrivacyAmplification, run from a directory given by ``--vldb-dir`` or the
+environment variable ``VLDB_CODE_DIR``; it is never copied here) for binary RR at n = 1e6 and
+n = 1e8, medians and ratios printed, and the peak memory of one n = 1e8 point of ours measured
+in a fresh process.  No assertion: this prints.
+
+Run: ``PYTHONPATH=. python benchmarks/shuffle_model_vs_vldb.py [--quick] [--vldb-dir DIR]
+[--rounds R]``
 """
 
 from __future__ import annotations
 
 import argparse
-import time
+import importlib
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
-from dpplugins.amplification import shuffle as sh
-from dpplugins.amplification import shuffle_model as sm
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _ab import alternate, report  # noqa: E402
+
+from dpplugins.amplification import shuffle as sh  # noqa: E402
+from dpplugins.amplification import shuffle_model as sm  # noqa: E402
+from dpplugins.amplification import shuffle_model_errata as sme  # noqa: E402
+from dpplugins.amplification import shuffle_model_families as fam  # noqa: E402
 
 NS = (1_000, 10_000, 100_000, 1_000_000)
 EPS0S = (0.5, 1.0, 2.0, 4.0, 8.0)
@@ -31,62 +53,73 @@ def clear() -> None:
     for fn in (sm._binary_core, sm._binary_worst_case, sm._cached_blanket, sm._coarse_blanket,
                sm._strong_clone, sm._fmt21_clone, sm._lower_pairs, sm._epsilon_cached,
                sm._lower_cached, sm._blanket_conditional, sm._profile_cached, sm._profile_memo,
-               sh._clone_pair):
+               sh._clone_pair, sme.errata_pair, fam._epsilon_cached, fam._lower_cached):
         fn.cache_clear()
-
-
-def timed(fn):
-    clear()
-    start = time.perf_counter()
-    value = fn()
-    return value, time.perf_counter() - start
 
 
 def binary_grid(ns, eps0s, deltas) -> None:
     print("binary randomized response (upper = exact worst case over all datasets, certified)")
     head = (f"{'delta':>6} {'n':>8} {'eps0':>4} | {'upper':>9} {'lower':>9} {'gap%':>6} | "
-            f"{'FMT21':>9} {'ours/FMT21':>10} | {'VR(=FMT23)':>10} {'ours/VR':>7} | {'s':>6}")
+            f"{'FMT21':>9} {'ours/FMT21':>10} | {'VR(=FMT23)':>10} {'ours/VR':>7}")
     print(head)
     print("-" * len(head))
-    worst_ratio, worst_gap, slowest, worst_free = 0.0, 0.0, 0.0, 0.0
+    worst_gap, worst_vr = 0.0, 0.0
     for delta in deltas:
         for n in ns:
             for eps0 in eps0s:
-                b, t = timed(lambda: sm.epsilon_bounds(("binary_rr", eps0), n, delta))
+                b = sm.epsilon_bounds(("binary_rr", eps0), n, delta)
                 f21 = sh.fmt21_epsilon(eps0, n, delta).epsilon
                 vr = sm.variation_ratio_pair(*sm.variation_ratio_parameters(
                     ("binary_rr", eps0)), n).epsilon(delta, eps0)
                 gap = (b.upper - b.lower) / b.upper * 100 if b.upper > 0 else 0.0
-                worst_ratio, worst_gap = max(worst_ratio, b.upper / f21), max(worst_gap, gap)
-                if f21 < 0.99 * eps0:  # FMT21 amplifies at all here
-                    worst_free = max(worst_free, b.upper / f21)
-                slowest = max(slowest, t)
+                worst_gap, worst_vr = max(worst_gap, gap), max(worst_vr, b.upper / vr)
                 print(f"{delta:>6g} {n:>8} {eps0:>4g} | {b.upper:>9.6f} {b.lower:>9.6f} "
                       f"{gap:>6.3f} | {f21:>9.6f} {b.upper / f21:>10.4f} | {vr:>10.6f} "
-                      f"{b.upper / vr:>7.4f} | {t:>6.2f}")
-    print(f"binary RR: max ratio ours/FMT21 = {worst_ratio:.4f} ({worst_free:.4f} where FMT21 "
-          f"is below 0.99 eps0), max gap to lower bound = {worst_gap:.3f} %, slowest point "
-          f"{slowest:.2f} s (target 1 s at n = 1e6)")
+                      f"{b.upper / vr:>7.4f}")
+    print(f"binary RR: max gap to the lower bound {worst_gap:.3f} %, max ours/VR "
+          f"{worst_vr:.4f}")
 
 
 def krr_grid(ns, eps0s, delta, ks=(4, 16)) -> None:
     print(f"\nk-ary randomized response, delta = {delta:g} (Wang et al.'s k-RR number is a "
           "certified lower bound)")
     head = (f"{'k':>3} {'n':>8} {'eps0':>4} | {'upper':>9} {'method':>12} | {'lower':>9} "
-            f"{'gap%':>6} | {'VLDB k-RR':>9} | {'FMT21':>9} {'ours/FMT21':>10} | {'s':>6}")
+            f"{'gap%':>6} | {'VLDB k-RR':>9} | {'FMT21':>9}")
     print(head)
     print("-" * len(head))
     for k in ks:
         for n in ns:
             for eps0 in eps0s:
-                up, t = timed(lambda: sm.epsilon(("krr", eps0, k), n, delta))
+                up = sm.epsilon(("krr", eps0, k), n, delta)
                 low = sm.lower_bound(("krr", eps0, k), n, delta).epsilon
                 vr = sm.krr_lower_pairs(eps0, n, k)["others_at_c"].epsilon_lower(delta, eps0)
                 f21 = sh.fmt21_epsilon(eps0, n, delta).epsilon
                 gap = (up.epsilon - low) / up.epsilon * 100 if up.epsilon > 0 else 0.0
                 print(f"{k:>3} {n:>8} {eps0:>4g} | {up.epsilon:>9.6f} {up.method:>12} | "
-                      f"{low:>9.6f} {gap:>6.3f} | {vr:>9.6f} | {f21:>9.6f} "
-                      f"{up.epsilon / f21:>10.4f} | {t:>6.2f}")
+                      f"{low:>9.6f} {gap:>6.3f} | {vr:>9.6f} | {f21:>9.6f}")
+
+
+def family_grid(ns, eps0s, delta) -> None:
+    print(f"\nrandomizer families, delta = {delta:g}: FMT21, the errata's Lemma 7.3 (certified), "
+          "lower bound, and the variation-ratio number with Wang et al.'s parameters (NOT "
+          "certified)")
+    head = (f"{'family':>18} {'n':>8} {'eps0':>4} | {'FMT21':>9} {'ours':>9} {'ours/FMT21':>10} "
+            f"| {'lower':>9} {'gap%':>6} | {'VR (unproven)':>13}")
+    print(head)
+    print("-" * len(head))
+    for n in ns:
+        for eps0 in eps0s:
+            for family in (fam.unary_encoding(eps0, 64), fam.unary_encoding(eps0, 64,
+                                                                             optimized=True),
+                           fam.subset_selection(eps0, 64, 4), fam.local_hashing(eps0, 16),
+                           fam.laplace_bounded(eps0)):
+                up = fam.epsilon(family, n, delta)
+                low = fam.lower_bound(family, n, delta).epsilon
+                f21 = up.candidates["fmt21"]
+                vr = sm.variation_ratio_pair(*family.vr, n).epsilon(delta, eps0)
+                gap = (up.epsilon - low) / up.epsilon * 100 if up.epsilon > 0 else 0.0
+                print(f"{family.name:>18} {n:>8} {eps0:>4g} | {f21:>9.6f} {up.epsilon:>9.6f} "
+                      f"{up.epsilon / f21:>10.4f} | {low:>9.6f} {gap:>6.2f} | {vr:>13.6f}")
 
 
 def general_grid(ns, eps0s, delta) -> None:
@@ -106,26 +139,91 @@ def general_grid(ns, eps0s, delta) -> None:
 def composition(n=10_000, rounds=10, delta=1e-6) -> None:
     print(f"\n{rounds} rounds composed by PLD, n = {n}, delta = {delta:g}")
     for spec in (("binary_rr", 1.0), ("binary_rr", 4.0), ("krr", 2.0, 8), ("general", 2.0)):
-        b, t = timed(lambda: sm.composed_epsilon_bounds([(spec, n, rounds)], delta))
+        b = sm.composed_epsilon_bounds([(spec, n, rounds)], delta)
         one = sm.epsilon(spec, n, delta).epsilon
         print(f"{str(spec):>22}: one round {one:.5f}; {rounds} rounds [{b.lower:.5f}, "
-              f"{b.upper:.5f}] gap {(b.upper - b.lower) / b.upper * 100:.2f} %  ({t:.1f} s)")
+              f"{b.upper:.5f}] gap {(b.upper - b.lower) / b.upper * 100:.2f} %")
+    for family in (fam.unary_encoding(2.0, 64, optimized=True), fam.local_hashing(2.0, 16)):
+        b = fam.composed_epsilon_bounds(family, n, rounds, delta)
+        one = fam.epsilon(family, n, delta).epsilon
+        print(f"{family.name:>22}: one round {one:.5f}; {rounds} rounds [{b.lower:.5f}, "
+              f"{b.upper:.5f}] gap {(b.upper - b.lower) / b.upper * 100:.2f} %")
+
+
+def _vldb_module(directory: str | None):
+    if not directory:
+        return None
+    sys.path.insert(0, directory)
+    try:
+        return importlib.import_module("unifiedamplification")
+    except ImportError as error:
+        print(f"(VLDB code not importable from the given directory: {error})")
+        return None
+
+
+def timing(points, rounds: int, vldb, iterations: int) -> None:
+    print(f"\ntiming, binary RR, alternating A/B, {rounds} rounds (ours: caches cleared before "
+          f"each call; VLDB: amplificationUB with T = {iterations} bisection steps)")
+    for n, eps0, delta in points:
+        e = math.exp(eps0)
+        values = {}
+
+        def ours():
+            clear()
+            values["ours"] = sm.epsilon(("binary_rr", eps0), n, delta).epsilon
+
+        candidates = {"ours (certified)": ours}
+        if vldb is not None:
+            def theirs():
+                values["vldb"] = vldb.amplificationUB(e, (e - 1) / (e + 1), e, e, n, delta,
+                                                      iterations)
+            candidates["VLDB 2024 code"] = theirs
+        samples = alternate(candidates, rounds)
+        print(f"n = {n:g}, eps0 = {eps0:g}, delta = {delta:g}: ours {values['ours']:.7g}"
+              + (f", VLDB {values['vldb']:.7g}" if "vldb" in values else ""))
+        print(report(samples, "ours (certified)"))
+
+
+def peak_memory(n: int, eps0: float, delta: float) -> None:
+    code = ("import resource; from dpplugins.amplification import shuffle_model as sm; "
+            f"v = sm.epsilon(('binary_rr', {eps0}), {n}, {delta}).epsilon; "
+            "print(v, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+         os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         check=True).stdout.split()
+    print(f"peak memory of one point of ours in a fresh process (n = {n:g}, eps0 = {eps0:g}, "
+          f"delta = {delta:g}): {float(out[1]):.0f} MB (epsilon {float(out[0]):.7g})")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small subset of the grid")
+    parser.add_argument("--vldb-dir", default=os.environ.get("VLDB_CODE_DIR"),
+                        help="directory holding the authors' unifiedamplification.py")
+    parser.add_argument("--vldb-iterations", type=int, default=12,
+                        help="bisection steps T of the VLDB code (their default: 12)")
+    parser.add_argument("--rounds", type=int, default=3, help="A/B rounds per timed point")
+    parser.add_argument("--skip-values", action="store_true", help="timing and memory only")
     args = parser.parse_args()
-    if args.quick:
-        binary_grid((1_000, 100_000), (0.5, 4.0), (1e-6,))
-        krr_grid((10_000,), (1.0, 4.0), 1e-6, ks=(4,))
-        general_grid((10_000,), (1.0, 4.0), 1e-6)
-        composition(n=2_000, rounds=5)
-        return
-    binary_grid(NS, EPS0S, DELTAS)
-    krr_grid(NS, EPS0S, 1e-6)
-    general_grid(NS, EPS0S, 1e-6)
-    composition()
+    vldb = _vldb_module(args.vldb_dir)
+    if not args.skip_values:
+        if args.quick:
+            binary_grid((1_000, 100_000), (0.5, 4.0), (1e-6,))
+            krr_grid((10_000,), (1.0, 4.0), 1e-6, ks=(4,))
+            family_grid((10_000,), (1.0, 4.0), 1e-6)
+            general_grid((10_000,), (1.0, 4.0), 1e-6)
+            composition(n=2_000, rounds=5)
+        else:
+            binary_grid(NS, EPS0S, DELTAS)
+            krr_grid(NS, EPS0S, 1e-6)
+            family_grid(NS, EPS0S, 1e-6)
+            general_grid(NS, EPS0S, 1e-6)
+            composition()
+    points = [(1_000_000, 1.0, 1e-6), (100_000_000, 1.0, 1e-8), (100_000_000, 4.0, 1e-8)]
+    timing(points[:2] if args.quick else points, args.rounds, vldb, args.vldb_iterations)
+    peak_memory(100_000_000, 0.5, 1e-8)
 
 
 if __name__ == "__main__":

@@ -298,3 +298,38 @@ def test_accountant_general_and_heterogeneous_rounds():
     single.compose(ShuffleEvent(1, RandomizedResponseEvent(1.0, 3)))
     lo, up = single.get_epsilon_bounds(1e-6)
     assert lo <= up <= 1.0 and up > 0.99
+
+
+# -- FFT convolution in the binary-RR cores -------------------------------------------------------
+def test_fft_convolution_error_bound_holds_against_direct_summation():
+    for n1, n2, p in ((200_000, 300_000, 0.3), (3_000_000, 1_000_000, 0.12)):
+        lo1, hi1, _ = sm._window(n1, p)
+        lo2, hi2, _ = sm._window(n2, 1 - p)
+        a = stats.binom.pmf(np.arange(lo1, hi1 + 1), n1, p)
+        b = stats.binom.pmf(np.arange(lo2, hi2 + 1), n2, 1 - p)
+        c, err = sm._fft_convolve(a, b)
+        direct = np.convolve(a, b)          # non-negative terms: relative error <= len * u
+        slack = (min(len(a), len(b)) + 2) * np.finfo(float).eps * direct.sum()
+        assert len(c) == len(direct) and np.all(c >= 0)
+        assert np.abs(c - direct).sum() <= err + slack
+        assert err < 1e-10
+
+
+def test_fft_core_brackets_the_direct_core(monkeypatch):
+    eps0, n = 1.0, 2_000_000
+    fft_core = sm._BinaryCore(eps0, 300_000, n - 300_001)
+    assert fft_core.fft_error > 0
+    monkeypatch.setattr(sm, "_FFT_MIN_LENGTH", 10 ** 9)
+    direct = sm._BinaryCore(eps0, 300_000, n - 300_001)
+    assert direct.fft_error == 0
+    for eps in (0.002, 0.004, 0.006):
+        a, b = fft_core.delta(eps), direct.delta(eps)
+        assert a.lower <= b.upper and b.lower <= a.upper
+        assert a.upper <= b.upper + 1e-10
+
+
+def test_binary_rr_at_large_n_uses_the_exact_worst_case():
+    b = sm.epsilon_bounds(("binary_rr", 4.0), 30_000_000, 1e-8)
+    assert sm.epsilon(("binary_rr", 4.0), 30_000_000, 1e-8).method == "binary_rr_exact"
+    assert b.upper - b.lower <= 0.01 * b.upper
+    assert b.upper <= sh.fmt23_epsilon(4.0, 30_000_000, 1e-8).epsilon * (1 + 1e-9)

@@ -28,8 +28,10 @@ inequality ``D(A(X0) || A(X1)) <= D(P0 || P1)``.
   and ``Q0 + Q1 = R(a) + R(b) <= (e^eps0 + 1) R(c)`` output by output for every input c (on a or
   b: ``e^eps0 + 1 <= e^eps0 + 1`` resp. ``1 + 1 <= e^eps0 + 1`` when c in {a, b}; on other
   outputs ``2 <= e^eps0 + 1``), so ``R(c) - (Q0 + Q1)/(e^eps0 + 1) >= 0`` is the remaining
-  component.  The errata's k-RR refinement (Lemma 7.3 with ``p = 1/(e^eps0 + k - 1)`` and a second
-  parameter q) lost its displayed formulas in the copy we worked from; we do not implement it.
+  component.  The errata's refinement (Lemma 7.3, with a second parameter q) is implemented in
+  :mod:`dpplugins.amplification.shuffle_model_errata` (its formulas reconstructed and the
+  reduction re-proved there); for k-RR it coincides with the privacy blanket of
+  :mod:`dpplugins.amplification.shuffle_model`.
 * **Trap** (combining the FMT23 variables ``Y^b_1`` -- which can report 2 -- with the FMT21
   value of p): that combination is the flawed Lemma 3.5 of FMT23 at
   ``p < 1/(e^eps0 + 1)``, and because the differing user then hides behind "2" it *under*-reports.
@@ -164,7 +166,7 @@ def _check_delta0(delta0) -> float:
 # --------------------------------------------------------------------------------------------
 # binomial windows
 # --------------------------------------------------------------------------------------------
-def _binomial_window(trials: int, prob: float, log_cut: float = _LOG_CUT) -> tuple[int, int, float]:
+def binomial_window(trials: int, prob: float, log_cut: float = _LOG_CUT) -> tuple[int, int, float]:
     """``(lo, hi, outside)``: ``Bin(trials, prob)`` puts all but ``outside`` (its exact mass) on
     ``[lo, hi]``, and ``outside <= e^log_cut`` unless the support is exhausted first."""
     if trials == 0 or prob <= 0:
@@ -218,7 +220,7 @@ class _ClonePair:
         self.n = n
         self.c = clone_probability
         trials = n - 1
-        lo, hi, outside = _binomial_window(trials, clone_probability)
+        lo, hi, outside = binomial_window(trials, clone_probability)
         clones = np.arange(lo, hi + 1)
         self.m = clones + 1  # number of 0s and 1s, the differing user included
         self.weights = stats.binom.pmf(clones, trials, clone_probability)
@@ -266,15 +268,6 @@ class _ClonePair:
         return smallest_epsilon(upper, delta, hi=self.eps0, guess=guess, newton=True, rtol=1e-7)
 
 
-def _newton_smallest_epsilon(fn: Callable[[float], tuple[float, float]], delta: float, hi: float,
-                             guess: float, rtol: float = 1e-7) -> float:
-    """Smallest eps in [0, hi] with ``fn(eps)[0] <= delta`` to relative ``rtol``, ``fn``
-    returning (an upper bound on delta(eps), the derivative of delta), ``fn(hi)[0] <= delta``:
-    :func:`dpplugins.numerics.smallest_epsilon` with safeguarded Newton (kept under this name
-    for :mod:`dpplugins.amplification.shuffle_model`, which should call numerics directly)."""
-    return smallest_epsilon(fn, delta, hi=hi, guess=guess, newton=True, rtol=rtol)
-
-
 @functools.lru_cache(maxsize=64)
 def _clone_pair(eps0: float, n: int, c: float) -> _ClonePair:
     return _ClonePair(eps0, n, c)
@@ -305,7 +298,7 @@ def clone_pair_delta(eps0: float, n: int, clone_probability: float, epsilon: flo
     return _clone_pair(eps0, n, c).delta(epsilon)
 
 
-def _largest_violated(delta_lower: Callable[[float], float], delta: float, hi: float) -> float:
+def largest_violated(delta_lower: Callable[[float], float], delta: float, hi: float) -> float:
     """Largest eps in [0, hi] (to ~1e-7 relative) with ``delta_lower(eps) > delta`` (0 if none):
     a certified lower bound on epsilon(delta) when ``delta_lower`` is a lower bound on delta
     (:func:`dpplugins.numerics.largest_violating_epsilon`)."""
@@ -615,7 +608,7 @@ def _binary_rr_delta(eps0: float, n: int, epsilon: float, others_ones: int) -> B
     parts, dropped = [], 0.0
     start = 0
     for count, prob in ((others_ones, alpha), (trials - others_ones, beta)):
-        lo, hi, out = _binomial_window(count, prob)
+        lo, hi, out = binomial_window(count, prob)
         parts.append(stats.binom.pmf(np.arange(lo, hi + 1), count, prob))
         start += lo
         dropped += out
@@ -644,7 +637,7 @@ def _ternary_rr_delta(eps0: float, n: int, epsilon: float) -> Bounds:
     """
     x = math.exp(epsilon)
     p2 = 2.0 / (math.exp(eps0) + 2.0)
-    lo, hi, out = _binomial_window(n, p2)
+    lo, hi, out = binomial_window(n, p2)
     s = np.arange(max(lo, 1), hi + 1)
     weights = stats.binom.pmf(s, n, p2)
     d = n - s
@@ -705,10 +698,10 @@ def rr_lower_bound_epsilon(eps0: float, n: int, delta: float, *, k: int = 2) -> 
     delta = check_open_unit("delta", delta)
     if k == 2:
         options = sorted({0, (n - 1) // 2})
-        return max(_largest_violated(
+        return max(largest_violated(
             lambda e, o=o: shuffled_rr_delta(eps0, n, e, k=2, others_ones=o).lower, delta, eps0)
             for o in options)
-    return _largest_violated(lambda e: shuffled_rr_delta(eps0, n, e, k=k).lower, delta, eps0)
+    return largest_violated(lambda e: shuffled_rr_delta(eps0, n, e, k=k).lower, delta, eps0)
 
 
 def lower_bound(eps0: float, n: int, delta: float) -> ShuffleBound:

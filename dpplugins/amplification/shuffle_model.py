@@ -119,10 +119,12 @@ Sources: Wang et al.'s README (all rows); rows 1-3 re-derived here (beta is the 
 ``(E-1)/(E+k-1)`` of k-RR between two inputs; p, q its likelihood-ratio bounds).  Use: rows 1-2
 have ``beta = (p-1)/(p+1)`` (no blank); binary RR is in E_eps0, row 1 only under the open
 conjecture (not used).  Every other row has a positive blank mass, where the reduction is false
-(above), so none of them is used as an upper bound; k-RR uses the blanket instead.  Blanket
-parameters for local hashing (``gamma = g/(E+g-1)``, with hash values on two inputs independent
-and uniform), unary encoding, Laplace and subset selection need a two-dimensional inner sum and
-are not implemented.
+(above), so none of them is used as an upper bound; k-RR uses the blanket instead.  Unary
+encoding, subset selection and local hashing get a valid family-specific bound from the FMT23
+errata's Lemma 7.3 instead (:mod:`dpplugins.amplification.shuffle_model_families`,
+:mod:`dpplugins.amplification.shuffle_model_errata`; for k-RR that pair *is* the blanket);
+Laplace keeps FMT21.  The exact blankets of those families (a two-dimensional inner sum) are not
+implemented.
 
 Numerics (what is certified)
 ----------------------------
@@ -132,12 +134,24 @@ holding all but e^-75 of T (the rest charged in full); tails by Boost's incomple
 relative as in :mod:`dpplugins.amplification.shuffle` (cephes' ``bdtrc`` is off by ~1e-9 and is
 not used); long windows walk the exact recurrences of :func:`_binom_path` with running absolute
 error bounds.  :class:`_BinaryCore`: exact convolutions of binomial pmfs on e^-50 windows, the
-relative error of every entry bounded, the dropped mass charged ``(1 + e^eps)`` times.  Every
+relative error of every entry bounded, the dropped mass charged ``(1 + e^eps)`` times; windows
+longer than 2048 are convolved by FFT (:func:`_fft_convolve`, Higham's error bound for the FFT,
+its l1 absolute error charged ``2 (1 + e^eps)`` times), which makes n = 1e8 take seconds.  Every
 epsilon is a checked point of a safeguarded Newton iteration.
+
+Approximate-DP randomizers
+--------------------------
+``("general", eps0, delta0)`` uses Balle, Bell, Gascon, Nissim (2020), Thm 5.1, through
+:mod:`dpplugins.amplification.shuffle`.  FMT21's own extension to (eps0, delta0)-DP randomizers
+(Feldman, McMillan, Talwar, FOCS 2021, arXiv:2012.12803, Sec. 3) was not readable through our
+tools (only the opening of the paper was reachable), so it is not implemented; neither is a
+heterogeneous-eps0 bound.
 
 Composition
 -----------
-One round's upper profile (:func:`upper_profile`) becomes a dominating PLD
+One round's upper profile (:func:`upper_profile`; binary RR: the exact worst case for
+n <= 1e6, above it the blanket and stronger clone -- a profile needs every core at every grid
+point, which costs minutes beyond that) becomes a dominating PLD
 (:func:`round_pld`, pessimistic connect-the-dots); rounds compose by FFT.  The lower bound
 composes, the same way, the PLD of an exact pair dominated by one round
 (:func:`lower_round_pld`; k-RR: the 2-D "others at c" pair when its support is small, else its
@@ -164,13 +178,22 @@ import numpy as np
 from scipy import special, stats
 
 from dpplugins.amplification import shuffle as _shuffle
-from dpplugins.amplification.shuffle import (ShuffleBound, _binomial_window, _largest_violated,
-                                             _newton_smallest_epsilon)
+from dpplugins.amplification.shuffle import ShuffleBound, binomial_window, largest_violated
 from dpplugins.errors import (NumericalError, ParameterError, check_count, check_nonnegative,
                               check_open_unit, check_positive)
+from dpplugins.numerics import smallest_epsilon
 from dpplugins.pld import Bounds, PrivacyLossDistribution
 
 _U = float(np.finfo(float).eps) / 2
+#: the unit round-off of double precision (shared with the sibling shuffle-model modules)
+UNIT_ROUNDOFF = _U
+
+
+def newton_smallest_epsilon(fn, delta: float, hi: float, guess: float,
+                            rtol: float = 1e-7) -> float:
+    """:func:`dpplugins.numerics.smallest_epsilon` with safeguarded Newton on ``[0, hi]``
+    (``fn(eps) -> (upper bound on delta(eps), d delta / d eps)``)."""
+    return smallest_epsilon(fn, delta, hi=hi, guess=guess, newton=True, rtol=rtol)
 #: relative accuracy we assume of one scipy binomial pmf / survival-function value (the same
 #: convention as :mod:`dpplugins.amplification.shuffle`); it is charged to every upper bound
 _REL_SF = 1e-12
@@ -421,7 +444,7 @@ class _Direction:
         self.v1 = tuple(float(v) for v in v1)
         pa, pb, pc = self.pi
         pab = pa + pb
-        lo, hi, out = _binomial_window(n - 1, min(pab, 1.0))
+        lo, hi, out = binomial_window(n - 1, min(pab, 1.0))
         self.T = np.arange(lo, min(hi + 1, n) + 1, dtype=np.int64)
         self.w = stats.binom.pmf(self.T, n, min(pab, 1.0))
         self.outside = out
@@ -530,7 +553,7 @@ class CountPair:
             def upper(e):
                 b, slope = self.evaluate(e)
                 return b.upper, slope
-            memo[(delta, hi)] = _newton_smallest_epsilon(upper, delta, hi, 0.1 * hi)
+            memo[(delta, hi)] = newton_smallest_epsilon(upper, delta, hi, 0.1 * hi)
         return memo[(delta, hi)]
 
     def epsilon_lower(self, delta: float, hi: float) -> float:
@@ -578,14 +601,22 @@ class _BinaryCore:
             dropped += out
         parts.sort(key=len)
         w, terms = (parts[0], 1) if parts else (np.ones(1), 1)
+        fft_error = 0.0
         for part in parts[1:]:
-            terms = min(len(w), len(part)) + terms
-            w = np.convolve(w, part)
+            if min(len(w), len(part)) > _FFT_MIN_LENGTH:
+                w, err = _fft_convolve(w, part)
+                fft_error = fft_error * float(np.sum(part)) + err
+            else:
+                terms = min(len(w), len(part)) + terms
+                w = np.convolve(w, part)
         self.start = start
         w = np.concatenate([[0.0], w, [0.0]])
         self.p0 = beta * w[:-1] + alpha * w[1:]   # P(S = start + i), victim holds 0
         self.p1 = alpha * w[:-1] + beta * w[1:]
-        self.dropped = dropped
+        # an l1 error e of W moves each of p0, p1 by at most e in l1, so every hockey-stick sum
+        # by (1 + x) e -- and entries the positivity mask may miss by at most as much again
+        self.fft_error = fft_error
+        self.dropped = dropped + 2 * fft_error
         self.rho = (len(parts) + 1) * _REL_SF + (terms + 4) * _U
 
     @property
@@ -640,10 +671,52 @@ class _BinaryCore:
         users = self.users
         guess = -math.expm1(-self.eps0) * math.sqrt(
             2 * math.exp(self.eps0) * math.log(1 / delta) / max(users, 1))
-        return _newton_smallest_epsilon(upper, delta, self.eps0, guess)
+        return newton_smallest_epsilon(upper, delta, self.eps0, guess)
 
     def epsilon_lower(self, delta: float, near: float | None = None) -> float:
         return _lower_epsilon(lambda e: self.delta(e).lower, delta, self.eps0, near)
+
+
+#: shortest pair of pmfs convolved by FFT in :class:`_BinaryCore` (shorter ones: directly)
+_FFT_MIN_LENGTH = 2048
+
+
+def _fft_convolve(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
+    """Linear convolution of two non-negative vectors by a power-of-two real FFT, clipped at 0,
+    and a bound on the l1 norm of its absolute error.
+
+    Bound (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed. 2002, Thm 24.2, for
+    the radix-2 FFT: ``||fl(F x) - F x||_2 <= kappa ||F x||_2`` with
+    ``kappa = log2(N) eta / (1 - log2(N) eta)``, ``eta = mu + gamma_4 (sqrt(2) + mu)``; we take
+    twiddle factors accurate to ``mu = 4u`` and a safety factor 10 on ``log2 N`` for the real
+    transform's packing -- an assumption about numpy's pocketfft, like the accuracy we assume of
+    Boost's binomial functions).  Propagation, our derivation: with ``A = F a``, ``B = F b``,
+    ``||A||_inf <= ||a||_1``, ``||A||_2 = sqrt(N) ||a||_2``, the computed product differs from
+    ``A B`` by ``dP <= kappa sqrt(N) (||a||_2 ||b||_1 + ||a||_1 ||b||_2) + kappa^2 N ||a||_2
+    ||b||_2 + gamma_c (||a||_1 + kappa sqrt(N) ||a||_2)(1 + kappa) sqrt(N) ||b||_2`` in l2
+    (``gamma_c = sqrt(2) gamma_2``, complex multiplication); the inverse transform (``F^*/N``)
+    adds ``kappa ||P||_2 / sqrt(N)``; l1 <= sqrt(N) l2.  Clipping at 0 only moves entries toward
+    the (non-negative) truth."""
+    la, lb = len(a), len(b)
+    length = la + lb - 1
+    N = 1 << (length - 1).bit_length()
+    c = np.fft.irfft(np.fft.rfft(a, N) * np.fft.rfft(b, N), N)[:length]
+    c = np.maximum(c, 0.0)
+    u = _U
+    gamma = lambda k: k * u / (1 - k * u)  # noqa: E731
+    mu = 4 * u
+    eta = mu + gamma(4) * (math.sqrt(2) + mu)
+    lg = 10 * math.log2(N)
+    kappa = lg * eta / (1 - lg * eta)
+    na, nb = float(np.linalg.norm(a)) * (1 + 1e-12), float(np.linalg.norm(b)) * (1 + 1e-12)
+    sa, sb = float(np.sum(a)) * (1 + 1e-12), float(np.sum(b)) * (1 + 1e-12)
+    rn = math.sqrt(N)
+    gc = math.sqrt(2) * gamma(2)
+    dp = (kappa * rn * (na * sb + sa * nb) + kappa ** 2 * N * na * nb
+          + gc * (sa + kappa * rn * na) * (1 + kappa) * rn * nb)
+    p2 = rn * min(sa * nb, sb * na) + dp
+    err2 = (dp + kappa * p2) / rn
+    return c, rn * err2 * (1 + 1e-6) + 1e-300
 
 
 def _lower_epsilon(delta_lower: Callable[[float], float], delta: float, hi: float,
@@ -655,7 +728,7 @@ def _lower_epsilon(delta_lower: Callable[[float], float], delta: float, hi: floa
             e = near * (1 - t)
             if delta_lower(e) > delta:
                 return e
-    return _largest_violated(delta_lower, delta, hi)
+    return largest_violated(delta_lower, delta, hi)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -704,7 +777,7 @@ class BinaryRRWorstCase:
         if w == 0:
             return _binary_core(self.eps0, lo, self.n - 1 - hi)
         two_beta = 2 * float(special.expit(-self.eps0))
-        f0, _, _ = _binomial_window(w, two_beta)
+        f0, _, _ = binomial_window(w, two_beta)
         extra = float(stats.binom.cdf(f0 - 1, w, two_beta)) * (1 + 1e-9) if f0 > 0 else 0.0
         return _binary_core(self.eps0, lo, self.n - 1 - hi, f0, extra)
 
@@ -804,17 +877,21 @@ def _blanket_conditional(eps0: float, k: int, m: int) -> CountPair:
                      (1 / z, e / z, (k - 2) / z), description=f"{k}-RR blanket, m={m}")
 
 
-class _StackedBlanket:
+class StackedBlanket:
     """The blanket's conditional pairs for many (small) values of m, evaluated in one vectorised
     pass: the same closed form as :class:`_Direction` (these pairs are symmetric, one direction
     suffices), every entry a (block, T) with weight ``P(M in block) Bin(m, 2/k)(T)``; tails by
     Boost directly (relative ``1e-12 + 64 u m``)."""
 
-    def __init__(self, eps0: float, k: int, blocks: Sequence[tuple[int, float]]) -> None:
-        e, z, _ = _krr_laws(eps0, k)
-        self.pi = (1.0 / k, 1.0 / k, (k - 2) / k)
-        self.v0, self.v1 = (e / z, 1 / z, (k - 2) / z), (1 / z, e / z, (k - 2) / z)
-        pab = 2.0 / k
+    def __init__(self, eps0: float, k: int, blocks: Sequence[tuple[int, float]],
+                 laws: tuple | None = None) -> None:
+        if laws is None:
+            e, z, _ = _krr_laws(eps0, k)
+            laws = ((1.0 / k, 1.0 / k, (k - 2) / k), (e / z, 1 / z, (k - 2) / z),
+                    (1 / z, e / z, (k - 2) / z))
+        # ``laws = (pi, v0, v1)`` with ``pi_A = pi_B`` (so theta = 1/2) and the pair symmetric
+        self.pi, self.v0, self.v1 = (tuple(float(v) for v in law) for law in laws)
+        pab = self.pi[0] + self.pi[1]
         Ms, Ts, Ws = [], [], []
         outside = 0.0
         for m, weight in blocks:
@@ -883,7 +960,7 @@ class KRRBlanket:
         self.eps0, self.n, self.k = eps0, n, k
         _, _, gamma = _krr_laws(eps0, k)
         self.gamma = gamma
-        lo, hi, out = _binomial_window(n - 1, gamma)
+        lo, hi, out = binomial_window(n - 1, gamma)
         self.outside = out
         counts = np.arange(lo, hi + 1)
         pmf = stats.binom.pmf(counts, n - 1, gamma)
@@ -904,7 +981,7 @@ class KRRBlanket:
         self.blocks = [(m, w) for m, w in self.blocks if w > 0]
         small = [(m, w) for m, w in self.blocks if m < 20_000]
         self.large = [(m, w) for m, w in self.blocks if m >= 20_000]
-        self.stack = _StackedBlanket(eps0, k, small) if small else None
+        self.stack = StackedBlanket(eps0, k, small) if small else None
 
     def evaluate(self, epsilon: float) -> tuple[Bounds, float]:
         if epsilon >= self.eps0 or self.eps0 == 0:
@@ -930,7 +1007,7 @@ class KRRBlanket:
         e = math.exp(self.eps0)
         guess = math.sqrt(2 * math.log(1 / delta) * 2 * (e + self.k - 1) / self.n) * math.tanh(
             self.eps0 / 2) * 2
-        return _newton_smallest_epsilon(upper, delta, self.eps0, min(guess, 0.5 * self.eps0))
+        return newton_smallest_epsilon(upper, delta, self.eps0, min(guess, 0.5 * self.eps0))
 
     def profile(self, epsilons: np.ndarray) -> np.ndarray:
         """The upper bound at each of ``epsilons`` (vectorised over blocks, not over eps)."""
@@ -1017,7 +1094,10 @@ def krr_lower_pairs(eps0: float, n: int, k: int) -> dict[str, CountPair]:
 #: largest number of M-blocks of the k-RR blanket; beyond it the blocks widen (still valid)
 _MAX_BLANKET_BLOCKS = 4000
 #: above this n the binary-RR worst case falls back to the clone pair (time)
-_MAX_EXACT_BINARY_N = 20_000_000
+_MAX_EXACT_BINARY_N = 1_000_000_000
+#: above this n the binary-RR privacy *profile* (for composition: many cores at many eps) uses
+#: the blanket / stronger clone instead of the exact worst case (time and memory)
+_MAX_EXACT_BINARY_PROFILE_N = 1_000_000
 
 
 def _check_n_delta(n, delta) -> tuple[int, float]:
@@ -1092,7 +1172,7 @@ def _epsilon_cached(r: Randomizer, n: int, delta: float) -> ShuffleBound:
         def upper(e):
             b, s = blanket.evaluate(e)
             return b.upper, s
-        cands["krr_blanket"] = _newton_smallest_epsilon(upper, delta, eps0,
+        cands["krr_blanket"] = newton_smallest_epsilon(upper, delta, eps0,
                                                         max(low * 1.002, 1e-12))
         if cands["krr_blanket"] > low * (1 + 1e-3):
             # the stronger clone can only help when the blanket is not already at the lower bound
@@ -1101,7 +1181,7 @@ def _epsilon_cached(r: Randomizer, n: int, delta: float) -> ShuffleBound:
             def strong_upper(e):
                 b, s = strong.evaluate(e)
                 return b.upper, s
-            cands["fmt23"] = _newton_smallest_epsilon(strong_upper, delta, eps0,
+            cands["fmt23"] = newton_smallest_epsilon(strong_upper, delta, eps0,
                                                       max(low * 1.05, 1e-12))
     elif r.kind == "general" and r.delta0 == 0:
         pair = _fmt21_clone(eps0, n)
@@ -1285,7 +1365,7 @@ def _profile_cached(r: Randomizer, n: int) -> Callable[[np.ndarray], np.ndarray]
     if n == 1 or r.eps0 == 0:
         return single
     eps0 = r.eps0
-    if r.kind == "krr" and r.k == 2 and n <= _MAX_EXACT_BINARY_N:
+    if r.kind == "krr" and r.k == 2 and n <= _MAX_EXACT_BINARY_PROFILE_N:
         blocks = _binary_profile_blocks(eps0, n)
         cores = [_binary_worst_case(eps0, n)._core(b.lo, b.hi) for b in blocks]
 

@@ -1,0 +1,465 @@
+"""Shuffle-model bounds for local randomizers with exact parameters: unary encoding (RAPPOR-style
+SUE and optimized OUE), subset selection, local hashing (OLH) and Laplace on bounded input.
+
+n users each run the same randomizer on their own value, the server sees the shuffled reports,
+neighbouring datasets differ in one user's value (replace one); ``E = e^eps0`` with eps0 the
+family's exact local privacy level.
+
+Which bounds are certified (and why)
+------------------------------------
+* **FMT21** (Feldman, McMillan, Talwar, FOCS 2021, arXiv:2012.12803, Thm 3.1) at the family's
+  eps0: valid for every eps0-DP randomizer (:func:`dpplugins.amplification.shuffle_model.epsilon`
+  with ``("general", eps0)``).
+* **The errata's Lemma 7.3** (FMT23 errata, arXiv:2208.04591, Sec. 7.4;
+  :mod:`dpplugins.amplification.shuffle_model_errata`) with the family's ``(p, q)``: valid when
+  the decomposition of its eq. (9) holds with the same ``(p, q)`` for *every* pair of inputs.
+  Our derivation gives ``p = beta/(E - 1)``, ``q = (1 - (E + 1) p)/E`` for any eps0-DP
+  randomizer whose total variation between two distinct inputs is ``beta`` for every pair
+  (module docstring there).  That holds for SUE, OUE, subset selection and OLH with a pairwise
+  independent hash family (their laws are symmetric in the inputs); it does **not** hold for
+  Laplace, whose total variation depends on ``|x0 - x1|``, and the errata's
+  ``(p*, q*)``-monotonicity (``q >= q* + 2 (p* - p)``) would then need
+  ``q* = 1/E - 2 p* >= 0``, false for Laplace (``p* = 1/(sqrt(E)(sqrt(E) + 1)) > 1/(2E)``), so
+  Laplace keeps FMT21.
+* **Not used: the variation-ratio bound** of Wang et al. (VLDB 2024, arXiv:2304.05007).  Its
+  reduction puts the differing user's "blank" component among the other users' (the step of the
+  withdrawn FMT23 Lemma 3.5), and is false for k-RR
+  (:mod:`dpplugins.amplification.shuffle_model`, module docstring).  Every family here except
+  binary RR has a positive blank mass ``1 - beta (p+1)/(p-1)``, so we checked no family for which
+  their theorem stands without that lemma; their parameters are listed for comparison only.
+  It is in fact violated: for SUE with eps0 = 8 (d = 64), n = 100, delta = 1e-6 their pair (and
+  their public code) gives epsilon = 7.24, while on the dataset where every other user holds x0
+  the single event "every report has bit x0 set and bit x1 clear" has
+  ``P0 = v0_A pi_A^99``, ``P1 = v1_A pi_A^99`` and ``delta(7.9) >= P0 - e^7.9 P1 = 0.0025``, so
+  epsilon(1e-6) > 7.9 (likewise subset selection and OLH; a test keeps these cases).
+  Lemma 7.3 differs exactly there: the differing user's blank reports are *counted* (category 2),
+  never identified.
+
+Parameter table
+---------------
+``beta``: total variation between the laws of two distinct inputs; ``p``: Lemma 7.3's
+``beta/(E-1)`` (``q = (1 - (E+1) p)/E`` unless stated).  Every ``beta`` and ``p`` is re-derived
+here from the randomizer's law (our derivation) and checked against the full output laws of
+small instances in the tests.  Wang et al.'s parameters are ``(p_VR, beta, q_VR) = (E, beta, E)``
+for every row (their Table and the README of their public code list the same ``beta`` for
+unary encoding, local hashing, subset selection and Laplace).
+
+=========================================  ===============================  =====================
+randomizer (law; source)                   beta                             p (Lemma 7.3)
+=========================================  ===============================  =====================
+SUE / basic RAPPOR: bit x w.p. ``a``,      ``(h-1)/(h+1)``                  ``1/(h+1)^2``
+others w.p. ``1-a``, ``a = h/(h+1)``,
+``h = e^(eps0/2)`` (Erlingsson, Pihur,
+Korolova, CCS 2014, arXiv:1407.6981)
+OUE: bit x w.p. 1/2, others w.p.           ``(E-1)/(2(E+1))``               ``1/(2(E+1))``
+``1/(E+1)`` (Wang, Blocki, Li, Jha, USENIX
+Security 2017, arXiv:1705.04421, Sec. 4.4)
+k-subset of [d], weight E if ``x in S``    ``(E-1) C(d-2,k-1)/Z``           ``C(d-2,k-1)/Z``
+(Ye, Barg, IEEE T-IT 2018,                 ``Z = E C(d-1,k-1) + C(d-1,k)``  (k = 1: ``q =
+arXiv:1702.00610; Wang et al. 2016,                                         (d-2)/Z``)
+arXiv:1602.07387)
+OLH: ``(h, RR_g(h(x)))``, h pairwise       ``(1-1/g)(E-1)/(E+g-1)``         ``(1-1/g)/(E+g-1)``
+independent into [g] (Wang et al. 2017,    (Wang et al. list
+Sec. 4.4)                                  ``(E-1)/(E+g-1)``: no
+                                           collisions)
+Laplace on [0, 1], scale ``1/eps0``        ``1 - e^(-eps0/2)`` at           not used
+(Dwork, McSherry, Nissim, Smith, TCC       ``|x0 - x1| = 1`` (depends on
+2006)                                      the pair)
+=========================================  ===============================  =====================
+
+Lower bounds
+------------
+Exact shuffled privacy on fixed datasets after a post-processing of every report into three
+categories (A: evidence for x0, B: for x1, C: the rest, with equal probability under x0 and x1),
+computed as a :class:`~dpplugins.amplification.shuffle_model.CountPair`: every other user holds
+x0, or every other user holds a third value.  Any post-processing of one dataset pair is a
+certified lower bound on the worst case.
+
+Example::
+
+    >>> fam = unary_encoding(4.0, 16, optimized=True)
+    >>> up, low = epsilon(fam, 100_000, 1e-6), lower_bound(fam, 100_000, 1e-6)
+    >>> up.method, low.epsilon <= up.epsilon < up.candidates["fmt21"]
+    ('errata_lemma73', True)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dpplugins.amplification import shuffle_model as _sm
+from dpplugins.amplification.shuffle import ShuffleBound
+from dpplugins.amplification.shuffle_model_errata import (decomposition_for_total_variation,
+                                                          errata_pair)
+from dpplugins.errors import (NumericalError, ParameterError, check_count, check_nonnegative,
+                              check_open_unit)
+from dpplugins.pld import Bounds, PrivacyLossDistribution
+
+__all__ = ["Family", "unary_encoding", "subset_selection", "local_hashing", "laplace_bounded",
+           "epsilon", "lower_bound", "epsilon_bounds", "delta_bounds", "upper_profile",
+           "composed_epsilon_bounds", "FAMILIES"]
+
+#: category laws (pi, v0, v1) of one dataset pair: others' law, differing user's on X0 and X1
+Laws = tuple[tuple[float, float, float], tuple[float, float, float], tuple[float, float, float]]
+
+
+@dataclass(frozen=True)
+class Family:
+    """A local randomizer with exact parameters.
+
+    ``eps0``: its local privacy level; ``beta``: total variation between two inputs (the largest,
+    for Laplace); ``lemma73``: ``(p, q)`` of the errata's eq. (9), the same for every pair of
+    inputs, or None where that does not hold; ``lower_laws``: three-category laws of datasets
+    used for lower bounds; ``vr``: Wang et al.'s ``(p, beta, q)`` (for comparison only)."""
+
+    name: str
+    eps0: float
+    beta: float
+    lemma73: tuple[float, float] | None
+    lower_laws: tuple[Laws, ...] = field(repr=False)
+    vr: tuple[float, float, float] = field(repr=False)
+
+
+def _check_eps0(eps0) -> float:
+    eps0 = check_nonnegative("eps0", eps0)
+    if not 0 < eps0 <= 50:
+        raise ParameterError("eps0", eps0, "in (0, 50]")
+    return eps0
+
+
+def _complete(a: float, b: float) -> tuple[float, float, float]:
+    return (a, b, max(0.0, 1.0 - a - b))
+
+
+def _make(name: str, eps0: float, beta: float, symmetric: bool, laws) -> Family:
+    e = math.exp(eps0)
+    lemma = decomposition_for_total_variation(eps0, beta) if symmetric else None
+    return Family(name, eps0, beta, lemma, tuple(laws), (e, beta, e))
+
+
+def unary_encoding(eps0: float, d: int, *, optimized: bool = False) -> Family:
+    """Unary encoding of a value in ``[d]``: bit ``x`` is reported 1 w.p. ``a``, every other bit
+    w.p. ``b``, independently.  Symmetric (SUE, basic RAPPOR of Erlingsson et al. 2014,
+    arXiv:1407.6981): ``a = e^(eps0/2)/(e^(eps0/2)+1) = 1 - b``; optimized (OUE, Wang et al.,
+    USENIX Security 2017, arXiv:1705.04421, Sec. 4.4): ``a = 1/2``, ``b = 1/(e^eps0+1)``.  Both
+    are eps0-DP (``a (1-b)/((1-a) b) = e^eps0``); ``beta = a - b`` for every pair (only bits x0, x1
+    differ), so Lemma 7.3 applies with ``p = (1-a) b`` (our derivation).  Lower-bound categories:
+    bits ``(x0, x1) = (1, 0)``, ``(0, 1)``, other.
+
+    Example::
+
+        >>> round(unary_encoding(2.0, 8, optimized=True).beta, 6)
+        0.380797
+    """
+    eps0 = _check_eps0(eps0)
+    d = check_count("d", d, minimum=3)
+    if optimized:
+        a, b = 0.5, 1.0 / (math.exp(eps0) + 1.0)
+    else:
+        h = math.exp(eps0 / 2)
+        a, b = h / (h + 1), 1 / (h + 1)
+    v0 = _complete(a * (1 - b), (1 - a) * b)
+    v1 = (v0[1], v0[0], v0[2])
+    third = _complete(b * (1 - b), b * (1 - b))
+    return _make("oue" if optimized else "sue", eps0, a - b, True, [(v0, v0, v1),
+                                                                    (third, v0, v1)])
+
+
+def subset_selection(eps0: float, d: int, k: int) -> Family:
+    """k-subset selection on ``[d]`` (Ye, Barg, IEEE T-IT 2018, arXiv:1702.00610; Wang et al.
+    2016, arXiv:1602.07387): report a k-subset S w.p. proportional to ``e^eps0`` if ``x in S``,
+    1 otherwise (``Z = e^eps0 C(d-1,k-1) + C(d-1,k)``).  ``beta = (E-1) C(d-2,k-1)/Z`` for every
+    pair (subsets holding exactly one of x0, x1).  Lower-bound categories: S holds x0 not x1, x1
+    not x0, other.  ``k = 1`` is d-ary randomized response.
+
+    Example::
+
+        >>> fam = subset_selection(1.0, 10, 1)
+        >>> round(fam.beta, 12) == round((math.e - 1) / (math.e + 9), 12)
+        True
+    """
+    eps0 = _check_eps0(eps0)
+    d = check_count("d", d, minimum=3)
+    k = check_count("k", k, minimum=1)
+    if k >= d:
+        raise ParameterError("k", k, f"in [1, d - 1] = [1, {d - 1}]")
+    e = math.exp(eps0)
+    comb = math.comb
+    z = e * comb(d - 1, k - 1) + comb(d - 1, k)
+    only = comb(d - 2, k - 1)                      # subsets holding x0 but not x1
+    v0 = _complete(e * only / z, only / z)
+    v1 = (v0[1], v0[0], v0[2])
+    with_x = comb(d - 3, k - 2) if k >= 2 else 0     # ... that also hold a third value x
+    third_a = (e * with_x + comb(d - 3, k - 1)) / z
+    third = _complete(third_a, third_a)
+    fam = _make(f"subset(d={d},k={k})", eps0, (e - 1) * only / z, True,
+                [(v0, v0, v1), (third, v0, v1)])
+    if k == 1:
+        # d-ary randomized response: R(x) >= p Q0 + p Q1 + q W with W uniform on the d - 2
+        # values other than x0, x1 and q = (d-2)/Z (our derivation; the privacy blanket)
+        p_star = fam.lemma73[0]                      # only / z, rounded up
+        q_star = max(0.0, (d - 2) / z * (1 - 1e-12) - 2 * (p_star - only / z))
+        fam = Family(fam.name, eps0, fam.beta, (p_star, q_star), fam.lower_laws, fam.vr)
+    return fam
+
+
+def local_hashing(eps0: float, g: int) -> Family:
+    """Optimized local hashing (OLH; Wang et al., USENIX Security 2017, arXiv:1705.04421,
+    Sec. 4.4): report ``(h, y)`` with h drawn from a hash family into ``[g]`` and y the g-ary
+    randomized response of ``h(x)`` (probability ``E/(E+g-1)`` of the truth).  With a pairwise
+    independent family (h(x0), h(x1) independent uniform), ``beta = (1-1/g)(E-1)/(E+g-1)`` for
+    every pair; the lower-bound dataset with the others at a third value needs 3-wise
+    independence.  Categories: ``y = h(x0) != h(x1)``, ``y = h(x1) != h(x0)``, other.
+
+    Example::
+
+        >>> round(local_hashing(1.0, 2).beta, 6)
+        0.231059
+    """
+    eps0 = _check_eps0(eps0)
+    g = check_count("g", g, minimum=2)
+    e = math.exp(eps0)
+    z = e + g - 1
+    split = 1 - 1 / g
+    v0 = _complete(split * e / z, split / z)
+    v1 = (v0[1], v0[0], v0[2])
+    third = _complete(split / g, split / g)
+    return _make(f"olh(g={g})", eps0, split * (e - 1) / z, True, [(v0, v0, v1), (third, v0, v1)])
+
+
+def _laplace_sf(t: float, x: float, b: float) -> float:
+    """``P(x + Lap(b) > t)``."""
+    return 0.5 * math.exp(-(t - x) / b) if t >= x else 1 - 0.5 * math.exp(-(x - t) / b)
+
+
+def _laplace_cdf(t: float, x: float, b: float) -> float:
+    """``P(x + Lap(b) < t)`` (no cancellation in the lower tail)."""
+    return 0.5 * math.exp(-(x - t) / b) if t <= x else 1 - 0.5 * math.exp(-(t - x) / b)
+
+
+def laplace_bounded(eps0: float) -> Family:
+    """The Laplace mechanism on input ``[0, 1]`` with scale ``1/eps0`` (Dwork et al., TCC 2006),
+    eps0-DP.  Its total variation depends on ``|x0 - x1|`` (largest, ``1 - e^(-eps0/2)``, at
+    distance 1), so Lemma 7.3 is not used (module docstring).  Lower-bound categories for
+    x0 = 1, x1 = 0: ``y > 1/2 + s``, ``y < 1/2 - s``, other, for ``s`` in {0, 1/4, 1/2} and the
+    others at 1 or at 1/2.
+
+    Example::
+
+        >>> laplace_bounded(1.0).lemma73 is None
+        True
+    """
+    eps0 = _check_eps0(eps0)
+    b = 1 / eps0
+    laws = []
+    for s in (0.0, 0.25, 0.5):
+        hi, lo = 0.5 + s, 0.5 - s
+        v0 = _complete(_laplace_sf(hi, 1.0, b), _laplace_cdf(lo, 1.0, b))
+        v1 = (v0[1], v0[0], v0[2])
+        half = _complete(_laplace_sf(hi, 0.5, b), _laplace_cdf(lo, 0.5, b))
+        laws += [(v0, v0, v1), (half, v0, v1)]
+    return _make("laplace[0,1]", eps0, 1 - math.exp(-eps0 / 2), False, laws)
+
+
+#: constructors by CLI name
+FAMILIES = {"sue": lambda eps0, d=None, k=None, g=None: unary_encoding(eps0, d),
+            "oue": lambda eps0, d=None, k=None, g=None: unary_encoding(eps0, d, optimized=True),
+            "subset": lambda eps0, d=None, k=None, g=None: subset_selection(eps0, d, k),
+            "olh": lambda eps0, d=None, k=None, g=None: local_hashing(eps0, g),
+            "laplace": lambda eps0, d=None, k=None, g=None: laplace_bounded(eps0)}
+
+
+def _check(family, n, delta) -> tuple[Family, int, float]:
+    if not isinstance(family, Family):
+        raise ParameterError("family", family, "a Family (unary_encoding, subset_selection, "
+                             "local_hashing, laplace_bounded)")
+    return family, check_count("n", n, minimum=2), check_open_unit("delta", delta)
+
+
+@functools.lru_cache(maxsize=256)
+def _epsilon_cached(family: Family, n: int, delta: float) -> ShuffleBound:
+    general = _sm.epsilon(("general", family.eps0), n, delta)
+    cands = {"fmt21": general.candidates.get("fmt21", general.epsilon)}
+    for name in ("fmt21_closed_form", "balle2020"):
+        if name in general.candidates:
+            cands[name] = general.candidates[name]
+    if family.lemma73 is not None:
+        p, q = family.lemma73
+        cands["errata_lemma73"] = min(errata_pair(family.eps0, n, p, q).epsilon(delta),
+                                      family.eps0)
+    best = min(cands, key=cands.get)
+    return ShuffleBound(min(cands[best], family.eps0), delta, best, family.eps0, n, family.name,
+                        cands)
+
+
+def epsilon(family: Family, n: int, delta: float) -> ShuffleBound:
+    """Certified upper bound on epsilon(delta) of one shuffled round: the smaller of FMT21 at the
+    family's eps0 (and the closed forms it beats) and, where it applies, the errata's Lemma 7.3
+    pair with the family's ``(p, q)`` (module docstring).  ``.candidates`` lists each.
+
+    Example::
+
+        >>> epsilon(local_hashing(2.0, 8), 50_000, 1e-6).method
+        'errata_lemma73'
+    """
+    family, n, delta = _check(family, n, delta)
+    return _epsilon_cached(family, n, delta)
+
+
+#: what the count-pair engine raises at extreme laws (probabilities near the underflow range)
+_ENGINE_FAILURES = (NumericalError, ZeroDivisionError, FloatingPointError, OverflowError)
+
+
+def _usable(laws: Laws) -> bool:
+    """The count-pair engine needs every A/B probability well inside floating point."""
+    pi, v0, v1 = laws
+    return min(pi[0], pi[1], v0[0], v0[1], v1[0], v1[1]) > 1e-150
+
+
+@functools.lru_cache(maxsize=256)
+def _lower_cached(family: Family, n: int, delta: float) -> ShuffleBound:
+    cands = {"none": 0.0}
+    for i, laws in enumerate(family.lower_laws):
+        if not _usable(laws):
+            continue
+        pair = _sm.CountPair(n, *laws, description=f"{family.name} lower pair {i}")
+        try:   # a dataset the engine cannot evaluate is skipped: a lower bound may only drop
+            cands[f"dataset_{i}"] = pair.epsilon_lower(delta, family.eps0)
+        except _ENGINE_FAILURES:
+            continue
+    best = max(cands, key=cands.get)
+    return ShuffleBound(max(cands[best], 0.0), delta, best, family.eps0, n, "lower bound", cands)
+
+
+def lower_bound(family: Family, n: int, delta: float) -> ShuffleBound:
+    """Certified *lower* bound on epsilon(delta): the best of the family's exact dataset pairs
+    after the three-category post-processing (module docstring).
+
+    Example::
+
+        >>> fam = subset_selection(2.0, 8, 2)
+        >>> lower_bound(fam, 10_000, 1e-6).epsilon <= epsilon(fam, 10_000, 1e-6).epsilon
+        True
+    """
+    family, n, delta = _check(family, n, delta)
+    return _lower_cached(family, n, delta)
+
+
+def delta_bounds(family: Family, n: int, epsilon_: float) -> Bounds:
+    """Certified ``(lower, upper)`` bounds on delta(epsilon) of one round: upper the smaller of
+    FMT21's clone pair at the family's eps0 and the Lemma 7.3 pair, lower the best dataset pair
+    of :func:`lower_bound`.
+
+    Example::
+
+        >>> b = delta_bounds(unary_encoding(1.0, 4), 5, 0.5)
+        >>> 0 <= b.lower <= b.upper <= 1
+        True
+    """
+    if not isinstance(family, Family):
+        raise ParameterError("family", family, "a Family")
+    n = check_count("n", n, minimum=2)
+    eps = check_nonnegative("epsilon", epsilon_)
+    if eps >= family.eps0:
+        return Bounds(0.0, 0.0)
+    upper = _sm._fmt21_clone(family.eps0, n).delta(eps).upper
+    if family.lemma73 is not None:
+        upper = min(upper, errata_pair(family.eps0, n, *family.lemma73).delta(eps))
+    lower = 0.0
+    for laws in family.lower_laws:
+        if _usable(laws):
+            try:
+                lower = max(lower, _sm.CountPair(n, *laws).delta(eps).lower)
+            except _ENGINE_FAILURES:
+                continue
+    return Bounds(min(lower, upper), upper)
+
+
+def epsilon_bounds(family: Family, n: int, delta: float) -> Bounds:
+    """``(lower_bound, epsilon)`` of one round."""
+    up = epsilon(family, n, delta).epsilon
+    return Bounds(min(lower_bound(family, n, delta).epsilon, up), up)
+
+
+# --------------------------------------------------------------------------------------------
+# rounds composed by PLD
+# --------------------------------------------------------------------------------------------
+def upper_profile(family: Family, n: int):
+    """Vectorised certified upper bound on one round's privacy profile ``delta(eps)``, eps >= 0,
+    valid in both directions: the smaller of FMT21's clone pair and (where it applies) the
+    Lemma 7.3 pair, both symmetric bounds."""
+    family, n, _ = _check(family, n, 0.5)
+    fmt21 = _sm._fmt21_clone(family.eps0, n)
+    pair = errata_pair(family.eps0, n, *family.lemma73) if family.lemma73 is not None else None
+
+    def fn(eps):
+        eps = np.asarray(eps, dtype=float)
+        out = []
+        for e in eps.ravel():
+            e = float(e)
+            if e >= family.eps0:
+                out.append(0.0)
+                continue
+            v = fmt21.delta(e).upper
+            if pair is not None:
+                v = min(v, pair.delta(e))
+            out.append(v)
+        return np.array(out).reshape(eps.shape)
+    return fn
+
+
+def _grid_step(family: Family, n: int) -> float:
+    return float(np.clip(epsilon(family, n, 1e-6).epsilon / 400, 1e-6, 1e-2))
+
+
+def composed_epsilon_bounds(family: Family, n: int, count: int, delta: float, *,
+                            value_discretization_interval: float | None = None) -> Bounds:
+    """Certified ``(lower, upper)`` epsilon at ``delta`` for ``count`` adaptive rounds of the
+    shuffled family (fresh randomness each).  Upper: :func:`upper_profile` as a dominating PLD
+    (pessimistic connect-the-dots, Doroshenko, Ghazi, Kamath, Kumar, Manurangsi, PETS 2022,
+    arXiv:2207.04380) composed by FFT.  Lower: the exact pmfs of the best lower-bound dataset
+    pair (:func:`lower_bound`; every round on the same datasets) composed the same way, their
+    relative error ``rho`` charged as ``count rho (1 + e^eps)`` (as in
+    :func:`dpplugins.amplification.shuffle_model.composed_epsilon_bounds`).
+
+    Example::
+
+        >>> b = composed_epsilon_bounds(local_hashing(2.0, 8), 2000, 4, 1e-6)
+        >>> 0 < b.lower <= b.upper <= 8.0
+        True
+    """
+    family, n, delta = _check(family, n, delta)
+    count = check_count("count", count, minimum=0)
+    if count == 0:
+        return Bounds(0.0, 0.0)
+    h = value_discretization_interval or _grid_step(family, n)
+    eps_hi = max(_sm._fmt21_clone(family.eps0, n).epsilon(1e-16, family.eps0), 1e-6)
+    pld = PrivacyLossDistribution.from_privacy_profile(
+        upper_profile(family, n), epsilon_max=eps_hi, symmetric=True,
+        value_discretization_interval=h, profile_step=max(h, eps_hi / 80),
+        description=f"shuffle model, {family.name} (eps0={family.eps0:g}, n={n})")
+    up = min(pld.self_compose(count).epsilon_for_delta(delta, lower=False).upper,
+             count * family.eps0)
+    method = lower_bound(family, n, delta).method
+    flat = None
+    if method.startswith("dataset_"):
+        laws = family.lower_laws[int(method.split("_")[1])]
+        flat = _sm._count_pair_pmfs(_sm.CountPair(n, *laws))
+    low = 0.0
+    if flat is not None:
+        p0, p1, rho = flat
+        p, q = _sm._pair_pmfs(p0, p1)
+        low_pld = PrivacyLossDistribution.from_pmfs(p, q, symmetric=False,
+                                                    value_discretization_interval=h)
+        margin = count * rho * (1 + math.exp(min(up, 700.0)))
+        if delta + margin < 1:
+            try:
+                low = low_pld.self_compose(count).epsilon_for_delta(
+                    min(delta + margin, 0.999999)).lower
+            except NumericalError:
+                low = 0.0
+    return Bounds(min(max(low, 0.0), up), up)

@@ -1,0 +1,191 @@
+"""The ``dpplugins shuffle`` subcommand: one round of the shuffle model, bounds side by side.
+
+``dpplugins shuffle --eps0 E --n N --delta D --randomizer R [--k K] [--d D] [--g G]
+[--delta0 D0] [--json]`` prints, for n users each running the local randomizer R before a
+shuffler, three certified numbers: FMT21's bound (Feldman, McMillan, Talwar, FOCS 2021,
+arXiv:2012.12803, Thm 3.1; valid for every eps0-DP randomizer), the best bound we certify for the
+family R (:mod:`dpplugins.amplification.shuffle_model`,
+:mod:`dpplugins.amplification.shuffle_model_families`) and a certified lower bound (exact
+shuffled privacy on specific datasets).  Every number is labelled upper or lower bound; none is
+an estimate.  ``--json`` prints strict JSON (an infinite number is null and named in
+``"infinite"``).
+
+Wiring (in :mod:`dpplugins.cli`): ``cli_shuffle.add_parser(sub)`` in ``build_parser`` and
+``"shuffle": cli_shuffle.run`` in the runner table.
+
+Example::
+
+    >>> import argparse
+    >>> parser = argparse.ArgumentParser(prog="dpplugins")
+    >>> _ = add_parser(parser.add_subparsers(dest="command"))
+    >>> args = parser.parse_args(["shuffle", "--eps0", "2", "--n", "10000", "--delta", "1e-6",
+    ...                           "--randomizer", "rr", "--json"])
+    >>> run(args, out=lambda text: None)
+    0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Callable
+
+from dpplugins.errors import ParameterError
+
+RANDOMIZERS = ("general", "rr", "krr", "sue", "oue", "subset", "olh", "laplace")
+
+EXAMPLE = "dpplugins shuffle --eps0 4 --n 100000 --delta 1e-6 --randomizer oue --d 64"
+
+_DESCRIPTION = ("One round of the shuffle model: n users each run the local randomizer before a "
+                "shuffler.  Prints FMT21's bound (valid for every eps0-DP randomizer), the best "
+                "bound certified for the chosen randomizer and a certified lower bound (exact "
+                "shuffled privacy on specific datasets); every number is an upper or a lower "
+                "bound, none is an estimate.  Neighbouring datasets differ in one user's value.")
+
+_HELP = {
+    "general": "any eps0-DP (or (eps0, delta0)-DP with --delta0) local randomizer",
+    "rr": "binary randomized response",
+    "krr": "k-ary randomized response (--k)",
+    "sue": "symmetric unary encoding / basic RAPPOR on a domain of size --d",
+    "oue": "optimized unary encoding on a domain of size --d",
+    "subset": "k-subset selection (--k) on a domain of size --d",
+    "olh": "optimized local hashing into --g buckets (pairwise independent hash)",
+    "laplace": "Laplace mechanism with scale 1/eps0 on input in [0, 1]",
+}
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    value = _number(text)
+    if not value.is_integer() or abs(value) > 2 ** 53:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}")
+    return int(value)
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``shuffle`` subcommand to ``subparsers`` (an ``add_subparsers()`` result) and
+    return its parser."""
+    p = subparsers.add_parser(
+        "shuffle", help="shuffle model: FMT21, the family's bound and a lower bound",
+        description=_DESCRIPTION,
+        epilog=f"example: {EXAMPLE}\nrandomizers: "
+               + "; ".join(f"{k}: {v}" for k, v in _HELP.items()))
+    p.add_argument("--eps0", type=_number, required=True, help="local privacy level eps0 > 0")
+    p.add_argument("--n", type=_count, required=True, help="number of users (>= 2)")
+    p.add_argument("--delta", type=_number, required=True, help="target delta in (0, 1)")
+    p.add_argument("--randomizer", choices=RANDOMIZERS, default="general",
+                   help="the local randomizer (default: general)")
+    p.add_argument("--k", type=_count, help="k of k-RR (>= 2) or the subset size (>= 1)")
+    p.add_argument("--d", type=_count, help="domain size of unary encoding / subset selection")
+    p.add_argument("--g", type=_count, help="number of hash buckets of local hashing (>= 2)")
+    p.add_argument("--delta0", type=_number, default=0.0,
+                   help="delta0 of an (eps0, delta0)-DP general randomizer (default 0)")
+    p.add_argument("--json", action="store_true",
+                   help="strict JSON (an infinite number is null and listed in 'infinite')")
+    return p
+
+
+def _require(args, name: str, minimum: int) -> int:
+    value = getattr(args, name)
+    if value is None:
+        raise ParameterError(name, None, f"an integer >= {minimum} for --randomizer "
+                             f"{args.randomizer}", hint=f"pass --{name}")
+    return value
+
+
+def bounds(args: argparse.Namespace) -> dict:
+    """The rows of the report as a dict (numbers may be ``inf``; see :func:`to_json`)."""
+    from dpplugins.amplification import shuffle_model as sm
+    from dpplugins.amplification import shuffle_model_families as fam
+
+    r, eps0, n, delta = args.randomizer, args.eps0, args.n, args.delta
+    if args.delta0 and r != "general":
+        raise ParameterError("delta0", args.delta0, "0 unless --randomizer general",
+                             hint="the named randomizers are pure eps0-DP")
+    general_spec = ("general", eps0, args.delta0) if args.delta0 else ("general", eps0)
+    fmt21 = sm.epsilon(general_spec, n, delta)
+    params: dict = {}
+    if r in ("general", "rr", "krr"):
+        if r == "krr":
+            params["k"] = _require(args, "k", 2)
+        spec = {"general": general_spec, "rr": ("binary_rr", eps0),
+                "krr": ("krr", eps0, params.get("k"))}[r]
+        up = fmt21 if r == "general" else sm.epsilon(spec, n, delta)
+        low = sm.lower_bound(spec, n, delta)
+        name = {"general": "general", "rr": "binary RR", "krr": f"{params.get('k')}-RR"}[r]
+    else:
+        if r in ("sue", "oue", "subset"):
+            params["d"] = _require(args, "d", 3)
+        if r == "subset":
+            params["k"] = _require(args, "k", 1)
+        if r == "olh":
+            params["g"] = _require(args, "g", 2)
+        family = fam.FAMILIES[r](eps0, **params)
+        up, low = fam.epsilon(family, n, delta), fam.lower_bound(family, n, delta)
+        name = family.name
+    fmt21_value = fmt21.candidates.get("fmt21", fmt21.epsilon)
+    if args.delta0:
+        fmt21_value = fmt21.epsilon     # FMT21 has no (eps0, delta0) form here: Balle et al.
+    rows = [
+        {"bound": "FMT21 (every eps0-DP randomizer)" if not args.delta0 else
+         "general (eps0, delta0)-DP", "kind": "upper", "epsilon": float(fmt21_value),
+         "method": "fmt21" if not args.delta0 else fmt21.method},
+        {"bound": f"family: {name}", "kind": "upper", "epsilon": float(up.epsilon),
+         "method": up.method},
+        {"bound": "exact shuffled lower bound", "kind": "lower",
+         "epsilon": float(min(low.epsilon, up.epsilon)), "method": low.method},
+    ]
+    return {"eps0": eps0, "n": n, "delta": delta, "delta0": args.delta0, "randomizer": r,
+            "parameters": params, "neighbouring": "replace_one", "rows": rows}
+
+
+def to_json(report: dict) -> str:
+    """Strict JSON: every non-finite epsilon becomes null and its row is named in
+    ``"infinite"``."""
+    out = dict(report)
+    rows, infinite = [], []
+    for row in report["rows"]:
+        row = dict(row)
+        if not math.isfinite(row["epsilon"]):
+            infinite.append(row["bound"])
+            row["epsilon"] = None
+        rows.append(row)
+    out["rows"] = rows
+    out["infinite"] = infinite
+    if infinite:
+        out["reason"] = "no amplification bound applies (epsilon unbounded)"
+    return json.dumps(out, indent=2, allow_nan=False)
+
+
+def to_text(report: dict) -> str:
+    """A small table, one row per bound."""
+    params = "".join(f", {k}={v}" for k, v in report["parameters"].items())
+    head = (f"shuffle model: n={report['n']}, eps0={report['eps0']:g}, "
+            f"delta={report['delta']:g}, randomizer={report['randomizer']}{params} "
+            f"(neighbouring: replace one)")
+    lines = [head, f"{'bound':36s} {'kind':>6s} {'epsilon':>12s}  method"]
+    for row in report["rows"]:
+        lines.append(f"{row['bound']:36s} {row['kind']:>6s} {row['epsilon']:12.6g}  "
+                     f"{row['method']}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace, out: Callable[[str], object] | None = None) -> int:
+    """Run the subcommand; returns the exit status (0).  Bad input raises
+    :class:`~dpplugins.errors.ParameterError` naming the option (the ``dpplugins`` entry point
+    turns it into one line on stderr and status 2)."""
+    write = out or (lambda text: sys.stdout.write(text + "\n"))
+    report = bounds(args)
+    write(to_json(report) if args.json else to_text(report))
+    return 0

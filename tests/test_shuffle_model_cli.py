@@ -1,0 +1,116 @@
+"""The ``dpplugins shuffle`` subcommand (dpplugins.cli_shuffle), called through run() with a
+namespace from its own parser.  Independent check: exact shuffled binary randomized response
+(the law of the number of reported ones, by convolving binomial pmfs from scipy, maximised over
+every dataset) brackets the printed upper and lower bounds."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from dpplugins import cli_shuffle
+from dpplugins.amplification import shuffle_model as sm
+from dpplugins.amplification import shuffle_model_families as fam
+from dpplugins.errors import ParameterError
+
+
+def parse(*argv):
+    parser = argparse.ArgumentParser(prog="dpplugins")
+    cli_shuffle.add_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["shuffle", *argv])
+
+
+def run_json(*argv):
+    lines = []
+    assert cli_shuffle.run(parse(*argv, "--json"), out=lines.append) == 0
+    return json.loads(lines[0])
+
+
+def exact_binary_rr_delta(eps0, n, eps):
+    """max over j (others holding 1) and both directions of the hockey-stick divergence of the
+    number of reported ones."""
+    a = math.exp(eps0) / (math.exp(eps0) + 1)
+    best = 0.0
+    for j in range(n):
+        w = np.convolve(stats.binom.pmf(np.arange(j + 1), j, a),
+                        stats.binom.pmf(np.arange(n - j), n - 1 - j, 1 - a))
+        w = np.concatenate([[0.0], w, [0.0]])
+        p0 = (1 - a) * w[:-1] + a * w[1:]
+        p1 = a * w[:-1] + (1 - a) * w[1:]
+        x = math.exp(eps)
+        best = max(best, np.maximum(p0 - x * p1, 0).sum(), np.maximum(p1 - x * p0, 0).sum())
+    return best
+
+
+@pytest.mark.parametrize("n", [6, 40])
+def test_binary_rr_rows_bracket_the_exact_value(n):
+    eps0, delta = 2.0, 1e-3
+    out = run_json("--eps0", str(eps0), "--n", str(n), "--delta", str(delta), "--randomizer", "rr")
+    fmt21, family, lower = (row["epsilon"] for row in out["rows"])
+    assert [row["kind"] for row in out["rows"]] == ["upper", "upper", "lower"]
+    assert 0 <= lower <= family <= fmt21 <= eps0
+    assert exact_binary_rr_delta(eps0, n, family) <= delta * (1 + 1e-9)
+    if lower > 0:
+        assert exact_binary_rr_delta(eps0, n, lower * (1 - 1e-9)) >= delta * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("argv,family", [
+    (["--randomizer", "oue", "--d", "32"], fam.unary_encoding(3.0, 32, optimized=True)),
+    (["--randomizer", "sue", "--d", "32"], fam.unary_encoding(3.0, 32)),
+    (["--randomizer", "subset", "--d", "12", "--k", "3"], fam.subset_selection(3.0, 12, 3)),
+    (["--randomizer", "olh", "--g", "6"], fam.local_hashing(3.0, 6)),
+    (["--randomizer", "laplace"], fam.laplace_bounded(3.0)),
+])
+def test_family_rows_are_the_module_bounds(argv, family):
+    out = run_json("--eps0", "3", "--n", "20000", "--delta", "1e-6", *argv)
+    fmt21, up, low = (row["epsilon"] for row in out["rows"])
+    assert up == fam.epsilon(family, 20_000, 1e-6).epsilon
+    assert low == fam.lower_bound(family, 20_000, 1e-6).epsilon
+    assert fmt21 == sm.epsilon(("general", 3.0), 20_000, 1e-6).candidates["fmt21"]
+    assert low <= up <= fmt21
+    assert out["infinite"] == [] and out["neighbouring"] == "replace_one"
+
+
+def test_general_and_krr_text_output():
+    lines = []
+    cli_shuffle.run(parse("--eps0", "1", "--n", "5000", "--delta", "1e-6", "--randomizer",
+                          "krr", "--k", "5"), out=lines.append)
+    text = lines[0]
+    assert "5-RR" in text and "lower" in text and "FMT21" in text
+    out = run_json("--eps0", "1", "--n", "5000", "--delta", "1e-6")
+    assert out["rows"][0]["epsilon"] == out["rows"][1]["epsilon"]       # general: FMT21 itself
+    assert out["rows"][2]["epsilon"] <= out["rows"][1]["epsilon"]
+    approx = run_json("--eps0", "1", "--n", "5000", "--delta", "1e-6", "--delta0", "1e-9")
+    assert approx["rows"][0]["method"] in ("balle2020", "none")
+
+
+def test_strict_json_writes_infinity_as_null():
+    report = {"eps0": 1.0, "n": 10, "delta": 1e-6, "delta0": 0.0, "randomizer": "general",
+              "parameters": {}, "neighbouring": "replace_one",
+              "rows": [{"bound": "x", "kind": "upper", "epsilon": math.inf, "method": "none"}]}
+    out = json.loads(cli_shuffle.to_json(report))
+    assert out["rows"][0]["epsilon"] is None and out["infinite"] == ["x"] and out["reason"]
+
+
+def test_bad_input_names_the_option():
+    with pytest.raises(ParameterError, match="k=None"):
+        cli_shuffle.run(parse("--eps0", "1", "--n", "100", "--delta", "1e-6", "--randomizer",
+                              "krr"), out=lambda text: None)
+    with pytest.raises(ParameterError, match="d=None"):
+        cli_shuffle.run(parse("--eps0", "1", "--n", "100", "--delta", "1e-6", "--randomizer",
+                              "oue"), out=lambda text: None)
+    with pytest.raises(ParameterError, match="delta0"):
+        cli_shuffle.run(parse("--eps0", "1", "--n", "100", "--delta", "1e-6", "--randomizer",
+                              "rr", "--delta0", "1e-9"), out=lambda text: None)
+    with pytest.raises(ParameterError, match="n=1"):
+        cli_shuffle.run(parse("--eps0", "1", "--n", "1", "--delta", "1e-6"),
+                        out=lambda text: None)
+    with pytest.raises(SystemExit):
+        parse("--eps0", "nan", "--n", "100", "--delta", "1e-6")
+    with pytest.raises(SystemExit):
+        parse("--eps0", "1", "--n", "100", "--delta", "1e-6", "--randomizer", "gaussian")

@@ -1,0 +1,307 @@
+"""Randomizer families in the shuffle model (dpplugins.amplification.shuffle_model_families) and
+the errata's Lemma 7.3 pair (dpplugins.amplification.shuffle_model_errata).
+
+Independent checks: the randomizers' full output laws built here from their definitions (every
+bit vector, every subset, every hash function of a tiny domain); the shuffled output's exact
+law by enumerating histograms for n <= 7, maximised over every dataset; the decomposition of the
+errata's eq. (9) verified entry by entry on those matrices; the Lemma 7.3 count law enumerated;
+Laplace tails against scipy.stats.laplace.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from dpplugins.amplification import shuffle_model as sm
+from dpplugins.amplification import shuffle_model_families as fam
+from dpplugins.amplification.shuffle_model_errata import (ErrataPair,
+                                                          decomposition_for_total_variation)
+from dpplugins.errors import ParameterError
+
+
+# -- brute force ---------------------------------------------------------------------------------
+def histogram_law(rows):
+    """Law of the histogram of independent reports, report i ~ rows[i] (a probability vector)."""
+    law = {tuple([0] * len(rows[0])): 1.0}
+    for row in rows:
+        nxt = defaultdict(float)
+        for h, pr in law.items():
+            for j, pj in enumerate(row):
+                if pj:
+                    g = list(h)
+                    g[j] += 1
+                    nxt[tuple(g)] += pr * pj
+        law = nxt
+    return law
+
+
+def hockey(p, q, eps):
+    x = math.exp(eps)
+    return sum(max(p.get(key, 0.0) - x * q.get(key, 0.0), 0.0) for key in set(p) | set(q))
+
+
+def worst_shuffled_delta(R, n, eps):
+    """max over neighbouring datasets (differing user 0 vs 1 -- every family here is symmetric
+    under relabelling the inputs -- and every multiset of the others) of both directions."""
+    best = 0.0
+    for others in itertools.combinations_with_replacement(range(len(R)), n - 1):
+        rest = [R[v] for v in others]
+        p = histogram_law([R[0]] + rest)
+        q = histogram_law([R[1]] + rest)
+        best = max(best, hockey(p, q, eps), hockey(q, p, eps))
+    return best
+
+
+def ue_matrix(d, a, b):
+    rows = []
+    for x in range(d):
+        row = []
+        for y in itertools.product((0, 1), repeat=d):
+            pr = 1.0
+            for j, bit in enumerate(y):
+                t = a if j == x else b
+                pr *= t if bit else 1 - t
+            row.append(pr)
+        rows.append(row)
+    return rows
+
+
+def subset_matrix(d, k, eps0):
+    subsets = list(itertools.combinations(range(d), k))
+    rows = []
+    for x in range(d):
+        w = [math.exp(eps0) if x in s else 1.0 for s in subsets]
+        rows.append([v / sum(w) for v in w])
+    return rows
+
+
+def olh_matrix(d, g, eps0):
+    """Every function [d] -> [g] equally likely (a fully independent hash), then g-ary RR."""
+    e = math.exp(eps0)
+    hashes = list(itertools.product(range(g), repeat=d))
+    rows = []
+    for x in range(d):
+        row = []
+        for h in hashes:
+            for v in range(g):
+                row.append((e if h[x] == v else 1.0) / (e + g - 1) / len(hashes))
+        rows.append(row)
+    return rows
+
+
+def cases():
+    e = math.exp
+    return [
+        ("sue", fam.unary_encoding(1.5, 3), ue_matrix(3, e(0.75) / (e(0.75) + 1),
+                                                      1 / (e(0.75) + 1)), range(2, 6)),
+        ("oue", fam.unary_encoding(2.0, 3, optimized=True), ue_matrix(3, 0.5, 1 / (e(2.0) + 1)),
+         range(2, 6)),
+        ("subset42", fam.subset_selection(1.0, 4, 2), subset_matrix(4, 2, 1.0), range(2, 7)),
+        ("subset31", fam.subset_selection(2.0, 3, 1), subset_matrix(3, 1, 2.0), range(2, 8)),
+        ("olh", fam.local_hashing(1.0, 2), olh_matrix(3, 2, 1.0), range(2, 5)),
+    ]
+
+
+# -- the parameters --------------------------------------------------------------------------------
+@pytest.mark.parametrize("name,family,R,ns", cases())
+def test_parameters_match_the_output_laws(name, family, R, ns):
+    R = np.array(R)
+    ratio = max(float(np.max(R[i] / R[j])) for i in range(len(R)) for j in range(len(R)))
+    assert math.log(ratio) == pytest.approx(family.eps0, rel=1e-12)
+    for i, j in itertools.permutations(range(len(R)), 2):
+        assert 0.5 * np.abs(R[i] - R[j]).sum() == pytest.approx(family.beta, rel=1e-12)
+
+
+@pytest.mark.parametrize("name,family,R,ns", cases())
+def test_errata_decomposition_holds_entrywise(name, family, R, ns):
+    """eq. (9) of the errata with the family's (p, q), for every pair and every other input."""
+    R = np.array(R)
+    p, q = family.lemma73
+    e = math.exp(family.eps0)
+    for i, j in itertools.permutations(range(len(R)), 2):
+        P, Q = R[i], R[j]
+        q0 = np.maximum(P - Q, 0) / (e - 1) / p
+        q1 = np.maximum(Q - P, 0) / (e - 1) / p
+        rest = P - e * p * q0 - p * q1
+        assert np.all(rest >= -1e-15)
+        assert np.allclose(Q - p * q0 - e * p * q1, rest, atol=1e-15)      # the same W
+        assert q0.sum() == pytest.approx(1.0) and q1.sum() == pytest.approx(1.0)
+        w = rest / rest.sum() if rest.sum() > 1e-15 else np.zeros_like(rest)
+        assert rest.sum() == pytest.approx(1 - (e + 1) * p, abs=1e-12)
+        for x in range(len(R)):
+            assert np.all(R[x] >= p * q0 + p * q1 + q * w - 1e-15)
+
+
+# -- exact enumeration for n <= 7 ------------------------------------------------------------------
+@pytest.mark.parametrize("name,family,R,ns", cases())
+def test_bounds_bracket_exact_enumeration(name, family, R, ns):
+    for n in ns:
+        for eps in np.linspace(0, family.eps0, 5)[:-1]:
+            exact = worst_shuffled_delta(R, n, eps)
+            b = fam.delta_bounds(family, n, eps)
+            assert b.lower - 1e-12 <= exact <= b.upper + 1e-12, (n, eps)
+
+
+def test_laplace_lower_laws_against_scipy():
+    family = fam.laplace_bounded(2.0)
+    s_values = (0.0, 0.25, 0.5)
+    for idx, s in enumerate(s_values):
+        pi, v0, v1 = family.lower_laws[2 * idx]
+        assert v0[0] == pytest.approx(stats.laplace.sf(0.5 + s, loc=1.0, scale=0.5), rel=1e-12)
+        assert v0[1] == pytest.approx(stats.laplace.cdf(0.5 - s, loc=1.0, scale=0.5), rel=1e-12)
+        assert pi == v0 and v1 == (v0[1], v0[0], v0[2])
+        half = family.lower_laws[2 * idx + 1][0]
+        assert half[0] == pytest.approx(stats.laplace.sf(0.5 + s, loc=0.5, scale=0.5), rel=1e-12)
+
+
+# -- the Lemma 7.3 pair ------------------------------------------------------------------------------
+def errata_law(n, e, p, q, b):
+    user1 = [e * p, p, 1 - (e + 1) * p, 0.0] if b == 0 else [p, e * p, 1 - (e + 1) * p, 0.0]
+    return histogram_law([user1] + [[p, p, q, 1 - 2 * p - q]] * (n - 1))
+
+
+def test_errata_pair_matches_enumeration():
+    rng = np.random.default_rng(3)
+    for _ in range(25):
+        eps0 = float(rng.uniform(0.2, 4.0))
+        e = math.exp(eps0)
+        p = float(rng.uniform(0.05, 1.0)) / (e + 1)
+        q = float(rng.uniform(0, 1 - 2 * p))
+        n = int(rng.integers(2, 8))
+        pair = ErrataPair(eps0, n, p, q)
+        P0, P1 = errata_law(n, e, p, q, 0), errata_law(n, e, p, q, 1)
+        for eps in rng.uniform(0, eps0, 3):
+            exact = max(hockey(P0, P1, eps), hockey(P1, P0, eps))
+            assert exact <= pair.delta(eps) <= exact + 1e-9 + 1e-6 * exact
+
+
+def test_errata_pair_for_krr_is_the_blanket_and_binary_rr_is_the_stronger_clone():
+    eps0, k, n = 2.0, 5, 20_000
+    e = math.exp(eps0)
+    pair = ErrataPair(eps0, n, 1 / (e + k - 1), (k - 2) / (e + k - 1))
+    blanket = sm.KRRBlanket(eps0, n, k)
+    for eps in (0.03, 0.08):
+        assert pair.delta(eps) == pytest.approx(blanket.delta(eps), rel=2e-2)
+    p, q = decomposition_for_total_variation(eps0, math.tanh(eps0 / 2))
+    assert q == 0 and p == pytest.approx(1 / (e + 1))
+    strong = sm._strong_clone(eps0, n)
+    got = ErrataPair(eps0, n, p, q).epsilon(1e-6)
+    ref = strong.epsilon(1e-6, eps0)
+    assert ref * (1 - 1e-9) <= got <= ref * 1.01
+
+
+# -- one round: lower <= upper, wins over FMT21 ----------------------------------------------------
+FAMS = [fam.unary_encoding(1.0, 16), fam.unary_encoding(4.0, 32, optimized=True),
+        fam.subset_selection(2.0, 10, 3), fam.local_hashing(2.0, 8), fam.laplace_bounded(1.0)]
+
+
+@pytest.mark.parametrize("family", FAMS, ids=lambda f: f.name)
+@pytest.mark.parametrize("n", [200, 20_000])
+def test_lower_never_above_upper_and_never_above_fmt21(family, n):
+    for delta in (1e-4, 1e-8):
+        up = fam.epsilon(family, n, delta)
+        low = fam.lower_bound(family, n, delta)
+        assert 0 <= low.epsilon <= up.epsilon <= family.eps0
+        assert up.epsilon <= sm.epsilon(("general", family.eps0), n, delta).epsilon
+        if family.lemma73 is not None and n == 20_000:
+            assert up.method == "errata_lemma73"
+        d = fam.delta_bounds(family, n, up.epsilon)
+        assert d.lower <= d.upper <= delta * (1 + 1e-6)
+
+
+def test_bad_input_names_the_parameter():
+    with pytest.raises(ParameterError, match="d=2"):
+        fam.unary_encoding(1.0, 2)
+    with pytest.raises(ParameterError, match="k=5"):
+        fam.subset_selection(1.0, 5, 5)
+    with pytest.raises(ParameterError, match="g=1"):
+        fam.local_hashing(1.0, 1)
+    with pytest.raises(ParameterError, match="eps0"):
+        fam.laplace_bounded(-1.0)
+    with pytest.raises(ParameterError, match="family"):
+        fam.epsilon(("krr", 1.0, 3), 100, 1e-6)
+    with pytest.raises(ParameterError, match="beta"):
+        decomposition_for_total_variation(1.0, 0.9)
+    with pytest.raises(ParameterError, match="q="):
+        ErrataPair(1.0, 10, 0.2, 0.9)
+
+
+@pytest.mark.parametrize("family", [fam.unary_encoding(8.0, 64), fam.subset_selection(8.0, 64, 4),
+                                    fam.local_hashing(8.0, 16)], ids=lambda f: f.name)
+def test_variation_ratio_number_is_below_the_exact_privacy(family):
+    """n = 100 users, every other user holds x0: the single event 'every report is in category
+    A' (e.g. for SUE: bit x0 set, bit x1 clear) has P0 = v0_A pi_A^99 and P1 = v1_A pi_A^99, so
+    delta(7.9) >= P0 - e^7.9 P1 > 1e-6 -- while the variation-ratio pair with Wang et al.'s
+    parameters claims epsilon(1e-6) < 7.3.  Their bound is not valid for these families."""
+    n, delta = 100, 1e-6
+    pi, v0, v1 = family.lower_laws[0]
+    assert pi == v0
+    event = v0[0] * pi[0] ** (n - 1) - math.exp(7.9) * v1[0] * pi[0] ** (n - 1)
+    assert event > delta
+    vr = sm.variation_ratio_pair(*family.vr, n).epsilon(delta, family.eps0)
+    assert vr < 7.3
+    low = fam.lower_bound(family, n, delta).epsilon
+    assert low > 7.9 and fam.epsilon(family, n, delta).epsilon >= low
+
+
+# -- rounds composed by PLD ------------------------------------------------------------------------
+def test_two_rounds_bracket_the_exact_product_for_every_dataset():
+    """n = 3, SUE on 3 values, two rounds on the same datasets: the exact hockey-stick divergence
+    of the product of the two histogram laws, for every dataset, lies below the composed upper
+    bound; the composed lower bound lies below the worst of them."""
+    family = fam.unary_encoding(2.0, 3)
+    a = math.exp(1.0) / (math.exp(1.0) + 1)
+    R = ue_matrix(3, a, 1 - a)
+    n, delta = 3, 1e-3
+    b = fam.composed_epsilon_bounds(family, n, 2, delta, value_discretization_interval=1e-3)
+
+    def product_delta(p, q, eps):
+        x = math.exp(eps)
+        return sum(max(p[h1] * p[h2] - x * q.get(h1, 0) * q.get(h2, 0), 0)
+                   for h1 in p for h2 in p)
+
+    worst = 0.0
+    for others in itertools.combinations_with_replacement(range(3), n - 1):
+        rest = [R[v] for v in others]
+        p = histogram_law([R[0]] + rest)
+        q = histogram_law([R[1]] + rest)
+        assert max(product_delta(p, q, b.upper), product_delta(q, p, b.upper)) <= delta + 1e-12
+        worst = max(worst, product_delta(p, q, b.lower), product_delta(q, p, b.lower))
+    assert b.lower == 0 or worst >= delta * (1 - 1e-9)
+    assert 0 < b.lower <= b.upper <= 4.0
+
+
+@pytest.mark.parametrize("family", [fam.unary_encoding(4.0, 32, optimized=True),
+                                    fam.laplace_bounded(1.0)], ids=lambda f: f.name)
+def test_composition_grows_and_brackets(family):
+    one = fam.epsilon(family, 5000, 1e-6).epsilon
+    b1 = fam.composed_epsilon_bounds(family, 5000, 1, 1e-6)
+    b8 = fam.composed_epsilon_bounds(family, 5000, 8, 1e-6)
+    assert b1.lower <= one * (1 + 1e-6) and b1.upper >= one * (1 - 1e-6)
+    assert b1.upper < b8.upper <= 8 * family.eps0 and b1.lower < b8.lower <= b8.upper
+
+
+def test_variation_ratio_pair_is_the_errata_pair_with_blanks_merged():
+    """Merging categories 2 and 3 of the Lemma 7.3 law (enumerated) gives Wang et al.'s pair."""
+    eps0, n = 1.5, 5
+    e = math.exp(eps0)
+    p = 0.6 / (e + 1)
+    q = (1 - (e + 1) * p) / e
+    vr = sm.variation_ratio_pair(e, p * (e - 1), e, n)
+    laws = [errata_law(n, e, p, q, b) for b in (0, 1)]
+    merged = []
+    for law in laws:
+        m = defaultdict(float)
+        for (a, b_, c, d), pr in law.items():
+            m[(a, b_, c + d)] += pr
+        merged.append(m)
+    for eps in (0.1, 0.5, 1.0):
+        exact = max(hockey(merged[0], merged[1], eps), hockey(merged[1], merged[0], eps))
+        assert vr.delta(eps).lower - 1e-12 <= exact <= vr.delta(eps).upper + 1e-12
+        assert exact <= ErrataPair(eps0, n, p, q).delta(eps) + 1e-12

@@ -1,15 +1,31 @@
 """Noise calibration: the smallest noise multiplier that meets a target epsilon.
 
-``find_noise_multiplier`` works for any registered accountant: it builds a fresh accountant from
-the registry (never touching a live one), brackets the root of ``eps(sigma) - target`` by widening
-geometrically, and runs Brent's method (Brent 1973, "Algorithms for minimization without
-derivatives", Ch. 4; ``scipy.optimize.brentq``).  The returned sigma is then *verified*: the
-accountant's certified epsilon at that sigma must be <= target; if rounding put it just above, the
-sigma is nudged up until it is.
+``find_noise_multiplier`` works for any registered accountant: it builds fresh accountants from
+the registry (never touching a live one) and finds the root of ``log eps(sigma) - log target``
+in ``log sigma`` in three stages, from cheap to certified:
+
+1. **Search** on a cheap certified upper bound: the accountant's ``epsilon_upper_fast`` on a grid
+   four times coarser where it offers one (a valid upper bound, only looser), else its
+   ``epsilon_upper_fast`` or ``get_epsilon``.  The bracket grows from ``sigma = 1`` by steps
+   sized from the last value (``eps`` roughly proportional to ``1/sigma``), doubled after each
+   step that does not change sign, so huge and tiny targets are bracketed in a few evaluations;
+   then Brent's method (Brent 1973, "Algorithms for minimization without derivatives", Ch. 4;
+   ``scipy.optimize.brentq``).
+2. **Polish** (only after a coarse search): the same on the one-grid bound at the accountant's
+   own grid, bracketed from the coarse root by a secant step.
+3. **Verify**: the accountant's certified ``get_epsilon`` at the sigma found must be <= target;
+   if rounding put it just above, sigma is nudged up until it is.  Where the certificate is
+   clearly below the target (more than 1 %: near epsilon = 0 one grid is loose), the search
+   continues downwards on the certificate itself.
+
+Bounded time: at most 60 bracket steps over ``sigma`` in ``[1e-12, 1e12]`` (a target that is not
+reachable there is a :class:`~dpplugins.errors.NumericalError` naming the epsilons seen) and
+Brent's iteration limit.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any, Callable
 
@@ -22,14 +38,59 @@ from dpplugins.events import Event
 
 __all__ = ["find_noise_multiplier"]
 
+#: how much coarser the search grid is than the accountant's own first grid
+COARSEN = 4.0
+#: range of log(sigma) searched
+_LOG_SIGMA_RANGE = (math.log(1e-12), math.log(1e12))
+#: |log eps - log target| is clamped here (eps = 0 or inf stay usable in Brent's method)
+_CLAMP = 1e3
+
 
 def _epsilon_for(accountant_name: str, options: dict, record, sigma: float, delta: float, *,
-                 fast: bool) -> float:
+                 fast: bool, coarsen: float = 1.0) -> float:
     acc = create(accountant_name, **options)
     record(acc, sigma)
-    if fast and hasattr(acc, "epsilon_upper_fast"):
-        return acc.epsilon_upper_fast(delta)
-    return acc.get_epsilon(delta)
+    method = getattr(acc, "epsilon_upper_fast", None) if fast else None
+    if method is None:
+        return acc.get_epsilon(delta)
+    if coarsen != 1.0 and "coarsen" in inspect.signature(method).parameters:
+        return method(delta, coarsen=coarsen)
+    return method(delta)
+
+
+def _log_gap(epsilon: float, target: float) -> float:
+    if epsilon <= 0:
+        return -_CLAMP
+    if not math.isfinite(epsilon):
+        return _CLAMP
+    return float(min(max(math.log(epsilon) - math.log(target), -_CLAMP), _CLAMP))
+
+
+def _bracket(gap, start: float) -> tuple[float, float, float, float]:
+    """``(lo, hi, g_lo, g_hi)`` with ``g_lo > 0 >= g_hi`` (``lo < hi`` in log sigma)."""
+    x, g = start, gap(start)
+    low, high = _LOG_SIGMA_RANGE
+    step = None
+    seen = [(x, g)]
+    for _ in range(60):
+        # eps ~ 1/sigma: the root is near x + g; at least 0.05, at most 5 per step, doubled
+        # while the sign does not change
+        jump = min(max(abs(g), 0.05), 5.0) if step is None else min(2 * step, 20.0)
+        step = jump
+        x_new = min(max(x + (jump if g > 0 else -jump), low), high)
+        g_new = gap(x_new)
+        seen.append((x_new, g_new))
+        if (g > 0) != (g_new > 0):
+            lo, hi = (x, x_new) if g > 0 else (x_new, x)
+            return lo, hi, max(g, g_new), min(g, g_new)
+        if x_new in (low, high):
+            break
+        x, g = x_new, g_new
+    described = ", ".join(f"sigma={math.exp(a):.3g}: eps/target={math.exp(b):.3g}"
+                          for a, b in seen[-3:])
+    raise NumericalError(f"could not bracket a noise multiplier ({described})",
+                         "check that the target is reachable for this sample_rate and number "
+                         "of steps")
 
 
 def find_noise_multiplier(*, target_epsilon: float, delta: float,
@@ -69,31 +130,78 @@ def find_noise_multiplier(*, target_epsilon: float, delta: float,
             acc.compose(event_for_noise(sigma))
     record(probe, 1.0)  # refuses an unsupported run now, not after the search
 
-    def gap(log_sigma: float) -> float:
-        return _epsilon_for(accountant, options, record, math.exp(log_sigma), delta,
-                            fast=True) - target
+    probe_method = getattr(probe, "epsilon_upper_fast", None)
+    coarse = probe_method is not None and "coarsen" in inspect.signature(probe_method).parameters
+    memo: dict[tuple[float, float], float] = {}
 
-    # widen the bracket geometrically until eps(lo) > target >= eps(hi)
-    lo, hi = math.log(0.5), math.log(2.0)
-    g_lo, g_hi = gap(lo), gap(hi)
-    for _ in range(60):
-        if g_lo > 0:
-            break
-        lo, hi, g_hi = lo - 1.0, lo, g_lo
-        g_lo = gap(lo)
-    for _ in range(60):
-        if g_hi <= 0:
-            break
-        lo, hi, g_lo = hi, hi + 1.0, g_hi
-        g_hi = gap(hi)
-    if not (g_lo > 0 >= g_hi):
-        raise NumericalError(
-            f"could not bracket a noise multiplier for target_epsilon={target:g} "
-            f"(epsilon at sigma={math.exp(lo):.3g} is {g_lo + target:.4g}, "
-            f"at sigma={math.exp(hi):.3g} is {g_hi + target:.4g})",
-            "check that the target is reachable for this sample_rate and number of steps")
-    log_sigma = brentq(gap, lo, hi, xtol=tol / 4, rtol=1e-12) if g_hi < 0 else hi
-    sigma = math.exp(log_sigma)
+    def gap_at(log_sigma: float, coarsen: float) -> float:
+        key = (log_sigma, coarsen)
+        if key not in memo:  # Brent's method re-evaluates its end points
+            memo[key] = _log_gap(_epsilon_for(accountant, options, record, math.exp(log_sigma),
+                                              delta, fast=True, coarsen=coarsen), target)
+        return memo[key]
+
+    def solve(gap, lo: float, hi: float, g_hi: float) -> float:
+        """Brent's root, moved to the feasible side (gap <= 0) within ``xtol``."""
+        if g_hi >= 0:
+            return hi
+        x = brentq(gap, lo, hi, xtol=xtol, rtol=1e-12)
+        return x if gap(x) <= 0 else min(x + xtol, hi)
+
+    xtol = tol / 4
+    search = (lambda x: gap_at(x, COARSEN)) if coarse else (lambda x: gap_at(x, 1.0))
+    lo, hi, g_lo, g_hi = _bracket(search, 0.0)
+    root = solve(search, lo, hi, g_hi)
+    if coarse:
+        # polish at the accountant's own grid: the coarse bound is higher, so the fine root is
+        # at or below the coarse one; a secant step with the bracket's slope brackets it
+        fine = lambda x: gap_at(x, 1.0)  # noqa: E731
+        g = fine(root)
+        if g != search(root):  # the fine grid is another grid (small sigma: both at _MAX_H)
+            # the fine root is near: the first step is the Newton step with the coarse slope
+            # near the root (the two grids' bounds differ by an almost constant offset), kept
+            # within [xtol, 0.05]; steps double until the sign changes, then Brent's method
+            near = sorted((abs(x - root), x, v) for (x, c), v in memo.items() if c == COARSEN)
+            (_, xa, ga), (_, xb, gb) = near[0], near[1]
+            slope = min((gb - ga) / (xb - xa) if xb != xa else -1.0, -1e-3)
+            step = min(max(abs(g / slope), xtol), 0.05)
+            direction = -1.0 if g <= 0 else 1.0  # feasible: look for a smaller sigma
+            x0, g0 = root, g
+            for _ in range(40):
+                x1 = min(max(x0 + direction * step, _LOG_SIGMA_RANGE[0]), _LOG_SIGMA_RANGE[1])
+                g1 = fine(x1)
+                if (g1 > 0) != (g0 > 0):
+                    a, b, g_b = (x0, x1, g1) if x1 > x0 else (x1, x0, g0)
+                    root = solve(fine, a, b, g_b)
+                    break
+                if x1 == x0:
+                    break
+                x0, g0, step = x1, g1, 2 * step
+            else:
+                root = x0 if g0 <= 0 else root
+    certified: dict[float, float] = {}
+
+    def certified_gap(x: float) -> float:
+        if x not in certified:
+            certified[x] = _log_gap(_epsilon_for(accountant, options, record, math.exp(x),
+                                                 delta, fast=False), target)
+        return certified[x]
+
+    g = certified_gap(root)
+    if g < math.log1p(-1e-2):
+        # the certificate (refined grids) is clearly tighter than the search bound here, as
+        # near epsilon = 0 where one grid is loose: continue the search on it, downwards
+        step, x0, g0 = 0.01, root, g
+        for _ in range(40):
+            x1 = max(x0 - step, _LOG_SIGMA_RANGE[0])
+            g1 = certified_gap(x1)
+            if g1 > 0:
+                root = solve(certified_gap, x1, x0, g0)
+                break
+            if x1 == x0:
+                break
+            x0, g0, step = x1, g1, 2 * step
+    sigma = math.exp(root)
     # verify with the accountant's full (accuracy-checked) certified epsilon; move up if needed
     for _ in range(200):
         eps = _epsilon_for(accountant, options, record, sigma, delta, fast=False)

@@ -681,68 +681,89 @@ def _param(ctx, key, default=None):
     return (ctx.get("params") or ctx.get("large") or {}).get(key, default)
 
 
-def _pld_huge_pair_epsilon(ctx, violation):
-    value = _value(ctx)
-    return (ctx["name"] in ("pld", "fdp") and "ValueError" in violation
-            and (ctx.get("target") or ("", ""))[1] == "epsilon" and value is not None
-            and value >= 1e300)
-
-
-def _pld_generic_long_hang(ctx, violation):
-    return (ctx["name"] == "pld" and "(hang)" in violation
-            and ctx.get("family") in ("randomized_response", "laplace", "poisson_laplace",
-                                      "epsilon_delta")
-            and _param(ctx, "count", 0) >= 10**3)
-
-
-def _pld_roundtrip(ctx, violation):
-    return ctx["name"] in ("pld", "fdp") and violation.startswith("get_delta(get_epsilon(")
-
-
-def _fdp_long_run_hang(ctx, violation):
-    return (ctx["name"] == "fdp" and "(hang)" in violation
-            and _param(ctx, "count", 0) >= 10**5 and _param(ctx, "sigma", 1.0) <= 0.3)
-
-
-def _pld_tiny_grid(ctx, violation):
-    value = _value(ctx)
-    return (ctx["name"] in ("pld", "fdp")
-            and (ctx.get("target") or ("", "")) == ("option", "value_discretization_interval")
-            and value is not None and value < 1e-300
-            and any(e in violation for e in ("TypeError", "MemoryError", "OverflowError")))
-
-
-def _pld_large_epsilon_hang(ctx, violation):
-    op = _op(ctx)
-    if not (ctx["name"] in ("pld", "fdp") and "(hang)" in violation and op):
-        return False
-    tiny_rate = ctx.get("family") in ("poisson", "step_poisson") and _param(ctx, "q", 1) <= 1e-4
-    large_eps = (len(op) == 3 and op[0] == "query" and op[1].startswith("get_delta")
-                 and op[2] >= 10.0)
-    return tiny_rate or large_eps
-
-
 def _job(name, event, *queries, options=()):
     return (("create", name, tuple(options)), ("compose", event, 1)) + tuple(
         ("query",) + q for q in queries)
 
 
 KNOWN_DEFECTS: list[Defect] = [
+]
+
+
+def _fixed(ctx, violation) -> bool:
+    return False     # a fixed defect explains no violation any more
+
+
+#: the defects this suite found, now fixed: each reproducer is a regression test (it failed
+#: before the fix; reasons and files are as they were when the defect was open)
+FIXED_DEFECTS: list[Defect] = [
+    Defect("gaussian_delta_nan",
+           "dpplugins/mechanisms/gaussian.py (gaussian_delta, called by "
+           "dpplugins/accountants/shuffle.py ShuffleAccountant._upper_delta)",
+           "get_delta(1e308) is NaN on shuffle and swap: both log_ndtr terms underflow to -inf "
+           "and (-inf) - (-inf) = NaN",
+           _fixed,
+           _job("shuffle", Call.of(method, Call.of(ShuffledEpochs, 200, 20), "event", 2.0, 2),
+                ("get_delta_bounds", 1e308))),
+    Defect("huge_count_overflow",
+           "dpplugins/pld/distribution.py (PrivacyLossDistribution.self_compose / "
+           "epsilon_for_delta) and dpplugins/amplification/allocation.py "
+           "(AllocationPLD.self_compose)",
+           "a composition count above the float range (10**400 epochs, compose(event, 10**308), "
+           "10**400 steps per epoch) raises OverflowError 'int too large to convert to float' "
+           "instead of ParameterError/NumericalError",
+           _fixed,
+           _job("checkin", Call.of(method, Call.of(SlidingWindowCheckIn, 40, 10), "event", 2.0,
+                                   10**400), ("get_epsilon_bounds", 1e-5)), valid=False),
+    Defect("shuffle_tiny_noise", "dpplugins/accountants/shuffle.py (ShuffleAccountant._mu_total)",
+           "a noise multiplier of 1e-300 (valid: > 0) raises ZeroDivisionError: sigma * sigma "
+           "underflows to 0 in 1 / sigma^2",
+           _fixed,
+           _job("shuffle", Call.of(method, Call.of(ShuffledEpochs, 200, 20), "event", 1e-300, 2),
+                ("get_epsilon_bounds", 1e-5)), valid=False),
+    Defect("shuffle_tiny_grid",
+           "dpplugins/amplification/shuffle.py (shuffle_lower_bound_pld, called by "
+           "dpplugins/accountants/shuffle.py _lower_plds)",
+           "value_discretization_interval=1e-300 (valid: > 0) raises TypeError (the grid size "
+           "overflows int64 and becomes an object array) instead of ParameterError/"
+           "NumericalError",
+           _fixed,
+           _job("swap", Call.of(method, Call.of(ShuffledEpochs, 50, 1), "event", 8.0, 1),
+                ("get_epsilon_bounds", 1e-5),
+                options=(("value_discretization_interval", 1e-300),)), valid=False),
+    Defect("shuffle_long_run_hang",
+           "dpplugins/accountants/shuffle.py (ShuffleAccountant._lower: the Chua et al. lower "
+           "bound PLD composed over every epoch) with dpplugins/amplification/shuffle.py",
+           "long runs with little noise (10^3 to 10^6 epochs, sigma <= 1) take minutes: "
+           "get_epsilon_bounds for 500000 epochs of 2 examples at sigma=0.3 did not answer in "
+           "200 s",
+           _fixed,
+           _job("swap", Call.of(method, Call.of(ShuffledEpochs, 2, 1), "event", 0.3, 500000),
+                ("get_epsilon_bounds", 1e-5)), hang=True),
     Defect("pld_huge_pair_epsilon", "dpplugins/pld/grid.py (optimistic_from_bins, via "
            "dpplugins/accountants/pld.py _generic)",
            "EpsilonDeltaEvent(1e308, ...) (valid: epsilon >= 0) raises ValueError 'optimistic "
            "construction needs e^eps_lo < 1 - delta(inf)' instead of an answer (epsilon is "
            "that large) or NumericalError",
-           _pld_huge_pair_epsilon,
+           _fixed,
            _job("pld", Call.of(EpsilonDeltaEvent, 1e308, 0.0), ("get_epsilon_bounds", 1e-5)),
            valid=False),
+    Defect("shuffle_huge_dataset", "dpplugins/amplification/shuffle.py (max_statistic_pair, via "
+           "shuffle_lower_bound_pld and dpplugins/accountants/shuffle.py _lower_plds)",
+           "a dataset of 10**308 examples (valid: an integer >= 1) raises TypeError 'loop of "
+           "ufunc does not support argument 0 of type float which has no callable expm1 "
+           "method' (a Python int beyond int64 reaches numpy); SwapEvent(10**400, ...) raises "
+           "OverflowError in ShuffleAccountant._amplified_pld",
+           _fixed,
+           _job("shuffle", Call.of(method, Call.of(ShuffledEpochs, 10**308, 20), "event", 2.0,
+                                   2), ("get_epsilon_bounds", 1e-5)), valid=False),
     Defect("pld_roundtrip",
            "dpplugins/accountants/pld.py (_refine: get_epsilon and get_delta are answered on "
            "different grids, each refined only to eps_tolerance)",
            "get_delta(get_epsilon(d)) exceeds d (1 + 1e-6): for 6453 Poisson steps (q=0.0028794,"
            " sigma=0.224642, replace-one), get_epsilon(1.21692e-09) = 285.0376 and "
            "get_delta(285.0376) = 1.21709e-09 (1.4e-4 too large)",
-           _pld_roundtrip,
+           _fixed,
            (("create", "pld", (("neighbouring", "replace_one"),)),
             ("compose", Call.of(SelfComposedEvent, Call.of(
                 PoissonSampledEvent, 0.002879424611994431, G(0.22464199813326696)), 6453), 1),
@@ -752,7 +773,7 @@ KNOWN_DEFECTS: list[Defect] = [
            "10^6 steps with little noise take longer than 20 s: 10^6 fixed-size batches of the "
            "whole dataset (n = b = 1) at sigma=0.1, get_epsilon_bounds(1e-15) answers "
            "NumericalError after 27 s",
-           _fdp_long_run_hang,
+           _fixed,
            _job("fdp", Call.of(SelfComposedEvent, Call.of(FixedBatchEvent, 1, 1, G(0.1)), 10**6),
                 ("get_epsilon_bounds", 1e-15), options=(("sampling", "uniform"),)), hang=True),
     Defect("pld_tiny_grid", "dpplugins/accountants/pld.py (poisson_gaussian_pld, _refine) with "
@@ -760,7 +781,7 @@ KNOWN_DEFECTS: list[Defect] = [
            "value_discretization_interval=5e-324 (valid: > 0) raises OverflowError 'cannot "
            "convert float infinity to integer' (1e-9: MemoryError) instead of ParameterError/"
            "NumericalError",
-           _pld_tiny_grid,
+           _fixed,
            _job("pld", Call.of(SelfComposedEvent, Call.of(PoissonSampledEvent, 0.01, G(1.0)), 10),
                 ("get_epsilon_bounds", 1e-5),
                 options=(("value_discretization_interval", 5e-324),)), valid=False),
@@ -771,7 +792,7 @@ KNOWN_DEFECTS: list[Defect] = [
            "epsilon, take 20 - 35 s: 1000 Poisson steps (q=1.4e-5, sigma=1, replace-one), "
            "get_delta_bounds(1000) = (0, 4.5e-29) after 35 s, get_epsilon_bounds(2e-14) more "
            "than 20 s (fdp with sampling='uniform': the same)",
-           _pld_large_epsilon_hang,
+           _fixed,
            _job("pld", Call.of(SelfComposedEvent, Call.of(
                PoissonSampledEvent, 1.4002812318716514e-05, G(1.0)), 1000),
                ("get_delta_bounds", 1000.0), options=(("neighbouring", "replace_one"),)),
@@ -782,7 +803,7 @@ KNOWN_DEFECTS: list[Defect] = [
            "take 20 s to minutes per query (10^3 steps of randomized response: 19 s; "
            "get_delta_bounds(1798119.67) for 10^6 steps of binary randomized response, "
            "epsilon0=2.22625, replace-one: 78 s)",
-           _pld_generic_long_hang,
+           _fixed,
            _job("pld", Call.of(SelfComposedEvent, Call.of(RandomizedResponseEvent,
                                                           2.226250638944212, 2), 10**6),
                 ("get_delta_bounds", 1798119.672920982),
@@ -1229,13 +1250,16 @@ def test_delta_at_huge_epsilon_is_a_number(worker, name, label, options, family)
 @pytest.mark.parametrize("defect", [
     pytest.param(d, id=d.key,
                  marks=pytest.mark.xfail(strict=True, reason=f"{d.reason}: {d.file}"))
-    for d in KNOWN_DEFECTS])
+    for d in KNOWN_DEFECTS] + [pytest.param(d, id=f"fixed-{d.key}") for d in FIXED_DEFECTS])
 def test_known_defect_reproducer(worker, defect):
     """The minimal reproducer of every known defect (strict xfail: when it passes, the defect is
-    fixed -- remove its ``KNOWN_DEFECTS`` entry).  A hang reproducer takes minutes; in the CI
-    profile it is given 2 s so that it costs little."""
+    fixed -- move its entry to ``FIXED_DEFECTS``, where it runs as a regression test with a 90 s
+    limit).  An open hang reproducer takes minutes; in the CI profile it is given 2 s so that it
+    costs little."""
     limit = worker.timeout
-    if defect.hang and not LONG:
+    if defect in FIXED_DEFECTS:    # a regression test: the answer must come, and be sound
+        worker.timeout = max(limit, 90.0)
+    elif defect.hang and not LONG:
         worker.timeout = min(limit, 2.0)
     try:
         outcomes = Run(worker, defect.reproducer[0][1], record=False).run(

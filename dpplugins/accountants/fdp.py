@@ -151,7 +151,9 @@ class GDPAccountant(Accountant):
     Certified path.  Poisson: exactly :class:`PLDAccountant` (the Poisson-subsampled Gaussian PLD,
     certified lower and upper bounds).  Uniform: :func:`fixed_size_gaussian_pld` (an upper bound
     only; ``get_epsilon_bounds`` reports lower = 0), evaluated on two grids, ``h`` and ``h/2``,
-    until they agree to ``eps_tolerance`` (both values are valid upper bounds).
+    until they agree to ``eps_tolerance`` (both values are valid upper bounds) -- except when
+    every batch is the whole dataset (``q = 1``): then the run is exactly ``G_mu`` (closed form,
+    lower and upper bounds, any number of steps; :meth:`_full_batch_mu`).
 
     Example::
 
@@ -164,6 +166,8 @@ class GDPAccountant(Accountant):
     """
 
     name: ClassVar[str] = "fdp"
+    #: fixed-size batches (FixedBatchEvent) are accounted under replace-one neighbouring
+    alternative_options: ClassVar[tuple[dict, ...]] = ({"neighbouring": "replace_one"},)
     theorem: ClassVar[str] = (
         "exact composition (Dong, Roth, Su 2022, Thm 3.2) through the PLD engine of: the "
         "Poisson-subsampled Gaussian (Koskela et al. 2021; Zhu, Dong, Wang 2022, Thm 11) or, for "
@@ -256,6 +260,10 @@ class GDPAccountant(Accountant):
     def _poisson_for(self, history) -> PLDAccountant:
         poisson = PLDAccountant(**self._poisson.options())
         poisson.history = list(history)
+        # share the composed-PLD cache (keyed by history and grid step) across queries, so that
+        # later queries reuse earlier compositions; every query holds this accountant's lock
+        poisson._plds = self._poisson._plds_cache()
+        poisson._lock = self._lock  # one lock guards the shared cache
         return poisson
 
     def _uniform_grid_step(self, history) -> float:
@@ -293,9 +301,48 @@ class GDPAccountant(Accountant):
             f"{self.eps_tolerance:g} at grid step {h:.3g}",
             "raise eps_tolerance or pass value_discretization_interval")
 
+    @staticmethod
+    def _full_batch_mu(runs) -> tuple[float, float] | None:
+        """``(mu_low, mu_high)`` around the exact GDP parameter when every step uses the whole
+        dataset (``q = 1``), else None.
+
+        With ``q = 1`` a fixed-size batch is the whole dataset, so each step is the Gaussian
+        mechanism with replace-one sensitivity 2C and noise ``sigma C``: exactly
+        ``G_{2/sigma}`` (Dong, Roth, Su 2022, Thm 2.7), and the composition is exactly
+        ``G_mu`` with ``mu = sqrt(sum_i T_i (2/sigma_i)^2)`` (DRS 2022, Cor. 3.3) -- no PLD
+        needed, which is what makes 10^6 such steps answer at once.  ``mu`` is bracketed by a
+        relative ``1e-12`` (far above the rounding of the sum); larger ``mu`` is less private,
+        so ``mu_high`` gives upper and ``mu_low`` lower bounds."""
+        if not runs or any(q != 1.0 for _, q, _ in runs):
+            return None
+        with np.errstate(over="ignore"):
+            total = math.fsum(float(t) * (2.0 / sigma) ** 2 for sigma, _, t in runs)
+        mu = math.sqrt(total)
+        if not (math.isfinite(mu) and 0.0 < mu < 1e150):
+            return None
+        return mu * (1 - 1e-12), mu * (1 + 1e-12)
+
+    def _full_batch_epsilon(self, mus: tuple[float, float], delta: float) -> Bounds:
+        """Epsilon of ``G_mu`` (DRS 2022, Cor. 2.13, evaluated in log space) with a relative
+        margin of ``1e-8`` in delta for the evaluation error (numerically checked against
+        60-digit arithmetic: at most 2e-10 for mu in [1e-3, 2e4], delta in [1e-30, 0.5])."""
+        upper = fdp.gdp_epsilon_for_delta(mus[1], delta * (1 - 1e-8))
+        lower = fdp.gdp_epsilon_for_delta(mus[0], min(delta * (1 + 1e-8), 0.5 + delta / 2))
+        return Bounds(min(lower * (1 - 1e-9), upper), upper)
+
+    @staticmethod
+    def _full_batch_delta(mus: tuple[float, float], epsilon: float) -> Bounds:
+        """Delta of ``G_mu`` at ``epsilon`` with the margin of :meth:`_full_batch_epsilon`."""
+        upper = min(1.0, float(fdp.gdp_delta_for_epsilon(mus[1], epsilon)) * (1 + 1e-8))
+        lower = max(0.0, float(fdp.gdp_delta_for_epsilon(mus[0], epsilon)) * (1 - 1e-8))
+        return Bounds(min(lower, upper), upper)
+
     def _epsilon_bounds(self, history, delta: float) -> Bounds:
         if self._kind(history) == "poisson":
             return self._poisson_for(history).get_epsilon_bounds(delta)
+        mus = self._full_batch_mu(self._runs(history))
+        if mus is not None:
+            return self._full_batch_epsilon(mus, delta)
         upper = self._uniform_upper(
             self._runs(history), lambda pld: pld.epsilon_for_delta(delta, lower=False).upper)
         return Bounds(0.0, upper)
@@ -303,19 +350,30 @@ class GDPAccountant(Accountant):
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
         if self._kind(history) == "poisson":
             return self._poisson_for(history).get_delta_bounds(epsilon)
+        mus = self._full_batch_mu(self._runs(history))
+        if mus is not None:
+            return self._full_batch_delta(mus, epsilon)
         upper = self._uniform_upper(self._runs(history),
                                     lambda pld: pld.delta_for_epsilon(epsilon).upper)
         return Bounds(0.0, upper)
 
-    def epsilon_upper_fast(self, delta: float, history=None) -> float:
-        """Certified upper bound on one grid (no accuracy loop); used by calibration."""
+    def epsilon_upper_fast(self, delta: float, history=None, *, coarsen: float = 1.0) -> float:
+        """Certified upper bound on one grid (no accuracy loop); used by calibration
+        (``coarsen`` as in :meth:`PLDAccountant.epsilon_upper_fast`)."""
         events = tuple(self._history if history is None else history)
         if self._kind(events) == "poisson":
-            return self._poisson.epsilon_upper_fast(delta, events)
+            with self._lock:
+                return self._poisson_for(events).epsilon_upper_fast(delta, coarsen=coarsen)
         runs = self._runs(events)
         if not runs:
             return 0.0
-        pld = self._uniform_pld(runs, self._uniform_grid_step(runs))
+        mus = self._full_batch_mu(runs)
+        if mus is not None:
+            return self._full_batch_epsilon(mus, delta).upper
+        h = self._uniform_grid_step(runs)
+        if self.value_discretization_interval is None:
+            h = float(min(h * coarsen, _MAX_H))
+        pld = self._uniform_pld(runs, h)
         return pld.epsilon_for_delta(delta, lower=False).upper
 
     def certified_pld(self) -> PrivacyLossDistribution | None:
@@ -410,7 +468,7 @@ class GDPAccountant(Accountant):
         ``exact`` comes from :meth:`certified_pld` through :func:`dpplugins.fdp.tradeoff_from_pld`
         (a valid lower bound on the trade-off function); ``clt`` is ``G_{get_mu()}``.
         """
-        alphas = fdp.default_alphas() if alphas is None else fdp._alpha_array(alphas, "alphas")
+        alphas = fdp.default_alphas() if alphas is None else fdp.alpha_array(alphas, "alphas")
         mu = self.get_mu()
         pld = self.certified_pld()
         if pld is None:

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import math
+import threading
 import warnings
+from collections import OrderedDict
 from typing import ClassVar
 
 import numpy as np
 
 from dpplugins.accountants.base import Accountant, private_leaves
-from dpplugins.errors import NumericalError, check_positive
+from dpplugins.errors import NumericalError, ParameterError, check_positive
 from dpplugins import mechanisms
 from dpplugins.events import (EpsilonDeltaEvent, Event, GaussianEvent, LaplaceEvent,
                               PoissonSampledEvent, RandomizedResponseEvent)
+from dpplugins.mechanisms.pairs import DiscretePair
 from dpplugins.pld import AccuracyWarning, Bounds, PrivacyLossDistribution
+from dpplugins.pld.distribution import BYTES_PER_COMPONENT_BIN, NOISE_RANGE, component_bins
 
 __all__ = ["PLDAccountant", "poisson_gaussian_pld", "loss_scale", "poisson_gaussian_runs",
            "is_poisson_gaussian", "epsilon_delta_pair", "zero_out_rr_pair"]
@@ -21,6 +25,22 @@ __all__ = ["PLDAccountant", "poisson_gaussian_pld", "loss_scale", "poisson_gauss
 _MIN_H, _MAX_H = 1e-6, 2e-2
 #: smallest grid step the refinement may reach (below _MIN_H: the memory limit is the real stop)
 _REFINE_MIN_H = 1e-9
+#: grid bins of one component on the first grid (the step is raised to stay below) and the most a
+#: refinement may use: each bin of a component costs a few microseconds to construct, so these
+#: bound the time of a query (a finer grid is only tried while it fits)
+_FIRST_GRID_BINS, _MAX_REFINE_BINS = 2 ** 17, 2 ** 20
+#: largest FFT window a refinement may compose (the memory limit may be lower; 48 bytes a bin)
+_MAX_REFINE_WINDOW = 2 ** 23
+#: bins of one component for the cheap tail certificate (:meth:`PLDAccountant._tail_delta`)
+_COARSE_BINS = 4096
+#: a delta whose cheap certificate is below this share of ``tail_mass`` is answered by it
+_TAIL_SHARE = 1e-3
+#: the tail certificate is tried for histories with at most this many distinct steps
+_TAIL_MAX_DISTINCT = 16
+#: composed PLDs kept per accountant (by history and grid step), reused by later queries: at
+#: most this many, holding at most _PLD_CACHE_BINS composed grid bins (about 40 bytes each, so
+#: about 160 MiB at most; a larger composition is used for its query and not kept)
+_PLD_CACHE_SIZE, _PLD_CACHE_BINS = 8, 2 ** 22
 
 
 def loss_scale(noise_multiplier: float, sample_rate: float) -> float:
@@ -101,11 +121,52 @@ def poisson_gaussian_pld(history, h: float, *, neighbouring: str = "add_remove",
         counts[(sigma, q)] = counts.get((sigma, q), 0) + steps
     total = None
     for (sigma, q), steps in counts.items():
-        step = PrivacyLossDistribution.from_poisson_subsampled_gaussian(
-            sigma, q, neighbouring=neighbouring, value_discretization_interval=h,
-            tail_mass=tail_mass, memory_limit=memory_limit).self_compose(steps)
+        step = poisson_gaussian_step(sigma, q, h, neighbouring=neighbouring, tail_mass=tail_mass,
+                                     memory_limit=memory_limit).self_compose(steps)
         total = step if total is None else total.compose(step)
     return total
+
+
+#: per-step PLDs by (sigma, q, neighbouring, h, tail_mass, memory_limit), least recently used
+#: last; bounded by the number of grid bins they hold (``_STEP_CACHE_BINS``)
+_STEP_CACHE: "OrderedDict[tuple, tuple[PrivacyLossDistribution, int]]" = OrderedDict()
+#: about 16 bytes a bin (two masses), so at most about 128 MiB
+_STEP_CACHE_BINS = 2 ** 23
+_STEP_CACHE_LOCK = threading.Lock()
+
+
+def poisson_gaussian_step(sigma: float, q: float, h: float, *, neighbouring: str = "add_remove",
+                          tail_mass: float = 1e-15,
+                          memory_limit: int = 1 << 30) -> PrivacyLossDistribution:
+    """PLD of one Poisson-subsampled Gaussian step on grid step ``h``, cached by its parameters
+    (the same step in a later query, or in another accountant, is not discretised again).  The
+    cache is process-wide, holds at most ``_STEP_CACHE_BINS`` grid bins and is keyed by every
+    parameter of the construction, so a different step can never reuse a value.
+
+    Example::
+
+        >>> step = poisson_gaussian_step(1.0, 0.01, 1e-3)
+        >>> step is poisson_gaussian_step(1.0, 0.01, 1e-3)
+        True
+    """
+    key = (float(sigma), float(q), neighbouring, float(h), float(tail_mass), int(memory_limit))
+    with _STEP_CACHE_LOCK:
+        found = _STEP_CACHE.get(key)
+        if found is not None:
+            _STEP_CACHE.move_to_end(key)
+            return found[0]
+    step = PrivacyLossDistribution.from_poisson_subsampled_gaussian(
+        sigma, q, neighbouring=neighbouring, value_discretization_interval=h,
+        tail_mass=tail_mass, memory_limit=memory_limit)
+    size = sum(len(c.upper.pmf) + (len(c.lower.pmf) if c.lower is not None else 0)
+               for d in ("remove", "add") for c, _ in step._directions[d])
+    with _STEP_CACHE_LOCK:
+        _STEP_CACHE[key] = (step, size)
+        total = sum(n for _, n in _STEP_CACHE.values())
+        while total > _STEP_CACHE_BINS and len(_STEP_CACHE) > 1:
+            _, (_, n) = _STEP_CACHE.popitem(last=False)
+            total -= n
+    return step
 
 
 def _with_gap(bounds: Bounds) -> tuple[Bounds, float]:
@@ -123,6 +184,21 @@ class PLDAccountant(Accountant):
     ``(upper - lower) / upper <= eps_tolerance``; if the memory limit does not allow that,
     :class:`~dpplugins.errors.NumericalError` says what to change.
 
+    Work is reused and memory bounded.  Per-step PLDs are cached process-wide by their
+    parameters and grid (:func:`poisson_gaussian_step`; at most ``2^23`` bins, about 128 MiB),
+    grid steps lie on a ladder of powers of ``2^(1/4)`` so that queries after more steps share
+    them, and each accountant keeps its last few composed PLDs keyed by the history and the grid
+    (at most 8 and ``2^22`` composed bins, about 160 MiB; never in ``state_dict``; guarded by
+    the accountant's lock): a repeated or follow-up query on the same history reuses their FFT
+    compositions, and a delta query is also checked against them, so ``get_delta(get_epsilon(d))
+    <= d``.  A changed history has another key, so it never reuses a stale value.  One
+    component uses at most ``memory_limit / 256`` bins (a smaller
+    ``value_discretization_interval`` is a ParameterError naming the smallest valid one) and
+    the first grid at most ``2^17`` bins per component; refinement stops (with an
+    :class:`~dpplugins.pld.AccuracyWarning`) before ``2^20`` bins per component or an FFT window
+    of ``2^23`` bins (or ``memory_limit / 48``).  Deltas far in the tail (below ``1e-3 *
+    tail_mass`` by a Chernoff certificate on a coarse grid) are answered by that certificate.
+
     Sources: Koskela, Jälkö, Prediger, Honkela (2021), Alg. 1 and Sec. 6.3 (PLD of the subsampled
     Gaussian, FFT composition); Doroshenko et al. (2022), Thm 4.1 (connect the dots); Zhu, Dong,
     Wang (2022), Thm 10-11 (dominating pairs for Poisson subsampling and their composition).
@@ -138,7 +214,9 @@ class PLDAccountant(Accountant):
     name: ClassVar[str] = "pld"
     theorem: ClassVar[str] = ("PLD/FFT composition of the Poisson-subsampled Gaussian "
                               "(Koskela et al. 2021, Alg. 1) with connect-the-dots bounds "
-                              "(Doroshenko et al. 2022, Thm 4.1)")
+                              "(Doroshenko et al. 2022, Thm 4.1); under replace-one the "
+                              "antipodal one-dimensional pair, numerically checked as the worst "
+                              "case (no proof found)")
     _option_names = ("neighbouring", "eps_tolerance", "value_discretization_interval",
                      "tail_mass", "memory_limit")
 
@@ -152,6 +230,42 @@ class PLDAccountant(Accountant):
             else check_positive("value_discretization_interval", value_discretization_interval))
         self.tail_mass = check_positive("tail_mass", tail_mass)
         self.memory_limit = int(check_positive("memory_limit", memory_limit))
+        self._plds: OrderedDict = OrderedDict()
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state["_plds"] = OrderedDict()  # a cache: never saved
+        return state
+
+    def _plds_cache(self) -> OrderedDict:
+        plds = self.__dict__.get("_plds")
+        if plds is None:
+            plds = self._plds = OrderedDict()
+        return plds
+
+    def _cached_pld(self, key: tuple, build) -> PrivacyLossDistribution:
+        """The composed PLD of ``key`` (history and grid step), built once; the few most recent
+        are kept, so later queries on the same history reuse their FFT compositions (the
+        accountant's lock is held by every query)."""
+        with self._lock:
+            plds = self._plds_cache()
+            if key in plds:
+                plds.move_to_end(key)
+                pld = plds[key]
+            else:
+                pld = build()
+                plds[key] = pld
+            # bounded: drop the least recently used beyond the count or the bins (this is called
+            # before every evaluation on a PLD, so compositions added by a query are counted at
+            # the next one)
+            while plds and (len(plds) > _PLD_CACHE_SIZE
+                            or sum(p.cached_bins() for p in plds.values()) > _PLD_CACHE_BINS):
+                plds.popitem(last=False)
+            return pld
+
+    def _plds_of(self, history_key: tuple) -> list[PrivacyLossDistribution]:
+        """The cached PLDs of one history (every grid it was evaluated on)."""
+        return [pld for key, pld in list(self._plds_cache().items()) if key[0] == history_key]
 
     def _supports_leaf(self, event: Event) -> bool | str:
         if is_poisson_gaussian(event) or isinstance(event, (LaplaceEvent, EpsilonDeltaEvent)):
@@ -227,36 +341,95 @@ class PLDAccountant(Accountant):
             return Bounds(math.inf, math.inf)
         return Bounds(total * (1 - 1e-12), total * (1 + 1e-12))
 
-    def _generic(self, history, evaluate) -> Bounds:
-        """Bounds for histories with Laplace, randomized-response or (eps, delta) steps: one
-        PLD component per distinct leaf, composed by FFT, on grids refined until the relative
-        gap is within ``eps_tolerance`` (or the best certified bounds reached)."""
+    def _generic_counts(self, history) -> dict[Event, int]:
         counts: dict[Event, int] = {}
         for leaf, count in private_leaves(history):
             counts[leaf] = counts.get(leaf, 0) + count
+        return counts
+
+    def _generic_pld(self, counts: dict[Event, int], h: float) -> PrivacyLossDistribution:
+        key = (("generic",) + tuple(sorted(((repr(leaf), k) for leaf, k in counts.items()))), h)
+
+        def build():
+            total = None
+            for leaf, count in counts.items():
+                part = PrivacyLossDistribution.from_mechanism(
+                    self._pairs(leaf), value_discretization_interval=h,
+                    tail_mass=self.tail_mass, memory_limit=self.memory_limit
+                ).self_compose(count)
+                total = part if total is None else total.compose(part)
+            return total
+        return self._cached_pld(key, build)
+
+    def _lattice_step(self, counts: dict[Event, int]) -> float | None:
+        """A grid step on which every finite privacy loss of every leaf lies exactly (discrete
+        pairs whose losses are integer multiples of one value, e.g. binary randomized response
+        under replace-one: +-eps0), or None.  On such a grid both constructions are the exact
+        PLD up to rounding (our derivation: connect-the-dots moves no mass off an atom that sits
+        on a grid point, Doroshenko et al. 2022, Thm 4.1; and the privacy profile of a PLD with
+        atoms on grid points only is linear in ``e^eps`` between grid points, so the tangent at
+        one grid point meets the profile at the next and the tangent construction is exact
+        too), so one grid answers and no refinement could narrow the gap."""
+        losses = []
+        for leaf in counts:
+            for pair in self._pairs(leaf).pairs.values():
+                if not isinstance(pair, DiscretePair):
+                    return None
+                both = (pair.p > 0) & (pair.q > 0)
+                values = np.abs(pair.losses()[both])
+                losses.extend(float(v) for v in values if v > 0)
+        if not losses:
+            return None
+        base = min(losses)
+        if not 1e-6 <= base <= 600.0:
+            return None
+        ratios = np.asarray(losses) / base
+        if np.all(np.abs(ratios - np.round(ratios)) <= 1e-9 * ratios) and ratios.max() <= 1e5:
+            return base
+        return None
+
+    def _generic(self, history, evaluate) -> Bounds:
+        """Bounds for histories with Laplace, randomized-response or (eps, delta) steps: one
+        PLD component per distinct leaf, composed by FFT, on grids refined until the relative
+        gap is within ``eps_tolerance`` (or the best certified bounds reached; a finer grid is
+        tried only while one component stays within ``_MAX_REFINE_BINS`` bins)."""
+        counts = self._generic_counts(history)
+        lattice = None if self.value_discretization_interval else self._lattice_step(counts)
         scale = min(min(self._max_loss(leaf), 1.0) if math.isfinite(self._max_loss(leaf))
                     else 1.0 for leaf in counts)
-        h = self.value_discretization_interval or float(np.clip(scale / 40.0, _MIN_H, _MAX_H))
-        best = None
+        h = self.value_discretization_interval or lattice or float(
+            np.clip(scale / 40.0, _MIN_H, _MAX_H))
+        best, previous_gap = None, None
         for _ in range(4):
-            total = None
             try:
-                for leaf, count in counts.items():
-                    part = PrivacyLossDistribution.from_mechanism(
-                        self._pairs(leaf), value_discretization_interval=h,
-                        tail_mass=self.tail_mass, memory_limit=self.memory_limit
-                    ).self_compose(count)
-                    total = part if total is None else total.compose(part)
-                bounds, gap = evaluate(total)
+                pld = self._generic_pld(counts, h)
+                bounds, gap = evaluate(pld)
             except NumericalError:
                 if best is not None:
                     return best
                 raise
-            if best is None or bounds.upper - bounds.lower < best.upper - best.lower:
-                best = bounds
-            if self.value_discretization_interval is not None or gap <= self.eps_tolerance:
+            if best is not None:
+                bounds = Bounds(max(bounds.lower, best.lower), min(bounds.upper, best.upper))
+                bounds = Bounds(min(bounds.lower, bounds.upper), bounds.upper)
+                gap = (bounds.upper - bounds.lower) / bounds.upper if bounds.upper > 0 else 0.0
+            best = bounds
+            if self.value_discretization_interval is not None or lattice is not None \
+                    or gap <= self.eps_tolerance:
                 return bounds
-            h = max(h / 4.0, _MIN_H)
+            width = bounds.upper - bounds.lower
+            if not (math.isfinite(width) and math.isfinite(gap)):
+                return bounds
+            if previous_gap is not None and width > 0.75 * previous_gap:
+                break  # refining stopped narrowing the gap (error terms, not the grid, limit it)
+            previous_gap = width
+            # the connect-the-dots gap is second order in h (Doroshenko et al. 2022, Sec. 4)
+            ratio = float(np.clip(0.8 * math.sqrt(self.eps_tolerance / gap), 0.1, 0.8))
+            h = max(h * ratio, _MIN_H)
+            bins = max(component_bins(self._pairs(leaf), h) for leaf in counts)
+            if not bins <= min(self.memory_limit // BYTES_PER_COMPONENT_BIN, _MAX_REFINE_BINS):
+                break
+            if pld.largest_window() / ratio > min(self.memory_limit // 48, _MAX_REFINE_WINDOW):
+                break  # the next FFT window would be too large
         return best
 
     # -- grid ---------------------------------------------------------------------------------
@@ -271,20 +444,42 @@ class PLDAccountant(Accountant):
         set the grid for all the others."""
         if self.value_discretization_interval is not None:
             return self.value_discretization_interval
+        scale = self._scale(history)
+        steps = sum(t for _, _, t in history)
+        widen = float(np.clip(math.sqrt(1e4 / steps), 1.0, 10.0))
+        return self._on_ladder(history, scale / 40.0 * widen)
+
+    def _scale(self, history) -> float:
         scales = [(loss_scale(sigma, q), t) for sigma, q, t in history]
         steps = sum(t for _, _, t in history)
         if len({value for value, _ in scales}) == 1:
-            scale = scales[0][0]
-        else:
-            with np.errstate(over="ignore"):
-                variance = sum(t * value * value for value, t in scales)
-            scale = math.sqrt(variance / steps) if math.isfinite(variance) else math.inf
-        widen = float(np.clip(math.sqrt(1e4 / steps), 1.0, 10.0))
-        return float(np.clip(scale / 40.0 * widen, _MIN_H, _MAX_H))
+            return scales[0][0]
+        with np.errstate(over="ignore"):
+            variance = sum(t * value * value for value, t in scales)
+        return math.sqrt(variance / steps) if math.isfinite(variance) else math.inf
+
+    def _on_ladder(self, history, h: float, max_bins: int = _FIRST_GRID_BINS) -> float:
+        """``h`` clipped to ``[_MIN_H, _MAX_H]`` and rounded down (finer) to a power of
+        ``2^(1/4)``, so that queries after more steps share grids, and with them the cached
+        per-step PLDs; but no finer than needed to keep one component within ``max_bins`` bins (a run with a long loss tail and a tiny loss scale, e.g.
+        q = 1e-5, would otherwise need millions)."""
+        h = float(np.clip(h, _MIN_H, _MAX_H))
+        h = 2.0 ** (math.floor(4.0 * math.log2(h)) / 4.0)
+        cap = max(self._grid_bins(history, 1.0) - 4.0, 0.0) / (max_bins - 4)
+        if cap > h:
+            h = 2.0 ** (math.ceil(4.0 * math.log2(cap)) / 4.0)
+        return h
+
+    def _history_key(self, history) -> tuple:
+        counts: dict[tuple[float, float], int] = {}
+        for sigma, q, steps in history:
+            counts[(sigma, q)] = counts.get((sigma, q), 0) + steps
+        return ("poisson",) + tuple(sorted(counts.items()))
 
     def _pld(self, history, h: float) -> PrivacyLossDistribution:
-        return poisson_gaussian_pld(history, h, neighbouring=self.neighbouring,
-                                    tail_mass=self.tail_mass, memory_limit=self.memory_limit)
+        return self._cached_pld((self._history_key(history), h), lambda: poisson_gaussian_pld(
+            history, h, neighbouring=self.neighbouring, tail_mass=self.tail_mass,
+            memory_limit=self.memory_limit))
 
     def _refine(self, history, evaluate):
         """Evaluate on finer grids until the relative gap is within ``eps_tolerance``.
@@ -309,8 +504,10 @@ class PLDAccountant(Accountant):
         tolerance = self.eps_tolerance
         best, previous_gap, reason = None, None, "eight grids were tried"
         for _ in range(8):
-            if best is not None and self._grid_bins(history, h) > self.memory_limit // 48:
-                reason = "a finer grid needs more memory than memory_limit allows"
+            if best is not None and self._grid_bins(history, h) > min(
+                    self.memory_limit // BYTES_PER_COMPONENT_BIN, _MAX_REFINE_BINS):
+                reason = (f"a finer grid needs more than {_MAX_REFINE_BINS:,} bins per component "
+                          "or more memory than memory_limit allows")
                 break
             try:
                 pld = self._pld(history, h)
@@ -340,8 +537,20 @@ class PLDAccountant(Accountant):
                 break
             previous_gap = gap
             target = tolerance * best.upper
-            h = max(h * float(np.clip(0.8 * math.sqrt(target / refinable), 0.2, 0.8)),
-                    _REFINE_MIN_H)
+            finer = h * float(np.clip(0.8 * math.sqrt(target / refinable), 0.1, 0.8))
+            window = pld.largest_window() * h / finer
+            if window > min(self.memory_limit // 48, _MAX_REFINE_WINDOW):
+                reason = (f"a finer grid needs an FFT window of about {window:,.0f} bins, more "
+                          f"than {min(self.memory_limit // 48, _MAX_REFINE_WINDOW):,}")
+                break
+            if finer >= _MIN_H or self._grid_bins(history, finer) > _MAX_REFINE_BINS:
+                # the finest grid within the bin budget, if the wanted one is beyond it
+                finer = self._on_ladder(history, finer, _MAX_REFINE_BINS)
+                if finer >= 0.8 * h:
+                    reason = (f"a finer grid needs more than {_MAX_REFINE_BINS:,} bins per "
+                              "component")
+                    break
+            h = max(finer, _REFINE_MIN_H)
         warnings.warn(
             f"pld: certified bounds [{best.lower:.6g}, {best.upper:.6g}] have a relative gap of "
             f"{(best.upper - best.lower) / best.upper:.3g}, above eps_tolerance="
@@ -349,24 +558,37 @@ class PLDAccountant(Accountant):
             "value", AccuracyWarning, stacklevel=4)
         return best
 
-    def _grid_bins(self, history, h: float) -> int:
+    def _grid_bins(self, history, h: float) -> float:
         """Largest number of grid bins of one component at grid step ``h`` (from the loss range
         of each step, as :func:`~dpplugins.pld.PrivacyLossDistribution.from_mechanism` builds
-        it), to stop refining before the memory limit is hit."""
-        from dpplugins import mechanisms
-        from dpplugins.pld.distribution import SINGLE_TAIL
-        largest = 0
+        it; ``inf`` when ``h`` is too small to count them)."""
+        largest = 0.0
         for sigma, q, _ in history:
             try:
                 pairs = mechanisms.poisson_subsampled_gaussian(sigma, q,
                                                                neighbouring=self.neighbouring)
-                for pair in pairs.pairs.values():
-                    lo, hi = pair.loss_range(SINGLE_TAIL)
-                    lo, hi = max(min(lo, 0.0), -600.0), min(max(hi, 0.0), 600.0)
-                    largest = max(largest, int((hi - lo) / h) + 4)
+                largest = max(largest, component_bins(pairs, h))
             except (ArithmeticError, ValueError):
                 continue
         return largest
+
+    def _tail_delta(self, build_coarse, epsilon: float) -> Bounds | None:
+        """Bounds ``(0, Chernoff bound)`` when the cheap certificate of
+        :meth:`~dpplugins.pld.PrivacyLossDistribution.delta_upper_chernoff` on a coarse grid
+        (a dominating pair on any grid) shows ``delta(epsilon)`` below ``_TAIL_SHARE *
+        tail_mass``: the FFT composition cannot resolve such a delta better than its truncation
+        term, and refining grids for it costs minutes.  None otherwise."""
+        try:
+            bound = build_coarse().delta_upper_chernoff(epsilon)
+        except (NumericalError, ParameterError):
+            return None
+        if bound <= _TAIL_SHARE * self.tail_mass:
+            return Bounds(0.0, bound)
+        return None
+
+    def _coarse_step(self, pairs_list) -> float:
+        span = max(component_bins(pairs, 1.0) for pairs in pairs_list)
+        return float(max(span / _COARSE_BINS, _MIN_H))
 
     def _only_gaussian(self, history) -> bool:
         return all(is_poisson_gaussian(leaf) for leaf, _ in private_leaves(history))
@@ -385,22 +607,64 @@ class PLDAccountant(Accountant):
                 if math.isinf(pure.upper):
                     raise
                 return Bounds(0.0, pure.upper)
-            return Bounds(min(bounds.lower, pure.upper), min(bounds.upper, pure.upper))
+            return Bounds(min(bounds.lower, pure.lower), min(bounds.upper, pure.upper))
         runs = poisson_gaussian_runs(history)
         return self._refine(runs, lambda pld: _with_gap(pld.epsilon_for_delta(delta)))
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
         if not self._only_gaussian(history):
-            return self._generic(history, lambda pld: _with_gap(pld.delta_for_epsilon(epsilon)))
+            counts = self._generic_counts(history)
+            if self.value_discretization_interval is None and len(counts) <= _TAIL_MAX_DISTINCT:
+                coarse = self._coarse_step([self._pairs(leaf) for leaf in counts])
+                tail = self._tail_delta(lambda: self._generic_pld(counts, coarse), epsilon)
+                if tail is not None:
+                    return tail
+            bounds = self._generic(history,
+                                   lambda pld: _with_gap(pld.delta_for_epsilon(epsilon)))
+            return self._with_cached(bounds, self._plds_of(
+                ("generic",) + tuple(sorted(((repr(leaf), k) for leaf, k in counts.items())))),
+                epsilon)
         runs = poisson_gaussian_runs(history)
-        return self._refine(runs, lambda pld: _with_gap(pld.delta_for_epsilon(epsilon)))
+        if self.value_discretization_interval is None:
+            low, high = NOISE_RANGE
+            pairs = [mechanisms.poisson_subsampled_gaussian(sigma, q,
+                                                            neighbouring=self.neighbouring)
+                     for sigma, q, _ in runs if low <= sigma <= high]
+            # (a coarse grid per distinct step: worth it for a few distinct steps only)
+            if pairs and len(pairs) == len(runs) <= _TAIL_MAX_DISTINCT:
+                coarse = self._coarse_step(pairs)
+                tail = self._tail_delta(lambda: self._pld(runs, coarse), epsilon)
+                if tail is not None:
+                    return tail
+        bounds = self._refine(runs, lambda pld: _with_gap(pld.delta_for_epsilon(epsilon)))
+        return self._with_cached(bounds, self._plds_of(self._history_key(runs)), epsilon)
 
-    def epsilon_upper_fast(self, delta: float, history=None) -> float:
-        """Certified upper bound on one grid (no accuracy loop); used by calibration."""
+    @staticmethod
+    def _with_cached(bounds: Bounds, plds, epsilon: float) -> Bounds:
+        """Intersect with what the compositions already computed for this history certify at
+        ``epsilon`` (on every grid it was evaluated on), so that ``get_delta(get_epsilon(d))
+        <= d``: the composition that certified the epsilon is among them."""
+        lower, upper = bounds
+        for pld in plds:
+            cached = pld.cached_delta_bounds(epsilon)
+            if cached is not None:
+                lower, upper = max(lower, cached.lower), min(upper, cached.upper)
+        return Bounds(min(lower, upper), upper)
+
+    def epsilon_upper_fast(self, delta: float, history=None, *, coarsen: float = 1.0) -> float:
+        """Certified upper bound on one grid (no accuracy loop); used by calibration.
+
+        ``coarsen > 1`` uses a grid that many times coarser than :meth:`initial_grid_step`:
+        still a certified upper bound (connect-the-dots dominates on every grid), cheaper by
+        about that factor and looser by about its square (the gap is second order in ``h``) --
+        what a search needs before its last steps."""
         history = poisson_gaussian_runs(self._history if history is None else history)
         if not history:
             return 0.0
         if any(sigma == 0 for sigma, _, _ in history):
             return math.inf
-        pld = self._pld(history, self.initial_grid_step(history))
+        h = self.initial_grid_step(history)
+        if coarsen != 1.0 and self.value_discretization_interval is None:
+            h = self._on_ladder(history, h * float(coarsen))
+        pld = self._pld(history, h)
         return pld.epsilon_for_delta(delta, lower=False).upper

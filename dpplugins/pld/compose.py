@@ -338,6 +338,106 @@ class ComposedPLD:
         return -self._bisect(lambda e: good(-e), -high, -low)
 
 
+#: the tilts at which every component's cumulant generating function is tabulated once (a log
+#: grid, ratio about 1.5 between neighbours): window edges, tilts and tail certificates are
+#: optimised over it, so a composition costs no pass over the components per candidate tilt
+LAMBDA_GRID = np.exp(np.linspace(math.log(1e-5), math.log(1e6), 64))
+
+
+def cumulant_at(component: GridPMF, sign: float, index: int) -> tuple[float, float]:
+    """``(K, M)`` of one component at ``lam = sign * LAMBDA_GRID[index]`` (see
+    :meth:`_CumulantSum.with_magnitude`), computed once and memoised on the (immutable)
+    component, so that later compositions with the same component (more steps, another query,
+    a calibration step) do not pass over its masses again.  ``(nan, nan)`` without finite
+    part."""
+    memo = component.__dict__.get("_cumulant_memo")
+    if memo is None:  # only scalars are kept: the memo costs no memory per grid bin
+        memo = {}
+        object.__setattr__(component, "_cumulant_memo", memo)
+    key = (sign > 0, int(index))
+    if key not in memo:
+        pmf = np.maximum(component.pmf, 0.0)
+        keep = pmf > 0
+        if not np.any(keep):
+            memo[key] = (math.nan, math.nan)
+        else:
+            s = component.losses()[keep]
+            lam = sign * float(LAMBDA_GRID[index])
+            ref = float(s.max()) if sign > 0 else float(s.min())
+            # floored at e^-700 (no slow subnormals): that only increases the sum
+            with np.errstate(under="ignore"):
+                total = float(np.sum(np.exp(np.maximum(np.log(pmf[keep]) + lam * (s - ref),
+                                                       -700.0))))
+            log_sum = math.log(total)
+            memo[key] = (lam * ref + log_sum, abs(lam * ref) + abs(log_sum) + 1.0)
+    return memo[key]
+
+
+def grid_minimum(objective, size: int = len(LAMBDA_GRID), stride: int = 8,
+                 start: int | None = None) -> int:
+    """Index minimising ``objective(index)`` over ``range(size)``.  Without ``start``: every
+    ``stride``-th index, then around the best at half the distance, a quarter, ... down to 1
+    (about ``size / stride + 2 log2(stride)`` evaluations).  With a guess ``start``: a pattern
+    search from it (the step doubles after a success and halves after a failure; a few
+    evaluations when the guess is good).  Either way a quasi-convex objective -- the Chernoff
+    exponents here -- is minimised exactly, and any index gives a valid bound.  NaN counts as
+    +inf."""
+    values: dict[int, float] = {}
+
+    def value(i: int) -> float:
+        if i not in values:
+            v = objective(i)
+            values[i] = math.inf if math.isnan(v) else v
+        return values[i]
+
+    if start is not None:
+        best, step = min(max(int(start), 0), size - 1), 1
+        while True:
+            around = [i for i in (best - step, best + step) if 0 <= i < size]
+            candidate = min(around, key=value) if around else best
+            if value(candidate) < value(best):
+                best, step = candidate, step * 2
+            elif step > 1:
+                step //= 2
+            else:
+                return best
+    coarse = list(range(0, size, stride))
+    if coarse[-1] != size - 1:
+        coarse.append(size - 1)
+    best = min(coarse, key=value)
+    step = stride // 2
+    while step >= 1:
+        best = min((i for i in (best - step, best, best + step) if 0 <= i < size), key=value)
+        step //= 2
+    return best
+
+
+def moments(component: GridPMF) -> tuple[float, float, float]:
+    """``(log mass, mean, variance)`` of the finite part of one component (memoised): the
+    Gaussian approximation ``K(lam) ~ log m + lam mean + lam^2 var / 2`` that supplies the
+    starting guesses of the tilt searches (only guesses: every bound uses the exact ``K``)."""
+    memo = component.__dict__.get("_moments")
+    if memo is None:
+        pmf = np.maximum(component.pmf, 0.0)
+        mass = float(np.sum(pmf))
+        if mass > 0:
+            s = component.losses()
+            mean = float(np.dot(pmf, s)) / mass
+            memo = (math.log(mass), mean, float(np.dot(pmf, (s - mean) ** 2)) / mass)
+        else:
+            memo = (-math.inf, 0.0, 0.0)
+        object.__setattr__(component, "_moments", memo)
+    return memo
+
+
+def lambda_index(lam: float) -> int:
+    """Index of the point of :data:`LAMBDA_GRID` nearest to ``lam`` (in log scale)."""
+    if not (math.isfinite(lam) and lam > 0):
+        return len(LAMBDA_GRID) // 2
+    ratio = math.log(LAMBDA_GRID[1] / LAMBDA_GRID[0])
+    return int(min(max(round(math.log(lam / LAMBDA_GRID[0]) / ratio), 0), len(LAMBDA_GRID) - 1))
+
+
 class _CumulantSum:
     """``lam -> sum_i k_i log E[e^(lam L_i)]`` for the finite parts, computed exactly.
 
@@ -346,6 +446,7 @@ class _CumulantSum:
     """
 
     def __init__(self, components: Sequence[tuple[GridPMF, int]]) -> None:
+        self._components = [(c, float(k)) for c, k in components]
         self._parts = []
         for c, k in components:
             pmf = np.maximum(c.pmf, 0.0)
@@ -354,13 +455,46 @@ class _CumulantSum:
             self._parts.append((np.log(pmf[keep]), s, float(s.max()), float(s.min()), k))
 
     def __call__(self, lam: float) -> float:
-        total = 0.0
+        return self.with_magnitude(lam)[0]
+
+    def at(self, sign: float, index: int) -> tuple[float, float, float]:
+        """``(lam, K, M)`` at ``lam = sign * LAMBDA_GRID[index]``: sums over the components of
+        their memoised values (:func:`cumulant_at`).  ``K + 8 u M`` bounds the exact ``K`` from
+        above (rounding of the sum of logarithms)."""
+        k_total, m_total = 0.0, 0.0
+        for component, k in self._components:
+            value, magnitude = cumulant_at(component, sign, index)
+            k_total += k * value
+            m_total += k * magnitude
+        return sign * float(LAMBDA_GRID[index]), k_total, m_total
+
+    def moments(self) -> tuple[float, float, float]:
+        """``(log mass, mean, variance)`` of the composed finite part (sums of the components'
+        :func:`moments`; for starting guesses only)."""
+        log_mass = mean = variance = 0.0
+        for component, k in self._components:
+            lm, mu, var = moments(component)
+            log_mass, mean, variance = log_mass + k * lm, mean + k * mu, variance + k * var
+        return log_mass, mean, variance
+
+    def upper_at(self, sign: float, index: int) -> tuple[float, float]:
+        """``(lam, K rounded up)`` at ``lam = sign * LAMBDA_GRID[index]``."""
+        lam, value, magnitude = self.at(sign, index)
+        return lam, value + 8 * _U * magnitude
+
+    def with_magnitude(self, lam: float) -> tuple[float, float]:
+        """``(K(lam), M)`` with ``M = sum_i k_i (|lam ref_i| + |log sum_i|)``: the rounding
+        error of the computed ``K`` is at most a few ``u M`` (each term is a product of an
+        exact count and a value with relative error ``u (|s| lam + log2 n + 4)``)."""
+        total, magnitude = 0.0, 0.0
         for log_pmf, s, s_max, s_min, k in self._parts:
             ref = s_max if lam > 0 else s_min
             # terms are floored at e^-700 (no slow subnormals); that only increases the sum
             exponent = np.maximum(log_pmf + lam * (s - ref), -700.0)
-            total += k * (lam * ref + math.log(float(np.sum(np.exp(exponent)))))
-        return total
+            log_sum = math.log(float(np.sum(np.exp(exponent))))
+            total += k * (lam * ref + log_sum)
+            magnitude += k * (abs(lam * ref) + abs(log_sum) + 1.0)
+        return total, magnitude
 
 
 def _best_lambda(objective, sign: float, lam_min: float = 1e-3) -> tuple[float, float]:
@@ -393,13 +527,20 @@ def _window(components: Sequence[tuple[GridPMF, int]], tail_mass: float, max_bin
         return support_lo, support_hi, 0.0, 0.0  # small enough: no truncation at all
     cumulants = _CumulantSum(components)
     log_tail = math.log(tail_mass)
-    # values far from 1 in size (sums of many grid variables, not only losses) need smaller lam
-    extent = max(1.0, h * max(abs(c.lo) + len(c.pmf) for c, _ in components))
-    lam_min = min(1e-3, 1e-2 / extent)
-    lam_up, edge_up = _best_lambda(lambda lam: (cumulants(lam) - log_tail) / abs(lam), 1.0,
-                                   lam_min)
-    lam_dn, edge_dn = _best_lambda(lambda lam: (cumulants(lam) - log_tail) / abs(lam), -1.0,
-                                   lam_min)
+    # one table per component (LAMBDA_GRID), summed: the edge is optimised over the grid only
+    # (any lam gives a valid Chernoff bound; the grid ratio of 1.5 widens it by a few per cent)
+    edges = []
+    log_mass, _, variance = cumulants.moments()
+    guess = lambda_index(math.sqrt(2.0 * max(log_mass - log_tail, 1.0) / variance)
+                         if variance > 0 else math.nan)
+    for sign in (1.0, -1.0):
+        def edge_of(i: int, sign: float = sign) -> float:
+            lam, upper_k = cumulants.upper_at(sign, i)  # K rounded up: a valid upper bound
+            return (upper_k - log_tail) / abs(lam)
+        best = grid_minimum(edge_of, start=guess)
+        lam, upper_k = cumulants.upper_at(sign, best)
+        edges.append((abs(lam), edge_of(best), upper_k))
+    (lam_up, edge_up, k_up), (lam_dn, edge_dn, k_dn) = edges
     w_hi = min(support_hi, math.ceil(edge_up / h))
     w_lo = max(support_lo, math.floor(-edge_dn / h))
     if w_hi - w_lo + 1 > max_bins:
@@ -410,9 +551,9 @@ def _window(components: Sequence[tuple[GridPMF, int]], tail_mass: float, max_bin
             "or raise memory_limit")
     # certified mass strictly above w_hi and strictly below w_lo (Chernoff at the chosen lam)
     tail_above = 0.0 if w_hi >= support_hi else \
-        min(1.0, math.exp(min(0.0, cumulants(lam_up) - lam_up * (w_hi + 1) * h)))
+        min(1.0, math.exp(min(0.0, k_up - lam_up * (w_hi + 1) * h)) * (1 + 1e-12))
     tail_below = 0.0 if w_lo <= support_lo else \
-        min(1.0, math.exp(min(0.0, cumulants(-lam_dn) + lam_dn * (w_lo - 1) * h)))
+        min(1.0, math.exp(min(0.0, k_dn + lam_dn * (w_lo - 1) * h)) * (1 + 1e-12))
     return w_lo, w_hi, tail_above, tail_below
 
 
@@ -539,9 +680,14 @@ def compose_grid_pmfs(components: Sequence[tuple[GridPMF, int]], *, tail_mass: f
     work = np.longdouble if extended and np.finfo(np.longdouble).eps < 1e-18 else np.float64
     u_work = float(np.finfo(work).eps) / 2
     half = size // 2 + 1
-    # First pass (double): spectra, and the error-bound magnitudes m_i = |a_i| + eta_i.
-    spectra, etas = [], []
+    # One pass over the components (memory O(size), whatever their number; the spectra are not
+    # kept): log-modulus and phase of every spectrum in the working precision, accumulated with
+    # the counts, and the error-bound terms with the magnitudes m_i = |a_i| + eta_i.
     log_g = np.zeros(half)
+    log_modulus = np.zeros(half, dtype=work)
+    phase = np.zeros(half, dtype=work)
+    err_ratio = np.zeros(half)  # sum_i k_i eta_i / m_i
+    pow_terms = np.ones(half)  # 1 + sum_i k_i |log a_i|
     for c, k in components:
         positions = (c.lo + np.arange(len(c.pmf))) % size  # composed index S lands on S mod size
         wrapped = np.bincount(positions, weights=c.pmf, minlength=size).astype(work)
@@ -549,30 +695,27 @@ def compose_grid_pmfs(components: Sequence[tuple[GridPMF, int]], *, tail_mass: f
         # error of the computed transform of the *stored* masses; the construction error of the
         # masses themselves is charged separately (construction_error, an l1 bound)
         eta = _C_FFT * u_work * log2n * float(np.sum(np.abs(c.pmf)))
-        with np.errstate(divide="ignore"):
-            log_g += k * np.log(np.abs(spectrum).astype(float) + eta)
-        spectra.append(spectrum)
-        etas.append(eta)
-    # Only frequencies where the bound G = prod m_i^k_i is above e^-745 can contribute anything
-    # representable; elsewhere both the product and its error bound are below double's range.
-    live = np.flatnonzero(log_g > -745.0)
-    log_modulus = np.zeros(len(live), dtype=work)
-    phase = np.zeros(len(live), dtype=work)
-    err_ratio = np.zeros(len(live))  # sum_i k_i eta_i / m_i
-    pow_terms = np.ones(len(live))  # 1 + sum_i k_i |log a_i|
-    for (c, k), spectrum, eta in zip(components, spectra, etas):
         # logarithm as (log-modulus, phase) in the working precision: real logarithms and
         # arctangents are much faster than complex ones in long double, and k * (-inf) stays clean
-        re, im = spectrum.real[live], spectrum.imag[live]
+        re, im = spectrum.real, spectrum.imag
+        del spectrum
         with np.errstate(divide="ignore"):
             log_mod = 0.5 * np.log(re * re + im * im)
         arg = np.arctan2(im, re)
         log_modulus += k * log_mod
         phase += k * arg
-        magnitude = np.exp(log_mod.astype(float)) + eta
+        log_mod_f = log_mod.astype(float)
+        magnitude = np.exp(log_mod_f) + eta
+        with np.errstate(divide="ignore"):
+            log_g += k * np.log(magnitude)
         err_ratio += k * eta / magnitude
-        abs_log = np.hypot(log_mod.astype(float), arg.astype(float))
+        abs_log = np.hypot(log_mod_f, arg.astype(float))
         pow_terms += k * (np.minimum(abs_log, -math.log(eta)) if eta > 0 else abs_log)
+    # Only frequencies where the bound G = prod m_i^k_i is above e^-745 can contribute anything
+    # representable; elsewhere both the product and its error bound are below double's range.
+    live = np.flatnonzero(log_g > -745.0)
+    log_modulus, phase = log_modulus[live], phase[live]
+    err_ratio, pow_terms = err_ratio[live], pow_terms[live]
     with np.errstate(under="ignore"):
         # reduce the phase in the working precision, then round to double: relative error u
         two_pi = 2 * np.pi if work is np.float64 else np.longdouble(2) * np.pi

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpplugins.errors import ParameterError
+from dpplugins.errors import NumericalError, ParameterError
 from dpplugins.mechanisms.bins import LossBins
 
 __all__ = ["LossBins", "GridPMF", "pessimistic_from_bins", "optimistic_from_bins",
@@ -150,6 +150,12 @@ def pessimistic_from_bins(bins: LossBins) -> GridPMF:
     return _trimmed(h, lo, pmf * scale, inf_mass, fp_error)
 
 
+def fp_error_of(bins: LossBins) -> float:
+    """The part of ``bins.fp_error`` that the safely rounded constructions do not absorb (the
+    mechanism's own rounding of losses onto grid points beyond ``FP_ALLOWANCE``)."""
+    return max(float(bins.fp_error) - FP_ALLOWANCE, 0.0)
+
+
 def optimistic_from_bins(bins: LossBins) -> GridPMF:
     """The tangent construction: a pair that (P, Q) dominates, exact to O(h^2) at grid points.
 
@@ -207,8 +213,16 @@ def optimistic_from_bins(bins: LossBins) -> GridPMF:
     v_err = (sum_rel + u * (abs_eps + 6)) * (sp + x * sq) + g_err * x * em1 * (1 + 4 * u) \
         + 4 * u * (gap + np.abs(v))
     if 1.0 - x[0] - bins.p_inf <= 0:
-        raise ValueError("optimistic construction needs e^eps_lo < 1 - delta(inf); "
-                         "start the grid lower")
+        finite = float(np.sum(bins.p) + bins.p_below + bins.p_above)
+        if finite == 0.0:
+            # all P-mass at +inf (mutually singular pair, e.g. an (eps, 0)-DP pair whose e^-eps
+            # underflows): the pair with P-mass p_inf (1 - 2 r_b) at +inf and the rest nowhere
+            # has the profile p_inf (1 - 2 r_b) <= delta(eps) for every eps, a lower bound
+            return GridPMF(h, lo, np.zeros(1), bins.p_inf * (1 - 2 * r_b), fp_error_of(bins))
+        raise NumericalError(
+            f"the optimistic construction needs e^eps_lo < 1 - delta(inf) (grid starts at "
+            f"eps={eps[0]:.4g}, delta(inf)={bins.p_inf:.4g})",
+            "start the grid lower (a smaller loss range) or use a finer grid")
     v[0] = 1.0 - x[0] - bins.p_inf
     v_err[0] = u * (abs_eps[0] + 6) * x[0] + r_b * bins.p_inf + 2 * u
     below = np.flatnonzero(v < v_err)
@@ -318,12 +332,15 @@ def _optimistic_hull(bins: LossBins, x: np.ndarray, v: np.ndarray, v_err: np.nda
     pmf = np.zeros(n)
     grid_index = np.concatenate([[-1], np.arange(last + 1), [-2]])[: len(xs_a)][keep]
     fp_error = max(float(bins.fp_error) - FP_ALLOWANCE, 0.0)
-    for xv, qm, j in zip(hx[1:], qk, grid_index[1:]):
-        mass = float(xv * qm) * (1 - 4 * u)
-        if j < 0:  # the off-grid kink x*: round its loss down (optimistic)
-            j, snapped = _round_loss_down(float(np.log(xv)), h, slack=slack)
-            j = min(max(j - lo, last), n - 1)
-            fp_error += snapped * mass
+    masses = (hx[1:] * qk).astype(float) * (1 - 4 * u)
+    index = grid_index[1:]
+    on_grid = index >= 0
+    np.add.at(pmf, index[on_grid], masses[on_grid])
+    for xv, mass in zip(hx[1:][~on_grid], masses[~on_grid]):
+        # the off-grid kink x*: round its loss down (optimistic)
+        j, snapped = _round_loss_down(float(np.log(xv)), h, slack=slack)
+        j = min(max(j - lo, last), n - 1)
+        fp_error += snapped * mass
         pmf[j] += mass
     inf_mass = max(bins.p_inf * (1 - 2 * FP_ALLOWANCE) + max(float(hv[-1]), 0.0), 0.0) * (1 - 4 * u)
     return _trimmed(h, lo, pmf, inf_mass, fp_error)

@@ -1,4 +1,5 @@
-"""The ``dpplugins`` command line: compare, epsilon, noise, plot.
+"""The ``dpplugins`` command line: compare, epsilon, noise, plot, shuffle (the shuffle model:
+:mod:`dpplugins.cli_shuffle`).
 
 Every subcommand has ``--help`` with an example.  Every failure -- a bad number, an accountant
 that does not support the sampler, a missing output directory, a closed output pipe, a
@@ -26,6 +27,7 @@ EXAMPLES = {
     "noise": "dpplugins noise --target-epsilon 3 --delta 1e-5 --sample-rate 0.01 --steps 1000",
     "plot": "dpplugins plot --dataset-size 60000 --batch-size 256 --epochs 20 "
             "--noise-multiplier 1.1 --delta 1e-5 --output eps.png",
+    "shuffle": "dpplugins shuffle --eps0 4 --n 100000 --delta 1e-6 --randomizer oue --d 64",
 }
 
 JSON_HELP = ("print strict JSON (never bare Infinity/NaN: an infinite or missing number is "
@@ -95,7 +97,11 @@ def _add_training_options(p: argparse.ArgumentParser, *, noise: bool = True) -> 
                    help="random_allocation / random_checkin: steps (slots) per epoch "
                         "(default ceil(n/b))")
     g.add_argument("--checkin-probability", type=_finite, metavar="P0",
-                   help="random_checkin: probability that an example checks in (default 1)")
+                   help="random_allocation / random_checkin: probability that an example "
+                        "takes part in an epoch (default 1)")
+    g.add_argument("--participations", type=_integer, metavar="K",
+                   help="random_allocation: distinct uniformly random steps per epoch of "
+                        "every taking-part example (default 1)")
     g.add_argument("--checkin-variant", choices=CHECKIN_VARIANTS,
                    help="random_checkin: fixed (one example per slot, default) or averaged "
                         "(every checked-in example of the slot)")
@@ -130,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"dpplugins {__version__}",
                         help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser,
-                                metavar="{compare,epsilon,noise,plot}")
+                                metavar="{compare,epsilon,noise,plot,shuffle}")
 
     p = sub.add_parser("compare", help="every accountant side by side, valid ones marked",
                        description="Epsilon of every registered accountant and the installed "
@@ -187,12 +193,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--width", type=_finite, default=6.4, help="inches (default 6.4)")
     p.add_argument("--height", type=_finite, default=4.0, help="inches (default 4)")
     p.add_argument("--dpi", type=_integer, default=100, help="dots per inch (default 100)")
+    from dpplugins import cli_shuffle
+
+    cli_shuffle.add_parser(sub)
     return parser
 
 
 #: parameter names of TrainingConfig's errors -> the flags that set them
 _FLAGS = ("sampler", "dataset_size", "batch_size", "sample_rate", "epochs", "steps",
-          "noise_multiplier", "delta", "steps_per_epoch", "checkin_probability",
+          "noise_multiplier", "delta", "steps_per_epoch", "checkin_probability", "participations",
           "checkin_variant", "window", "drop_last", "lipschitz", "diameter", "learning_rate",
           "pnsgd_variant", "contraction", "smoothness")
 
@@ -222,6 +231,7 @@ def _make_config(args: argparse.Namespace, noise_multiplier: float | None):
         num_steps=args.steps, poisson_sample_rate=args.sample_rate,
         num_slots=args.steps_per_epoch, checkin_probability=args.checkin_probability,
         checkin_variant=args.checkin_variant, window=args.window, drop_last=args.drop_last,
+        participations=args.participations,
         lipschitz=args.lipschitz, diameter=args.diameter, learning_rate=args.learning_rate,
         pnsgd_variant=args.pnsgd_variant, contraction=args.contraction,
         smoothness=args.smoothness)
@@ -366,8 +376,10 @@ def _run_plot(args) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from dpplugins import cli_shuffle
+
     runner = {"compare": _run_compare, "epsilon": _run_epsilon, "noise": _run_noise,
-              "plot": _run_plot}[args.command]
+              "plot": _run_plot, "shuffle": cli_shuffle.run}[args.command]
     status = runner(args)
     sys.stdout.flush()   # a closed pipe fails here, inside main's error handling
     return status

@@ -443,7 +443,10 @@ class RandomAllocationEvent(ProtocolEvent):
     probability ``checkin_probability`` and then in ``participations`` (k) distinct uniformly
     random steps of the t; every step runs ``event`` on the sum over its examples and is released
     (a step without examples releases the noise alone).  The sampler is
-    :func:`dpplugins.samplers.balls_and_bins` (``RandomCheckIn(n, t, 1.0, "averaged")``)."""
+    :func:`dpplugins.samplers.balls_and_bins` (``RandomCheckIn(n, t, 1.0, "averaged")``; with
+    ``participations`` or ``checkin_probability`` given, a
+    :class:`dpplugins.samplers.allocation.RandomAllocation`).  The ``balls_and_bins`` accountant
+    accounts ``k = 1`` with any ``p`` and any ``k`` with ``p = 1`` (Gaussian noise)."""
 
     steps_per_epoch: int
     epochs: Any

@@ -86,6 +86,9 @@ class TrainingConfig:
       (``ShuffledEpochs``; ``ceil(n / b)`` steps per epoch, ``floor`` with ``drop_last``);
     * ``"random_allocation"``: each example in one uniformly random step of every epoch of
       ``t`` steps (``samplers.balls_and_bins(n, t)``), ``t = num_slots`` or ``ceil(n / b)``;
+      with ``participations = k`` and ``checkin_probability = p`` each example takes part with
+      probability ``p`` and then in ``k`` distinct uniform steps, and the Poisson comparison
+      uses the same expected participation, rate ``p k / t``;
     * ``"random_checkin"``: ``RandomCheckIn(n, t, checkin_probability, checkin_variant)``;
     * ``"sliding_window"``: ``SlidingWindowCheckIn(n, window)``, ``n - window + 1`` steps per
       pass.
@@ -109,6 +112,7 @@ class TrainingConfig:
     checkin_probability: float | None = None
     checkin_variant: str | None = None
     window: int | None = None
+    participations: int | None = None
     drop_last: bool = False
     lipschitz: float | None = None
     diameter: float | None = None
@@ -141,6 +145,8 @@ class TrainingConfig:
                                              self.checkin_probability))
         if self.checkin_variant is not None:
             check_choice("checkin_variant", self.checkin_variant, CHECKIN_VARIANTS)
+        put("participations", _optional(check_count, "participations", self.participations,
+                                        minimum=1))
         put("window", _optional(check_count, "window", self.window, minimum=1))
         if not isinstance(self.drop_last, bool):
             raise ParameterError("drop_last", self.drop_last, "True or False")
@@ -166,8 +172,12 @@ class TrainingConfig:
                 raise ParameterError("dataset_size", None, f"an integer >= 1 for sampler={s!r}")
         if s not in slots_users:
             self._refuse("num_slots", "samplers 'random_allocation' and 'random_checkin'")
+        if s not in slots_users:
+            self._refuse("checkin_probability", "samplers 'random_allocation' and "
+                         "'random_checkin'")
+        if s != "random_allocation":
+            self._refuse("participations", "sampler 'random_allocation'")
         if s != "random_checkin":
-            self._refuse("checkin_probability", "sampler 'random_checkin'")
             self._refuse("checkin_variant", "sampler 'random_checkin'")
         if s != "sliding_window":
             self._refuse("window", "sampler 'sliding_window'")
@@ -203,6 +213,9 @@ class TrainingConfig:
                                      f"or the steps per epoch for sampler={s!r}")
             if self.num_slots is not None and self.num_slots > n:
                 raise ParameterError("steps_per_epoch", self.num_slots, f"<= dataset_size ({n})")
+            if self.participations is not None and self.participations > self.steps_per_epoch:
+                raise ParameterError("participations", self.participations,
+                                     f"<= steps per epoch ({self.steps_per_epoch})")
         elif s == "sliding_window":
             if self.window is None:
                 raise ParameterError("window", None, "an integer in [1, dataset_size] for "
@@ -222,9 +235,18 @@ class TrainingConfig:
         dataset_size``, else ``1 / steps_per_epoch``."""
         if self.poisson_sample_rate is not None:
             return self.poisson_sample_rate
+        if self.sampler == "random_allocation" and self._allocation_shape != (1, 1.0):
+            k, p = self._allocation_shape
+            return min(1.0, p * k / self.steps_per_epoch)
         if self.batch_size is not None and not self.is_pnsgd:
             return self.batch_size / self.dataset_size
         return 1.0 / self.steps_per_epoch
+
+    @property
+    def _allocation_shape(self) -> tuple[int, float]:
+        """``(participations, checkin_probability)`` of random allocation (defaults 1, 1)."""
+        return (1 if self.participations is None else self.participations,
+                1.0 if self.checkin_probability is None else self.checkin_probability)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -273,7 +295,9 @@ class TrainingConfig:
         if s == "shuffled_epochs":
             return samplers.ShuffledEpochs(n, self.batch_size or 1, drop_last=self.drop_last)
         if s == "random_allocation":
-            return samplers.balls_and_bins(n, self.steps_per_epoch)
+            k, p = self._allocation_shape
+            return samplers.balls_and_bins(n, self.steps_per_epoch, participations=k,
+                                           checkin_probability=p)
         if s == "random_checkin":
             return samplers.RandomCheckIn(
                 n, self.steps_per_epoch, checkin_probability=(
@@ -441,9 +465,18 @@ def _alternatives(config: TrainingConfig) -> list[tuple[str, Event]]:
                 epochs=config.epochs, num_steps=config.num_steps,
                 noise_multiplier=config.noise_multiplier, delta=config.delta)
     slots = dict(num_slots=config.num_slots)
+    allocation = [("--sampler random_allocation", dict(base, sampler="random_allocation", **slots))]
+    if config.sampler == "random_allocation" and config._allocation_shape != (1, 1.0):
+        # the same run with one of its two options dropped, named as such
+        k, p = config._allocation_shape
+        allocation = [
+            ("--sampler random_allocation --checkin-probability 1",
+             dict(base, sampler="random_allocation", participations=k, **slots)),
+            ("--sampler random_allocation --participations 1",
+             dict(base, sampler="random_allocation", checkin_probability=p, **slots))]
     candidates = [
         ("--sampler shuffled_epochs", dict(base, sampler="shuffled_epochs")),
-        ("--sampler random_allocation", dict(base, sampler="random_allocation", **slots)),
+        *allocation,
         ("--sampler random_checkin", dict(base, sampler="random_checkin", **slots)),
         ("--sampler random_checkin --checkin-variant averaged",
          dict(base, sampler="random_checkin", checkin_variant="averaged", **slots)),

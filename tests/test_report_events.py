@@ -99,7 +99,9 @@ def test_options_the_sampler_does_not_use_are_refused():
     with pytest.raises(ValueError, match="steps_per_epoch"):
         TrainingConfig(**SMALL, sampler="shuffled_epochs", num_slots=5)
     with pytest.raises(ValueError, match="checkin_probability"):
-        TrainingConfig(**SMALL, sampler="random_allocation", checkin_probability=0.5)
+        TrainingConfig(**SMALL, sampler="shuffled_epochs", checkin_probability=0.5)
+    with pytest.raises(ValueError, match="participations"):
+        TrainingConfig(**SMALL, sampler="poisson", participations=2)
     with pytest.raises(ValueError, match="window"):
         TrainingConfig(**SMALL, sampler="sliding_window")
     with pytest.raises(ValueError, match="batch size 1"):

@@ -1,18 +1,27 @@
 """The random-allocation accountant (registry name ``"balls_and_bins"``): DP-SGD where every
-example is used in exactly one uniformly random step of each epoch.
+example is used in uniformly random steps of each epoch.
 
-What is accounted: an epoch has ``t`` steps; each example independently picks one of them
-uniformly at random (balls-and-bins / random allocation: Chua et al., AISTATS 2025; Feldman &
-Shenfeld 2025); each step adds ``N(0, sigma^2 C^2)`` to the sum of its batch's clipped gradients
-(clipping norm C); batches vary in size.  The matching sampler is
-``RandomCheckIn(n, num_slots=t, checkin_probability=1.0, variant="averaged")``.  Opacus reports
+What is accounted: an epoch has ``t`` steps; each example independently takes part with
+probability ``p`` (``checkin_probability``, default 1) and then in ``k`` (``participations``,
+default 1) distinct uniformly random steps of them (balls-and-bins / random allocation: Chua et
+al., AISTATS 2025, arXiv:2412.16802; Feldman & Shenfeld 2025, arXiv:2502.08202); each step adds
+``N(0, sigma^2 C^2)`` to the sum of its batch's clipped gradients (clipping norm C); batches vary
+in size; a step without examples is run anyway (a noise-only update).  Supported: ``k = 1`` with
+any ``p`` in (0, 1], and ``k >= 1`` with ``p = 1``; several participations with ``p < 1`` are
+refused (:mod:`dpplugins.amplification.allocation_participations`).  The matching samplers are
+``balls_and_bins(n, t, participations=k, checkin_probability=p)`` and
+``RandomCheckIn(n, num_slots=t, checkin_probability=p, variant="averaged")``.  Opacus reports
 a step as ``(noise_multiplier, sample_rate)``; here ``sample_rate = 1 / t`` (what Opacus computes
-as ``1 / len(data_loader)`` for that sampler).  Neighbouring relation: add/remove one example.
+as ``1 / len(data_loader)`` for that sampler; ``k = 1``, ``p = 1``).  Neighbouring relation:
+add/remove one example (replace-one is refused: it needs the pair of moving one example between
+steps, which these constructions do not bound).
 
 How (certified, both bounds): :mod:`dpplugins.amplification.allocation` -- the dominating pair of
-one epoch (Chua et al. 2025), reduced to a sum of ``t`` log-normals, bracketed by a dominating pair
-(convex-order spread) and a dominated pair (post-processing), and composed over epochs by the PLD
-engine.  History rules:
+one epoch (Chua et al. 2025; mixed with the absent case for ``p < 1``), reduced to a sum of ``t``
+log-normals, bracketed by a dominating pair (convex-order spread) and a dominated pair
+(post-processing), and composed over epochs by the PLD engine; for ``k > 1`` the upper bound is
+the reduction to ``k`` single allocations and the lower bound a dominated post-processing
+(:mod:`dpplugins.amplification.allocation_participations`).  History rules:
 
 * steps are cut into epochs of ``t`` consecutive steps, in order;
 * an epoch whose steps use different noise multipliers is accounted at its smallest one for the
@@ -33,25 +42,32 @@ Example::
     >>> acc = create("balls_and_bins")
     >>> acc.step(noise_multiplier=1.0, sample_rate=1 / 100, count=100)     # one epoch
     >>> lower, upper = acc.get_epsilon_bounds(1e-5)    # about 0.621 (Poisson sampling: 0.718)
+    >>> from dpplugins.events import GaussianEvent, RandomAllocationEvent
+    >>> acc = create("balls_and_bins")
+    >>> _ = acc.compose(RandomAllocationEvent(100, 1, GaussianEvent(1.0), checkin_probability=0.5))
+    >>> lower, upper = acc.get_epsilon_bounds(1e-5)    # about 0.32
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import ClassVar
 
 from fractions import Fraction
 
 from dpplugins.accountants.base import Accountant, private_leaves
-from dpplugins.amplification.allocation import (AllocationPLD, default_loss_step,
-                                                default_summand_step, random_allocation_pld)
+from dpplugins.amplification.allocation import (default_loss_step, default_summand_step,
+                                                random_allocation_pld)
+from dpplugins.amplification.allocation_participations import (BracketedPLD, k_out_of_t_loss_step,
+                                                               k_out_of_t_pld)
 from dpplugins.errors import NumericalError, ParameterError, check_count, check_positive
 from dpplugins.events import (Event, GaussianEvent, RandomAllocationEvent, RandomCheckInEvent,
                               steps_per_epoch_for_rate)
 from dpplugins.passes import cut_passes
-from dpplugins.pld import Bounds
+from dpplugins.pld import AccuracyWarning, Bounds
 
 __all__ = ["RandomAllocationAccountant", "steps_per_epoch_from_rate", "epochs_of_history",
-           "allocation_of"]
+           "allocation_of", "epoch_kind"]
 
 #: refinement levels: (factor on the grid steps, factor on the geometric cells)
 _LEVELS = ((1.0, 1.0), (0.5, 1.5), (0.25, 2.0))
@@ -64,30 +80,29 @@ def steps_per_epoch_from_rate(sample_rate: float, *, name: str = "sample_rate") 
 
 
 def allocation_of(event: Event) -> RandomAllocationEvent | str:
-    """``event`` as single-participation random allocation with every example taking part, or
-    the reason it is not.  A :class:`~dpplugins.events.RandomCheckInEvent` is that protocol when
-    it is averaged, every example checks in, no example is dropped from a full slot (no binding
-    ``max_batch_size``) and the noise is added once to the sum."""
+    """``event`` as random allocation this accountant can account (``k = 1`` with any check-in
+    probability, or ``p = 1`` with any ``k``; Gaussian noise), or the reason it is not.  A
+    :class:`~dpplugins.events.RandomCheckInEvent` is that protocol (``k = 1``) when it is
+    averaged, no example is dropped from a full slot (no binding ``max_batch_size``), the noise
+    is added once to the sum, and empty slots are run as noise-only steps."""
     if isinstance(event, RandomCheckInEvent):
         if event.variant != "averaged":
             return (f"variant={event.variant!r} uses one example per slot, so adding an example "
                     "can replace another (random allocation is variant='averaged')")
-        if event.checkin_probability != 1.0:
-            return (f"checkin_probability={event.checkin_probability:g}: random allocation "
-                    "puts every example in a step (1.0)")
         if event.max_batch_size is not None and event.max_batch_size < event.dataset_size:
             return (f"max_batch_size={event.max_batch_size} drops examples from full slots, so "
                     "adding an example can push another out (use no cap)")
         if event.per_example_noise:
             return "per_example_noise=True is a local randomizer, not one noise draw per step"
-        event = RandomAllocationEvent(event.num_slots, event.passes, event.event)
+        event = RandomAllocationEvent(event.num_slots, event.passes, event.event, 1,
+                                      event.checkin_probability)
     if not isinstance(event, RandomAllocationEvent):
-        return ("random allocation (RandomAllocationEvent: every example in one uniformly random "
-                "step of each epoch)")
-    if event.participations != 1:
-        return f"participations=1 (got {event.participations})"
-    if event.checkin_probability != 1.0:
-        return f"checkin_probability=1 (got {event.checkin_probability:g})"
+        return ("random allocation (RandomAllocationEvent: every example in uniformly random "
+                "steps of each epoch)")
+    if event.participations != 1 and event.checkin_probability != 1.0:
+        return (f"participations={event.participations} with checkin_probability="
+                f"{event.checkin_probability:g}: several participations need checkin_probability"
+                "=1 (taking part in all k steps or in none is not covered by the reduction)")
     if not isinstance(event.event, GaussianEvent):
         return f"Gaussian noise on every step (got {type(event.event).__name__})"
     return event
@@ -96,22 +111,37 @@ def allocation_of(event: Event) -> RandomAllocationEvent | str:
 def epochs_of_history(history) -> tuple[dict, dict]:
     """Cut a history of allocation events into epochs (:func:`dpplugins.passes.cut_passes`).
 
-    Returns ``(upper, lower)``: dicts ``(sigma, t) -> number of epochs``; ``upper`` keys every
-    epoch on its smallest noise multiplier and counts a partial last epoch as a full one,
-    ``lower`` keys complete epochs on their largest noise multiplier and leaves partial ones out
-    (module docstring)."""
+    Returns ``(upper, lower)``: dicts ``(sigma, t) -> number of epochs`` for plain random
+    allocation, ``(sigma, t, k, p) -> number of epochs`` otherwise (``k`` the participations,
+    ``p`` the check-in probability; :func:`epoch_kind` reads both); ``upper`` keys every epoch on its smallest
+    noise multiplier and counts a partial last epoch as a full one, ``lower`` keys complete
+    epochs on their largest noise multiplier and leaves partial ones out (module docstring)."""
     runs = [(allocation_of(leaf), count) for leaf, count in private_leaves(history)]
-    upper: dict[tuple[float, int], int] = {}
-    lower: dict[tuple[float, int], int] = {}
+    upper: dict[tuple[float, int, int, float], int] = {}
+    lower: dict[tuple[float, int, int, float], int] = {}
     for p, count in cut_passes(runs):
         sigmas = [e.noise_multiplier for e in p.events]
-        t = p.protocol.steps_per_epoch
-        key = (min(sigmas), t)
+        proto = p.protocol
+        shape = (proto.steps_per_epoch,)
+        if (proto.participations, proto.checkin_probability) != (1, 1.0):
+            shape += (proto.participations, proto.checkin_probability)
+        key = (min(sigmas),) + shape
         upper[key] = upper.get(key, 0) + count
         if p.complete:
-            key = (max(sigmas), t)
+            key = (max(sigmas),) + shape
             lower[key] = lower.get(key, 0) + count
     return upper, lower
+
+
+def epoch_kind(key: tuple) -> tuple[float, int, int, float]:
+    """``(sigma, t, k, p)`` of a key of :func:`epochs_of_history`."""
+    return tuple(key) if len(key) == 4 else (key[0], key[1], 1, 1.0)
+
+
+def _loss_step(epochs: dict) -> float:
+    """The finest default PLD loss step over the epochs' kinds."""
+    return min(default_loss_step(sigma, t, p) if k == 1 else k_out_of_t_loss_step(sigma, t, k)
+               for sigma, t, k, p in map(epoch_kind, epochs))
 
 
 class RandomAllocationAccountant(Accountant):
@@ -144,7 +174,7 @@ class RandomAllocationAccountant(Accountant):
             raise ParameterError("method", method, "'auto', 'fft' or 'geometric'")
         self.method = method
         self.memory_limit = check_count("memory_limit", memory_limit, minimum=1 << 20)
-        self._epoch_cache: dict[tuple, AllocationPLD] = {}
+        self._epoch_cache: dict[tuple, BracketedPLD] = {}
 
     # -- events -------------------------------------------------------------------------------
     def _supports_leaf(self, event: Event) -> bool | str:
@@ -158,34 +188,41 @@ class RandomAllocationAccountant(Accountant):
         return RandomAllocationEvent(t, Fraction(1, t), GaussianEvent(sigma))
 
     # -- PLDs ----------------------------------------------------------------------------------
-    def _epoch(self, sigma: float, t: int, h_loss: float, level: int) -> AllocationPLD:
-        key = (sigma, t, h_loss, level)
-        if key not in self._epoch_cache:
+    def _epoch(self, key: tuple, h_loss: float, level: int, lower: bool = True) -> BracketedPLD:
+        sigma, t, k, p = epoch_kind(key)
+        cache_key = (key, h_loss, level, lower)
+        if cache_key not in self._epoch_cache:
             grid_factor, cell_factor = _LEVELS[level]
             summand_step = None
             if grid_factor != 1.0:
                 summand_step = default_summand_step(sigma, t, grid_factor)
-            self._epoch_cache[key] = random_allocation_pld(
-                sigma, t, 1, value_discretization_interval=h_loss, method=self.method,
-                summand_step=summand_step, geometric_cells=round(2000 * cell_factor),
-                memory_limit=self.memory_limit)
-        return self._epoch_cache[key]
+            options = dict(value_discretization_interval=h_loss, method=self.method,
+                           summand_step=summand_step, geometric_cells=round(2000 * cell_factor),
+                           memory_limit=self.memory_limit, lower=lower)
+            if k == 1:
+                pld = BracketedPLD.same(random_allocation_pld(sigma, t, 1, checkin_probability=p,
+                                                              **options))
+            else:
+                pld = k_out_of_t_pld(sigma, t, k, 1, **options)
+            self._epoch_cache[cache_key] = pld
+        return self._epoch_cache[cache_key]
 
-    def _composed(self, epochs: dict, h_loss: float, level: int) -> AllocationPLD | None:
+    def _composed(self, epochs: dict, h_loss: float, level: int,
+                  lower: bool = True) -> BracketedPLD | None:
         total = None
-        for (sigma, t), count in sorted(epochs.items()):
-            part = self._epoch(sigma, t, h_loss, level).self_compose(count)
+        for key, count in sorted(epochs.items()):
+            part = self._epoch(key, h_loss, level, lower).self_compose(count)
             total = part if total is None else total.compose(part)
         return total
 
     def _evaluate(self, history, query, delta: float | None = None):
-        """``query(AllocationPLD) -> Bounds`` on the upper and the lower composition, refined
+        """``query(BracketedPLD) -> Bounds`` on the upper and the lower composition, refined
         until the relative gap is within ``eps_tolerance``.  Refinement stops early when it no
         longer narrows the gap (then the certified floating-point slack dominates)."""
         upper_epochs, lower_epochs = epochs_of_history(history)
         if not upper_epochs:
             return Bounds(0.0, 0.0)
-        h0 = min(default_loss_step(sigma, t) for sigma, t in upper_epochs)
+        h0 = _loss_step(upper_epochs)
         best, last_gap, slack_share = None, None, None
         for level, (grid_factor, _) in enumerate(_LEVELS):
             h_loss = h0 * grid_factor
@@ -213,6 +250,15 @@ class RandomAllocationAccountant(Accountant):
             if last_gap is not None and gap > 0.8 * last_gap:
                 break  # finer grids do not help: the slack (or the method) limits the gap
             last_gap = gap
+        if any(epoch_kind(key)[2] > 1 for key in upper_epochs):
+            # several participations: the gap is that of the two constructions (module
+            # docstring of allocation_participations), which finer grids do not close
+            warnings.warn(AccuracyWarning(
+                f"balls_and_bins: certified bounds [{best.lower:.6g}, {best.upper:.6g}] have a "
+                f"relative gap above eps_tolerance={self.eps_tolerance:g}; with participations "
+                "> 1 the lower bound observes only the sum of the summands (the upper bound is "
+                "valid whatever the gap)"), stacklevel=3)
+            return best
         why = ""
         if slack_share is not None and slack_share > 0.01:
             why = (f"; the certified floating-point slack of the summed log-normals is "
@@ -236,13 +282,7 @@ class RandomAllocationAccountant(Accountant):
         upper_epochs, _ = epochs_of_history(history)
         if not upper_epochs:
             return 0.0
-        h_loss = min(default_loss_step(sigma, t) for sigma, t in upper_epochs)
-        total = None
-        for (sigma, t), count in sorted(upper_epochs.items()):
-            part = random_allocation_pld(sigma, t, 1, value_discretization_interval=h_loss,
-                                         method=self.method, memory_limit=self.memory_limit,
-                                         lower=False).self_compose(count)
-            total = part if total is None else total.compose(part)
+        total = self._composed(upper_epochs, _loss_step(upper_epochs), 0, lower=False)
         return total.epsilon_for_delta(delta).upper
 
     def epochs(self) -> float:

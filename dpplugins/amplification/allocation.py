@@ -6,11 +6,13 @@ Manurangsi, Sinha, Zhang, "Balls-and-Bins Sampling for DP-SGD", AISTATS 2025, ar
 Feldman & Shenfeld, "Privacy amplification by random allocation", 2025, arXiv:2502.08202, whose
 follow-up arXiv:2602.17284 reports random allocation at least as good as Poisson sampling for the
 Gaussian mechanism -- what our numbers show too).  It is the random
-check-in protocol with check-in probability 1 (Balle et al. 2020; REFERENCE.md, "Where the seeds
-stop").  Each step adds ``N(0, sigma^2 I)`` to the sum of clipped gradients (clipping norm 1).
+check-in protocol with check-in probability 1 (Balle, Kairouz, McMahan, Thakkar, Thakurta,
+"Privacy amplification via random check-ins", NeurIPS 2020, arXiv:2007.06605, Alg. 1 with the
+averaged update of Sec. 4.2).  Each step adds ``N(0, sigma^2 I)`` to the sum of clipped
+gradients (clipping norm 1); a step without examples releases the noise alone.
 
-**Dominating pair** (Chua et al. 2025, the pair ``(P_B, Q_B)`` of ABLQ_B; issue #6): for one
-epoch and the remove direction,
+**Dominating pair** (Chua et al. 2025, arXiv:2412.16802, the pair ``(P_B, Q_B)`` of ABLQ_B for
+adaptive queries): for one epoch and the remove direction,
 
     P = (1/t) sum_j N(e_j, sigma^2 I_t)      versus      Q = N(0, sigma^2 I_t),
 
@@ -23,6 +25,33 @@ equivalent to ``(a s mu(ds), mu(ds))`` with ``mu`` the law of ``S`` under Q: a s
 i.i.d. log-normals ``Y = e^G``, ``G ~ N(0, 1/sigma^2)``.  Under P one summand is replaced by
 ``e^G'``, ``G' ~ N(1/sigma^2, 1/sigma^2)``.  Post-processings may use the whole output ``x``
 (all ``Y_j``), not only ``S``.
+
+**Check-in probability** ``p < 1`` (our derivation).  Every example first takes part in the
+epoch with probability ``p`` (independently), then in one uniform step.  Fix the adversary's
+(adaptive) strategy for an epoch and let ``(A, B)`` be the laws of the epoch's transcript with
+and without the example, the example placed in a uniform step: Chua et al.'s pair dominates
+``(A, B)`` in the sense of Zhu, Dong & Wang (AISTATS 2022, arXiv:2106.08567, Def. 8: every
+hockey-stick order ``alpha >= 0``, i.e. trade-off domination), so by Blackwell's theorem (Dong,
+Roth & Su, JRSS-B 2022, arXiv:1905.02383, Thm 2.10) some kernel ``K`` maps ``(P, Q)`` to ``(A,
+B)``.  With check-in probability ``p`` the transcript laws are ``((1 - p) B + p A, B)`` (an
+absent example is the dataset without it; the others' choices are independent of its), the
+image under the same ``K`` of ``P_p = (1 - p) Q + p P`` against ``Q``; epochs compose by Zhu et
+al.'s Thm 10.  So ``(P_p, Q)`` is a dominating pair (remove; add: ``(Q, P_p)``).  Its
+likelihood ratio ``(1 - p) + p a S`` is again a function of ``S``, and the integrands of both
+directions stay convex and monotone in ``S``, so the convex-order construction below applies
+word for word with the ratio ``(1 - p) + p a s`` and with the split outcomes' P-mass ``(1 - p)
+Q-mass + p P-mass``; the dominated pair is the same post-processing applied to ``P_p`` (a
+kernel is linear: ``K P_p = (1 - p) K Q + p K P``), with the band ``[(1 - p) + p lo, (1 - p) + p
+hi]``.  Three consequences, also checked by the tests: (i) *monotone in p*: ``P_p`` is the image
+of ``P_p'`` (``p < p'``) under the kernel "with probability ``1 - p / p'`` replace the output by
+a fresh draw from Q", which fixes Q; (ii) *never above random allocation into*
+``T = floor(t / p)`` *steps*: releasing only the first ``t`` of the ``T`` steps is a
+post-processing of that protocol and is exactly check-in with probability ``t / T >= p``, then
+(i); (iii) ``t = 1`` is the Poisson-subsampled Gaussian at rate ``p``.  The Gaussian bounds
+below become ``p^n delta_G(eps + n log(t / p)) <= delta(eps) <= delta_G(eps)``: under ``P_p``
+the example is present with probability ``p``, and then the loss ``log((1 - p) + p a S)`` is at
+least ``log p`` plus the loss of the ``p = 1`` case.  Replace-one neighbours are not covered
+(they need the pair of moving the example between steps); the accountant refuses them.
 
 **Upper bound: a dominating pair by convex order** (our derivation).  For a finite measure ``nu``
 on ``[0, inf)`` write ``pair(nu) = (a s nu, nu)``.  The remove divergence of a composition
@@ -91,6 +120,13 @@ accuracy charged for a Gaussian interval mass grows with ``z^2`` in the far tail
 dropped (lower), which keeps the PLD engine's rounding charge (proportional to the largest
 ``|log mass|``) near its value for the Gaussian mechanism.
 
+**Several participations** (``k > 1``) live in
+:mod:`dpplugins.amplification.allocation_participations`; the dominated pair of observing the sum
+(:func:`sum_observation_lower_pair`) is built here, by the FFT route, with ``k`` shifted
+summands and the likelihood-ratio band ``[0, (a (R + t h))^k]`` (Maclaurin's inequality
+``e_k(y) / C(t, k) <= (sum y / t)^k``; Hardy, Littlewood, Polya, "Inequalities", 1952, Thm 52);
+outcomes whose band exceeds ``_BAND_CAP`` are dropped (a dominated pair may drop outcomes).
+
 **Small and large noise.**  One epoch is a post-processing of the Gaussian mechanism with
 sensitivity 1 (reveal which step holds the example), and under P the loss ``log(a S)`` is at least
 ``(x_1 - 1/2) / sigma^2 - log t`` (the summand that holds the example), whose law is the Gaussian
@@ -127,13 +163,14 @@ from scipy import fft as sp_fft
 from scipy import special
 
 from dpplugins.errors import (NumericalError, ParameterError, check_count, check_open_unit,
-                              check_positive, check_nonnegative)
+                              check_positive, check_nonnegative, check_probability)
 from dpplugins.mechanisms.distributions import Gaussian
 from dpplugins.mechanisms.pairs import DiscretePair
 from dpplugins.mechanisms.types import MechanismPairs
 from dpplugins.pld.distribution import Bounds, PrivacyLossDistribution
 
 __all__ = ["AllocationPair", "AllocationPLD", "allocation_pairs", "random_allocation_pld",
+           "sum_observation_lower_pair",
            "default_summand_step", "epoch_loss_scale", "MonteCarloEstimate",
            "monte_carlo_delta"]
 
@@ -157,6 +194,9 @@ _NEGLIGIBLE = 1e-40
 #: outcomes with both masses below this are split (upper) or dropped (lower): keeps the PLD
 #: engine's rounding charge (proportional to the largest |log mass|) small
 _TRIM = 1e-22
+#: outcomes of the several-participations lower pair whose likelihood-ratio band reaches above
+#: this are dropped (keeps the error terms weighted by the band small)
+_BAND_CAP = 1e8
 #: P(Y <= y_lo) for the lowest grid point of the summands
 _LOW_TAIL = 1e-20
 #: relative margin for normalising and converting to double (a division in long double and a
@@ -189,13 +229,15 @@ def _check_protocol(noise_multiplier, steps_per_epoch) -> tuple[float, int]:
     return sigma, t
 
 
-def epoch_loss_scale(noise_multiplier: float, steps_per_epoch: int) -> float:
+def epoch_loss_scale(noise_multiplier: float, steps_per_epoch: int,
+                     checkin_probability: float = 1.0) -> float:
     """Rough standard deviation of one epoch's privacy loss, used only to size grids:
-    ``sqrt((e^(1/sigma^2) - 1) / t)`` (the chi-square divergence of Poisson sampling at rate 1/t
-    summed over t steps; Mironov, Talwar, Zhang 2019, Sec. 3), at most ``1/sigma``."""
+    ``p sqrt((e^(1/sigma^2) - 1) / t)`` (the chi-square divergence of Poisson sampling at rate
+    ``p/t`` summed over t steps; Mironov, Talwar, Zhang 2019, Sec. 3), at most ``1/sigma``."""
     sigma, t = _check_protocol(noise_multiplier, steps_per_epoch)
+    p = check_probability("checkin_probability", checkin_probability)
     chi2 = math.expm1(min(_inv_sq(sigma), 700.0))
-    return min(1.0 / sigma, math.sqrt(chi2 / t))
+    return min(1.0 / sigma, p * math.sqrt(chi2 / t))
 
 
 def default_summand_step(noise_multiplier: float, steps_per_epoch: int,
@@ -674,6 +716,19 @@ def _finish_lower(p: np.ndarray, q: np.ndarray, keep: np.ndarray, up: float, dow
     return AllocationPair("lower", pairs, certs, support[keep])
 
 
+def _mixed_upper(ratio: np.ndarray, p_only: float, q_only: float, ratio_rel: float,
+                 checkin: float) -> tuple[np.ndarray, float, float]:
+    """The upper pair of check-in probability ``p``: ratios ``(1 - p) + p a s``, the P-mass of
+    the split outcomes ``(1 - p) Q-mass + p P-mass`` (both bounds), and the relative error of the
+    computed ratios (two non-negative terms, a product and a sum: ``4 u`` more).  The identity
+    for ``p = 1`` (module docstring, "Check-in probability")."""
+    if checkin >= 1.0:
+        return ratio, p_only, ratio_rel
+    mixed = (1.0 - checkin) + checkin * ratio
+    return (mixed, ((1.0 - checkin) * q_only + checkin * p_only) * (1 + 4 * _U),
+            ratio_rel + 4 * _U)
+
+
 def _ratio_error(s: float) -> float:
     """Relative error bound of the computed ``a x = exp(-s^2/2) / t * x`` against the exact value
     for ``s = 1/sigma``: ``s^2`` is within 2 ulps, so the exponent is off by ``s^2 u``, plus the
@@ -707,7 +762,7 @@ def _uniform_cells(s: float, h: float, k0: int, k1: int) -> _Cells:
 
 
 def _upper_fft(sigma: float, t: int, h: float, k0: int, k1: int, tail: float,
-               memory_limit: int, cells: _Cells) -> AllocationPair:
+               memory_limit: int, cells: _Cells, checkin: float = 1.0) -> AllocationPair:
     """Dominating pair by FFT powers on the grid ``k h``, ``k0 <= k <= k1`` (module docstring)."""
     s = 1.0 / sigma
     a = math.exp(-s * s / 2) / t
@@ -741,15 +796,25 @@ def _upper_fft(sigma: float, t: int, h: float, k0: int, k1: int, tail: float,
         log_moment = math.log(t) + mgf(lam, True) + (t - 1) * mgf(lam) - lam * (w_hi + 1)
         p_above = a * h * (t * k0 * above + math.exp(min(log_moment, 0.0))) * (1 + 1e-9)
     p_below = a * h * (t * k0 + w_lo) * below * (1 + 1e-9)
-    ratio = a * support
+    ratio, p_only, ratio_rel = _mixed_upper(a * support, p_trunc + p_above + p_below,
+                                            q_trunc + above + below, _ratio_error(s), checkin)
     remove_error = _weighted(ratio * (1 + 8 * _U), l1, l2)
-    return _finish_upper(q, ratio, p_trunc + p_above + p_below, q_trunc + above + below, l1,
-                         remove_error, support, _ratio_error(s))
+    return _finish_upper(q, ratio, p_only, q_trunc + above + below, l1, remove_error, support,
+                         ratio_rel)
 
 
 def _lower_fft(sigma: float, t: int, h: float, k0: int, k1: int, tail: float,
-               memory_limit: int, cells: _Cells) -> AllocationPair:
-    """Dominated pair of the rounded-down sum ``R`` by FFT powers (module docstring)."""
+               memory_limit: int, cells: _Cells, checkin: float = 1.0,
+               participations: int = 1) -> AllocationPair:
+    """Dominated pair of the rounded-down sum ``R`` by FFT powers (module docstring).
+
+    ``participations = k > 1`` (with ``p = 1``): the example is in ``k`` distinct uniform steps,
+    so under P ``k`` summands are shifted; the likelihood ratio of the full output is
+    ``e_k(a' Y) / C(t, k)`` (elementary symmetric polynomial, ``a' = a t``), at most ``(a S)^k``
+    by Maclaurin's inequality, so the band on the outcome ``R`` is ``[0, (a (R + t h))^k]``.
+    With no positive lower end the add direction gets no lower bound, and outcomes whose band
+    exceeds ``_BAND_CAP`` are dropped (module docstring, "Several participations")."""
+    k = participations
     s = 1.0 / sigma
     a = math.exp(-s * s / 2) / t
     plain, special_ = cells.plain, cells.shifted
@@ -760,18 +825,18 @@ def _lower_fft(sigma: float, t: int, h: float, k0: int, k1: int, tail: float,
     mgf_q, mgf_s = _LogMGF(plain), _LogMGF(special_)
     top = t * (n - 1)
     wq = _chernoff_window([(mgf_q, t)], tail, top)
-    wp = _chernoff_window([(mgf_s, 1), (mgf_q, t - 1)], tail, top)
+    wp = _chernoff_window([(mgf_s, k), (mgf_q, t - k)], tail, top)
     w_lo, w_hi = min(wq[0], wp[0]), max(wq[1], wp[1])
     size = _fft_size(w_hi - w_lo + 1, memory_limit,
                      f"random allocation at noise_multiplier={sigma:g}, steps_per_epoch={t}")
     spec_q, spec_s = _spectrum(plain, size), _spectrum(special_, size)
     half = size // 2 + 1
     prod = _Product(half)
-    if t > 1:
-        power, mults = _power(spec_q.y, t - 1)
-        prod = prod.times(spec_q, t - 1, power, mults)
-    xq, l1q, l2q = _inverse(prod.times(spec_q, 1), size)
-    xp, l1p, l2p = _inverse(prod.times(spec_s, 1), size)
+    if t > k:
+        power, mults = _power(spec_q.y, t - k)
+        prod = prod.times(spec_q, t - k, power, mults)
+    xq, l1q, l2q = _inverse(prod.times(spec_q, k), size)
+    xp, l1p, l2p = _inverse(prod.times(spec_s, k), size)
     # distance to the exact (unfolded) window values: rounding plus the mass folded in (which
     # also bounds its l2 norm)
     eps_q, e2_q = l1q + wq[2] + wq[3], l2q + wq[2] + wq[3]
@@ -787,31 +852,52 @@ def _lower_fft(sigma: float, t: int, h: float, k0: int, k1: int, tail: float,
     # exact band of dP/dQ on the outcome R: [a R, a (R + t h)]; the convolutions of the stored
     # masses have ratios within (up / down) of it, and the projection endpoints are widened by a
     # few ulps so that the computed interval contains the exact one
-    factor = up / down * (1 + 8 * _U + 2 * _ratio_error(s))
-    lo = (a * support / factor * (1 - 8 * _U)).astype(_LD)
-    hi_d = a * (support + t * h) * factor * (1 + 8 * _U)
+    factor = up / down * (1 + 8 * _U + 2 * k * _ratio_error(s))
+    if k == 1:
+        lo = (a * support / factor * (1 - 8 * _U)).astype(_LD)
+        hi_d = a * (support + t * h) * factor * (1 + 8 * _U)
+    else:
+        lo = np.zeros(len(support), dtype=_LD)
+        with np.errstate(over="ignore", divide="ignore"):
+            hi_d = np.exp(np.minimum(k * np.log(a * (support + t * h)), 700.0)) * factor * (
+                1 + 8 * (k + 1) * _U)
     hi = hi_d.astype(_LD)
     p = np.clip(p, lo * q, hi * q)
     hi_d = hi_d * (1 + 8 * _U)
+    if checkin < 1.0:  # P_p = (1 - p) Q + p P on every outcome (module docstring)
+        p = _LD(1.0 - checkin) * q + _LD(checkin) * p
     # drop: R = 0 (no lower end of the band), a negligible low prefix, negligible outcomes; the
     # hybrid argument runs over the kept outcomes only (module docstring)
     cumulative = np.cumsum(q.astype(float))
     keep = (index > 0) & (cumulative > 1e-25) & (np.maximum(p, q) >= _TRIM)
+    if k > 1:
+        keep &= hi_d <= _BAND_CAP
     if not np.any(keep):
         keep = index > 0
     hi_k = hi_d[keep]
     # after the projection |p - C_P| <= |f_P - C_P| + hi |q - C_Q| entrywise
     eps_pp = eps_p + _weighted(hi_k, eps_q, e2_q)
     e2_pp = e2_p + float(np.max(hi_k)) * e2_q
+    alpha = a * support[keep] * (1 - 8 * _U) if k == 1 else np.ones(int(np.sum(keep)))
+    if checkin < 1.0:
+        # the mixed vector is within (1 - p) |q - C_Q| + p |p - C_P| of its exact counterpart,
+        # and its ratios lie in the mixed band [(1 - p) + p lo, (1 - p) + p hi]
+        eps_pp = ((1 - checkin) * eps_q + checkin * eps_pp) * (1 + 8 * _U)
+        e2_pp = ((1 - checkin) * e2_q + checkin * e2_pp) * (1 + 8 * _U)
+        hi_k = ((1 - checkin) + checkin * hi_k) * (1 + 8 * _U)
+        alpha = ((1 - checkin) + checkin * alpha) * (1 - 8 * _U)
     # remove: sum (|dA| + 2 rho |dB|), the computed ratio rho <= hi (over up / down <= 1);
     # add: first = Q, the computed ratio Q/P at most 1 / alpha, alpha = a R (module docstring)
     remove_extra = eps_pp + 2 * _weighted(hi_k, eps_q, e2_q) / down
-    inv_alpha = (1 + 1e-9) / (a * support[keep] * (1 - 8 * _U))
+    inv_alpha = (1 + 1e-9) / alpha
     add_extra = eps_q + 2 * _weighted(inv_alpha, eps_pp, e2_pp) / down
-    growth_p = float(np.sum(p)) / up + eps_p + 1e-12
+    growth_p = float(np.sum(p)) / up + eps_pp + 1e-12
     growth_q = float(np.sum(q)) / up + eps_q + 1e-12
-    return _finish_lower(p, q, keep, up, down, remove_extra, add_extra, max(1.0, growth_p),
+    pair = _finish_lower(p, q, keep, up, down, remove_extra, add_extra, max(1.0, growth_p),
                          max(1.0, growth_q), support)
+    if k > 1:  # no lower end of the band: no add-direction lower bound
+        pair.slack["add"] = _NONE
+    return pair
 
 
 # -- direct summation on geometric grids -------------------------------------------------------
@@ -1018,8 +1104,8 @@ def _contract_sum_fast(m1, mo1, m2, mo2, table: _SumTable) -> tuple[np.ndarray, 
     return mass, moment, 2 * terms + 3
 
 
-def _geometric_pairs(sigma: float, t: int, cells: int, log_y_max: float, lower: bool = True
-                     ) -> tuple[AllocationPair, AllocationPair | None]:
+def _geometric_pairs(sigma: float, t: int, cells: int, log_y_max: float, lower: bool = True,
+                     checkin: float = 1.0) -> tuple[AllocationPair, AllocationPair | None]:
     """Both pairs by direct summation on geometric grids (few steps per epoch or heavy tails,
     where a uniform grid would need too many cells).
 
@@ -1100,9 +1186,9 @@ def _geometric_pairs(sigma: float, t: int, cells: int, log_y_max: float, lower: 
     up_law = _self_sum(_Law(base, spread), t, combine_up)
     q = up_law.m.astype(_LD) / _LD(1 - up_law.lam) * _LD(1 + 4 * _U)
     q_lost, p_lost = up_law.lost, up_law.lost_p
-    ratio = a * up_law.x
-    upper = _finish_upper(q, ratio, p_trunc + p_lost, q_trunc + q_lost, 0.0, 0.0, up_law.x,
-                          ratio_rel)
+    ratio, p_only, mixed_rel = _mixed_upper(a * up_law.x, p_trunc + p_lost, q_trunc + q_lost,
+                                            ratio_rel, checkin)
+    upper = _finish_upper(q, ratio, p_only, q_trunc + q_lost, 0.0, 0.0, up_law.x, mixed_rel)
     if not lower:
         return upper, None
 
@@ -1130,7 +1216,7 @@ def _geometric_pairs(sigma: float, t: int, cells: int, log_y_max: float, lower: 
                                 _cell_accuracy(s * s, s, edges))[good], initial=_REL_MASS))
     if single:
         return upper, _geometric_lower_fast(a, base, mass, partial, good, r, t, table,
-                                            ratio_rel)
+                                            ratio_rel, checkin)
     bary = _Law(partial[good] / mass[good], mass[good], rel=r, pos=2 * r + 3 * _U)
     dn_law = _self_sum(bary, t, combine_down)
     x = dn_law.x.astype(_LD)
@@ -1138,6 +1224,9 @@ def _geometric_pairs(sigma: float, t: int, cells: int, log_y_max: float, lower: 
     p = _LD(a) * x * m
     # p = a x m is within (1 + rel)(1 + pos)(1 + ratio_rel)(1 + 2 u) of P* = a x* m*, m of m*
     rho = (1 + dn_law.rel) * (1 + dn_law.pos) * (1 + ratio_rel) * (1 + 4 * _U) - 1
+    if checkin < 1.0:  # (1 - p) m + p a x m: a sum of two terms each within rho, rounded
+        p = _LD(1.0 - checkin) * m + _LD(checkin) * p
+        rho = rho * (1 + 1e-12) + 8 * _U
     keep = np.maximum(p, m) >= _TRIM
     lower_pair = _finish_lower(p, m, keep, 1 + rho, 1 - rho, 0.0, 0.0, 1 + rho, 1 + rho,
                                dn_law.x)
@@ -1146,7 +1235,7 @@ def _geometric_pairs(sigma: float, t: int, cells: int, log_y_max: float, lower: 
 
 def _geometric_lower_fast(a: float, base: np.ndarray, mass: np.ndarray, partial: np.ndarray,
                           good: np.ndarray, r: float, t: int, table: _SumTable,
-                          ratio_rel: float) -> AllocationPair:
+                          ratio_rel: float, checkin: float = 1.0) -> AllocationPair:
     """Dominated pair of the geometric route on the single grid: the outcome is a deterministic
     merge of the summands' grid cells (:func:`_contract_sum_fast`), so its exact Q-mass and
     P-mass ``a E_Q[S; outcome]`` are sums of products of the cells' masses and partial means;
@@ -1180,6 +1269,9 @@ def _geometric_lower_fast(a: float, base: np.ndarray, mass: np.ndarray, partial:
     q = m.astype(_LD)
     p = _LD(a) * mo.astype(_LD)
     rho = max(rel, (1 + rel_m) * (1 + ratio_rel) * (1 + 2 * _U) - 1)
+    if checkin < 1.0:  # (1 - p) m + p a mo: a sum of two terms each within rho, rounded
+        p = _LD(1.0 - checkin) * q + _LD(checkin) * p
+        rho = rho * (1 + 1e-12) + 8 * _U
     keep = (np.maximum(p, q) >= _TRIM) & (m > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         support = np.where(m > 0, mo / np.where(m > 0, m, 1.0), 0.0)
@@ -1212,10 +1304,12 @@ def _summands_fit(sigma: float, t: int, truncation_mass: float = 1e-14) -> bool:
 def allocation_pairs(noise_multiplier: float, steps_per_epoch: int, *, method: str = "auto",
                      summand_step: float | None = None, geometric_cells: int = 2000,
                      truncation_mass: float = 1e-14, tail_mass: float = 1e-24,
-                     memory_limit: int = 1 << 30, lower: bool = True
+                     memory_limit: int = 1 << 30, lower: bool = True,
+                     checkin_probability: float = 1.0
                      ) -> tuple[AllocationPair, AllocationPair | None]:
     """The (dominating, dominated) discrete pairs of one random-allocation epoch, with their
-    certificates (:class:`AllocationPair`).
+    certificates (:class:`AllocationPair`).  ``checkin_probability`` ``p`` in (0, 1]: every
+    example takes part with probability ``p`` (module docstring, "Check-in probability").
 
     ``method="fft"`` sums the summands on a uniform grid of step ``summand_step`` (default
     :func:`default_summand_step`) by FFT powers in long double; ``"geometric"`` sums them directly
@@ -1228,11 +1322,62 @@ def allocation_pairs(noise_multiplier: float, steps_per_epoch: int, *, method: s
     summands' range.  ``lower=False`` skips the dominated pair (returned as ``None``).
     """
     sigma, t = _check_protocol(noise_multiplier, steps_per_epoch)
+    checkin = check_probability("checkin_probability", checkin_probability)
     truncation_mass = check_open_unit("truncation_mass", truncation_mass)
     tail_mass = check_open_unit("tail_mass", tail_mass)
     if method not in ("auto", "fft", "geometric"):
         raise ParameterError("method", method, "'auto', 'fft' or 'geometric'")
     geometric_cells = check_count("geometric_cells", geometric_cells, minimum=16)
+    method, h, k0, k1, log_y_max = _summand_grid(sigma, t, method, summand_step, truncation_mass)
+    cells = k1 - k0
+    if method == "geometric":
+        if 48 * geometric_cells * (geometric_cells + 64) > memory_limit:
+            raise NumericalError(f"geometric_cells={geometric_cells} needs more memory than "
+                                 f"memory_limit={memory_limit}", "use fewer cells or raise "
+                                 "memory_limit")
+        return _geometric_pairs(sigma, t, geometric_cells, log_y_max, lower, checkin)
+    _check_cells(sigma, t, cells, memory_limit)
+    grid = _uniform_cells(1.0 / sigma, h, k0, k1)
+    return (_upper_fft(sigma, t, h, k0, k1, tail_mass, memory_limit, grid, checkin),
+            _lower_fft(sigma, t, h, k0, k1, tail_mass, memory_limit, grid, checkin)
+            if lower else None)
+
+
+def sum_observation_lower_pair(noise_multiplier: float, steps_per_epoch: int,
+                               participations: int, *, summand_step: float | None = None,
+                               truncation_mass: float = 1e-14, tail_mass: float = 1e-24,
+                               memory_limit: int = 1 << 30) -> AllocationPair:
+    """A pair dominated by one epoch of ``k``-out-of-``t`` random allocation (each example in
+    ``participations = k`` distinct uniformly random steps): the law of the rounded-down sum
+    ``R`` of the ``t`` summands under P (``k`` of them shifted) and under Q, by FFT powers
+    (module docstring, "Several participations").  Only its remove direction carries a lower
+    bound.  ``k = 1`` gives the dominated pair of :func:`allocation_pairs`."""
+    sigma, t = _check_protocol(noise_multiplier, steps_per_epoch)
+    k = check_count("participations", participations, minimum=1)
+    if k > t:
+        raise ParameterError("participations", k, f"<= steps_per_epoch={t}")
+    truncation_mass = check_open_unit("truncation_mass", truncation_mass)
+    tail_mass = check_open_unit("tail_mass", tail_mass)
+    _, h, k0, k1, _ = _summand_grid(sigma, t, "fft", summand_step, truncation_mass)
+    _check_cells(sigma, t, k1 - k0, memory_limit)
+    grid = _uniform_cells(1.0 / sigma, h, k0, k1)
+    return _lower_fft(sigma, t, h, k0, k1, tail_mass, memory_limit, grid, 1.0, k)
+
+
+def _check_cells(sigma: float, t: int, cells: int, memory_limit: int) -> None:
+    max_cells = memory_limit // (8 * 12)
+    if cells > max_cells:
+        raise NumericalError(
+            f"random allocation at noise_multiplier={sigma:g}, steps_per_epoch={t} needs "
+            f"{float(cells):.3g} grid cells for one summand (memory limit allows {max_cells:,})",
+            "use method='geometric', a larger summand_step or truncation_mass, or raise "
+            "memory_limit")
+
+
+def _summand_grid(sigma: float, t: int, method: str, summand_step: float | None,
+                  truncation_mass: float) -> tuple[str, float, int, int, float]:
+    """The summation route and the summand grid ``k h``, ``k0 <= k <= k1``: ``(method, h, k0,
+    k1, log y_max)`` (:func:`allocation_pairs`)."""
     h = (default_summand_step(sigma, t) if summand_step is None
          else check_positive("summand_step", summand_step))
     s = 1.0 / sigma
@@ -1258,23 +1403,7 @@ def allocation_pairs(noise_multiplier: float, steps_per_epoch: int, *, method: s
             h = min(h, (y_max - k0 * h) / (FFT_SMALL_GRID // 2))
             k1 = math.ceil(y_max / h)
             k0 = min(math.floor(math.exp(s * float(special.ndtri(_LOW_TAIL))) / h), k1 - 1)
-            cells = k1 - k0
-    if method == "geometric":
-        if 48 * geometric_cells * (geometric_cells + 64) > memory_limit:
-            raise NumericalError(f"geometric_cells={geometric_cells} needs more memory than "
-                                 f"memory_limit={memory_limit}", "use fewer cells or raise "
-                                 "memory_limit")
-        return _geometric_pairs(sigma, t, geometric_cells, log_y_max, lower)
-    max_cells = memory_limit // (8 * 12)
-    if cells > max_cells:
-        raise NumericalError(
-            f"random allocation at noise_multiplier={sigma:g}, steps_per_epoch={t} needs "
-            f"{float(cells):.3g} grid cells for one summand (memory limit allows {max_cells:,})",
-            "use method='geometric', a larger summand_step or truncation_mass, or raise "
-            "memory_limit")
-    grid = _uniform_cells(s, h, k0, k1)
-    return (_upper_fft(sigma, t, h, k0, k1, tail_mass, memory_limit, grid),
-            _lower_fft(sigma, t, h, k0, k1, tail_mass, memory_limit, grid) if lower else None)
+    return method, h, k0, k1, log_y_max
 
 
 # -- closed-form Gaussian bounds ----------------------------------------------------------------
@@ -1311,22 +1440,45 @@ def _gaussian_delta_lower(mu: float, epsilon: float) -> float:
     return max(0.0, math.exp(log_cdf) * (1 - ratio) * (1 - 1e-10))
 
 
-def _gaussian_epsilon_bounds(mu: float, delta: float, shift: float) -> Bounds:
+def _gaussian_epsilon_bounds(mu: float, delta: float, shift: float,
+                             log_weight: float = 0.0) -> Bounds:
     """Closed-form bounds for an allocation composition dominated by ``N(mu, 1)`` vs ``N(0, 1)``
-    whose remove direction is at least that Gaussian's profile shifted by ``shift`` (module
-    docstring): ``[eps_lower(delta) - shift, eps_upper(delta)]``, found by bisection.  Valid
-    whatever the bisection does: the upper end satisfies ``delta_upper(eps) <= delta`` and the
-    lower end ``delta_lower(eps) > delta`` (delta is non-increasing in eps)."""
+    whose remove direction is at least ``e^log_weight`` times that Gaussian's profile shifted by
+    ``shift`` (module docstring): ``[eps_lower(delta e^-log_weight) - shift, eps_upper(delta)]``,
+    found by bisection.  Valid whatever the bisection does: the upper end satisfies
+    ``delta_upper(eps) <= delta`` and the lower end ``e^log_weight delta_lower(eps) > delta``
+    (delta is non-increasing in eps)."""
+    upper = _gaussian_epsilon_upper(mu, delta)
+    target = delta * _exp(-log_weight) * (1 + 8 * _U) if log_weight < 0 else delta
+    if target >= 1.0 or (mu <= _MU_CAP and not math.isfinite(upper)):
+        return Bounds(0.0, upper)
     if not mu <= _MU_CAP:  # noise below 1e-150: no finite upper bound in double
         mu_l = _MU_CAP
         lo, hi = 0.0, mu_l * (mu_l / 2 + 40.0)
         for _ in range(100):
             mid = 0.5 * (lo + hi)
-            if _gaussian_delta_lower(mu_l, mid) > delta:
+            if _gaussian_delta_lower(mu_l, mid) > target:
                 lo = mid
             else:
                 hi = mid
         return Bounds(max(0.0, lo - shift), math.inf)
+    if _gaussian_delta_lower(mu, 0.0) <= target:
+        return Bounds(0.0, upper)
+    lo, hi = 0.0, max(upper, 1e-300)
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if _gaussian_delta_lower(mu, mid) > target:
+            lo = mid
+        else:
+            hi = mid
+    return Bounds(min(max(0.0, lo - shift), upper), upper)
+
+
+def _gaussian_epsilon_upper(mu: float, delta: float) -> float:
+    """The smallest epsilon (to bisection accuracy, rounded up) with ``delta_upper(eps) <=
+    delta`` (:func:`_gaussian_delta_upper`); inf where none is resolved."""
+    if not mu <= _MU_CAP:
+        return math.inf
     # Phi(a) <= delta at this eps, so the (smaller) upper bound is <= delta there too
     hi = max(0.0, mu * (mu / 2 + float(-special.ndtri(delta))))
     step = max(1e-12 * hi, 1e-12)
@@ -1338,7 +1490,7 @@ def _gaussian_epsilon_bounds(mu: float, delta: float, shift: float) -> Bounds:
     else:
         hi = math.inf  # delta below what the bound resolves (about 1e-300): no finite epsilon
     if not math.isfinite(hi):
-        return Bounds(0.0, math.inf)
+        return math.inf
     lo = 0.0
     if _gaussian_delta_upper(mu, 0.0) > delta:
         for _ in range(100):
@@ -1349,17 +1501,7 @@ def _gaussian_epsilon_bounds(mu: float, delta: float, shift: float) -> Bounds:
                 lo = mid
     else:
         hi = 0.0
-    upper = hi
-    if _gaussian_delta_lower(mu, 0.0) <= delta:
-        return Bounds(0.0, upper)
-    lo, hi = 0.0, max(upper, 1e-300)
-    for _ in range(100):
-        mid = 0.5 * (lo + hi)
-        if _gaussian_delta_lower(mu, mid) > delta:
-            lo = mid
-        else:
-            hi = mid
-    return Bounds(min(max(0.0, lo - shift), upper), upper)
+    return hi
 
 
 # -- the composed PLD with certificates ---------------------------------------------------------
@@ -1391,14 +1533,17 @@ class AllocationPLD:
     ``exp(L) H(eps + shift) + A`` (upper) and at least ``exp(L) H(eps + shift) - A`` (lower) in
     terms of the PLD's certified bounds ``H``.  ``gaussian_mu2`` (sum of ``1/sigma^2``) and
     ``log_t`` (sum of ``log t``) over the epochs give the Gaussian bounds of the module
-    docstring, used where they are tighter and where the composed loss is beyond the PLD grid.
+    docstring, used where they are tighter and where the composed loss is beyond the PLD grid;
+    ``log_weight`` (sum of ``log p`` over the epochs, 0 for ``p = 1``) weights the Gaussian lower
+    bound (module docstring, "Check-in probability").
     Epochs are built lazily, on the first query that needs the PLD engine.  Queries return
     :class:`~dpplugins.pld.Bounds` for the maximum over both directions.
     """
 
     def __init__(self, plds: dict | None, upper_slack: dict | None, lower_slack: dict | None, *,
                  has_lower: bool = True, gaussian_mu2: float = 0.0, log_t: float = 0.0,
-                 engine: bool | None = None, lazy: "_Lazy | None" = None) -> None:
+                 engine: bool | None = None, lazy: "_Lazy | None" = None,
+                 log_weight: float = 0.0) -> None:
         #: the parts ``(plds, upper_slack, lower_slack)``, built on first use
         self._parts = lazy if lazy is not None else _Lazy(lambda: (plds, upper_slack,
                                                                     lower_slack))
@@ -1408,6 +1553,7 @@ class AllocationPLD:
         self.has_lower = has_lower
         self.gaussian_mu2 = gaussian_mu2
         self.log_t = log_t
+        self.log_weight = log_weight
 
     @property
     def plds(self) -> dict | None:
@@ -1428,7 +1574,9 @@ class AllocationPLD:
                              has_lower=self.has_lower and (other is None or other.has_lower),
                              gaussian_mu2=count * self.gaussian_mu2
                              + (other.gaussian_mu2 if other is not None else 0.0),
-                             log_t=count * self.log_t + (other.log_t if other is not None else 0.0))
+                             log_t=count * self.log_t + (other.log_t if other is not None else 0.0),
+                             log_weight=count * self.log_weight
+                             + (other.log_weight if other is not None else 0.0))
 
     def compose(self, other: "AllocationPLD") -> "AllocationPLD":
         """Both compositions, certificates added."""
@@ -1485,7 +1633,8 @@ class AllocationPLD:
     def _gaussian_delta(self, epsilon: float) -> Bounds:
         mu = self._mu()
         upper = _gaussian_delta_upper(mu, epsilon)
-        lower = _gaussian_delta_lower(mu, epsilon + self.log_t) if self.has_lower else 0.0
+        lower = (_exp(self.log_weight) * _gaussian_delta_lower(mu, epsilon + self.log_t)
+                 * (1 - 8 * _U) if self.has_lower else 0.0)
         return Bounds(min(lower, upper), upper)
 
     def delta_for_epsilon(self, epsilon: float) -> Bounds:
@@ -1530,7 +1679,7 @@ class AllocationPLD:
         maximum over directions of each direction's bounds, intersected with the Gaussian
         bounds of the module docstring."""
         delta = check_open_unit("delta", delta)
-        gauss = _gaussian_epsilon_bounds(self._mu(), delta, self.log_t)
+        gauss = _gaussian_epsilon_bounds(self._mu(), delta, self.log_t, self.log_weight)
         if not self.has_lower:
             gauss = Bounds(0.0, gauss.upper)
         if self._closed_form():
@@ -1549,16 +1698,17 @@ class AllocationPLD:
 
 
 def _gaussian_epoch(sigma: float, t: int, h_loss: float, *, tail_mass: float, memory_limit: int,
-                    lower: bool) -> AllocationPLD:
+                    lower: bool, checkin: float = 1.0) -> AllocationPLD:
     """An epoch accounted by the Gaussian mechanism (module docstring, "Small and large noise"):
-    exact for ``t = 1``; for ``t > 1`` the upper bound is the Gaussian's and the remove direction's
-    lower bound the Gaussian's shifted by ``log t``.  Where the Gaussian loss exceeds the PLD grid
-    no PLD is built (closed form only)."""
+    exact for ``t = 1`` and ``p = 1``; otherwise the upper bound is the Gaussian's and the remove
+    direction's lower bound ``p`` times the Gaussian's shifted by ``log(t / p)``.  Where the
+    Gaussian loss exceeds the PLD grid no PLD is built (closed form only)."""
     mu2 = _inv_sq(sigma)
     exact = {d: _EXACT for d in ("remove", "add")}
     engine = mu2 / 2 + 10 * math.sqrt(mu2) <= _ENGINE_LOSS
-    lower_cert = dict(exact) if t == 1 else {"remove": _Cert(0.0, math.log(t), 0.0, 0.0),
-                                             "add": _NONE}
+    log_p = math.log(checkin)
+    lower_cert = (dict(exact) if t == 1 and checkin == 1.0
+                  else {"remove": _Cert(log_p, math.log(t) - log_p, 0.0, 0.0), "add": _NONE})
 
     def build():
         if not engine:
@@ -1568,21 +1718,22 @@ def _gaussian_epoch(sigma: float, t: int, h_loss: float, *, tail_mass: float, me
             memory_limit=memory_limit)
         return {"remove": one, "add": one}, exact, lower_cert
     return AllocationPLD(None, None, None, lazy=_Lazy(build), engine=engine, has_lower=lower,
-                         gaussian_mu2=mu2, log_t=math.log(t))
+                         gaussian_mu2=mu2, log_t=math.log(t) - log_p, log_weight=log_p)
 
 
 def _epoch_pld(sigma: float, t: int, h_loss: float, *, method: str, summand_step,
                geometric_cells: int, tail_mass: float, memory_limit: int,
-               lower: bool = True) -> AllocationPLD:
-    description = f"random allocation, sigma={sigma:g}, {t} steps/epoch"
-    if t == 1 or not _summands_fit(sigma, t) or sigma > _HUGE_SIGMA:
+               lower: bool = True, checkin: float = 1.0) -> AllocationPLD:
+    description = f"random allocation, sigma={sigma:g}, {t} steps/epoch, p={checkin:g}"
+    if (t == 1 and checkin == 1.0) or not _summands_fit(sigma, t) or sigma > _HUGE_SIGMA:
         return _gaussian_epoch(sigma, t, h_loss, tail_mass=tail_mass, memory_limit=memory_limit,
-                               lower=lower)
+                               lower=lower, checkin=checkin)
 
     def build():
         upper, dominated = allocation_pairs(sigma, t, method=method, summand_step=summand_step,
                                             geometric_cells=geometric_cells,
-                                            memory_limit=memory_limit, lower=lower)
+                                            memory_limit=memory_limit, lower=lower,
+                                            checkin_probability=checkin)
         # without the dominated pair the upper one stands in for it; its "lower" bounds are
         # unused
         stand_in = dominated if dominated is not None else upper
@@ -1602,23 +1753,30 @@ def _epoch_pld(sigma: float, t: int, h_loss: float, *, method: str, summand_step
     check_count("geometric_cells", geometric_cells, minimum=16)
     if summand_step is not None:
         check_positive("summand_step", summand_step)
+    log_p = math.log(checkin)
     return AllocationPLD(None, None, None, lazy=_Lazy(build), engine=True, has_lower=lower,
-                         gaussian_mu2=_inv_sq(sigma), log_t=math.log(t))
+                         gaussian_mu2=_inv_sq(sigma), log_t=math.log(t) - log_p,
+                         log_weight=log_p)
 
 
-def default_loss_step(noise_multiplier: float, steps_per_epoch: int) -> float:
+def default_loss_step(noise_multiplier: float, steps_per_epoch: int,
+                      checkin_probability: float = 1.0) -> float:
     """Default PLD grid step: a 40th of :func:`epoch_loss_scale`, at most 1e-2 and at least 1e-13
     (below, ``1 - e^-h`` is not representable next to 1 and the PLD grid's tangent construction
     cannot start; such noise, ``sigma`` above about 1e10, has epsilon below 1e-12 anyway)."""
-    return max(min(epoch_loss_scale(noise_multiplier, steps_per_epoch) / 40.0, 1e-2), 1e-13)
+    scale = epoch_loss_scale(noise_multiplier, steps_per_epoch, checkin_probability)
+    return max(min(scale / 40.0, 1e-2), 1e-13)
 
 
 def random_allocation_pld(noise_multiplier: float, steps_per_epoch: int, epochs: int = 1, *,
                           value_discretization_interval: float | None = None,
                           method: str = "auto", summand_step: float | None = None,
                           geometric_cells: int = 2000, tail_mass: float = 1e-15,
-                          memory_limit: int = 1 << 30, lower: bool = True) -> AllocationPLD:
-    """Certified PLD of ``epochs`` epochs of random-allocation DP-SGD (add/remove neighbours).
+                          memory_limit: int = 1 << 30, lower: bool = True,
+                          checkin_probability: float = 1.0) -> AllocationPLD:
+    """Certified PLD of ``epochs`` epochs of random-allocation DP-SGD (add/remove neighbours),
+    each example taking part in an epoch with probability ``checkin_probability`` (module
+    docstring, "Check-in probability"; ``1`` is random allocation).
 
     One epoch with one step (``t = 1``) is exactly the Gaussian mechanism with sensitivity 1 and
     is built as such; so is an epoch whose noise is too small for the summands' range or above
@@ -1628,12 +1786,13 @@ def random_allocation_pld(noise_multiplier: float, steps_per_epoch: int, epochs:
     bounds are then reported as 0).
     """
     sigma, t = _check_protocol(noise_multiplier, steps_per_epoch)
+    checkin = check_probability("checkin_probability", checkin_probability)
     epochs = check_count("epochs", epochs, minimum=1)
-    h_loss = (default_loss_step(sigma, t) if value_discretization_interval is None
+    h_loss = (default_loss_step(sigma, t, checkin) if value_discretization_interval is None
               else check_positive("value_discretization_interval", value_discretization_interval))
     one = _epoch_pld(sigma, t, h_loss, method=method, summand_step=summand_step,
                      geometric_cells=geometric_cells, tail_mass=tail_mass,
-                     memory_limit=memory_limit, lower=lower)
+                     memory_limit=memory_limit, lower=lower, checkin=checkin)
     return one.self_compose(epochs)
 
 
@@ -1658,7 +1817,8 @@ def _log_sum_exp_rows(g: np.ndarray) -> np.ndarray:
 def monte_carlo_delta(noise_multiplier: float, steps_per_epoch: int, epsilon: float, *,
                       epochs: int = 1, direction: str = "remove", samples: int = 100_000,
                       tilt: float = 0.0, seed: int | None = None, z: float = 3.09,
-                      chunk: int = 4096) -> MonteCarloEstimate:
+                      chunk: int = 4096, checkin_probability: float = 1.0
+                      ) -> MonteCarloEstimate:
     """Importance-sampling estimate of one direction's ``delta(epsilon)`` (an *estimate*).
 
     Draws the Gaussian outputs of the dominating pair directly (independent of the FFT code):
@@ -1671,6 +1831,10 @@ def monte_carlo_delta(noise_multiplier: float, steps_per_epoch: int, epsilon: fl
     shift coordinate 0 and weight by ``dP/dR = sum_j e^(g_j - s^2/2) / sum_j
     e^((m g_j - m^2/2) / s^2)``, which stays bounded where the loss is large.  ``tilt = 0`` is
     plain Monte Carlo.  ``upper_confidence`` adds ``z`` standard errors.
+
+    ``checkin_probability`` ``p < 1``: the loss of an epoch is ``log((1 - p) + p a S)`` and under
+    P the example is present in an epoch with probability ``p`` (plain Monte Carlo only: ``tilt``
+    must be 0).
     """
     sigma, t = _check_protocol(noise_multiplier, steps_per_epoch)
     epsilon = check_nonnegative("epsilon", epsilon)
@@ -1679,6 +1843,9 @@ def monte_carlo_delta(noise_multiplier: float, steps_per_epoch: int, epsilon: fl
     tilt = check_nonnegative("tilt", tilt)
     if direction not in ("remove", "add"):
         raise ParameterError("direction", direction, "'remove' or 'add'")
+    checkin = check_probability("checkin_probability", checkin_probability)
+    if checkin < 1.0 and tilt > 0:
+        raise ParameterError("tilt", tilt, "0 when checkin_probability < 1 (plain Monte Carlo)")
     rng = np.random.default_rng(seed)
     s = 1.0 / sigma
     log_a = -s * s / 2 - math.log(t)
@@ -1691,11 +1858,16 @@ def monte_carlo_delta(noise_multiplier: float, steps_per_epoch: int, epsilon: fl
         for _ in range(epochs):
             g = rng.normal(0.0, s, size=(n, t))
             if direction == "remove":
-                g[:, 0] += m if tilt > 0 else s * s  # the coordinate that carries the example
+                present = 1.0 if checkin >= 1.0 else (rng.random(n) < checkin)
+                # the coordinate that carries the example
+                g[:, 0] += (m if tilt > 0 else s * s) * present
                 if tilt > 0:
                     log_weight += (_log_sum_exp_rows(g - s * s / 2)
                                    - _log_sum_exp_rows((m * g - m * m / 2) / (s * s)))
-            loss += _log_sum_exp_rows(g) + log_a
+            epoch_loss = _log_sum_exp_rows(g) + log_a
+            if checkin < 1.0:  # log((1 - p) + p a S)
+                epoch_loss = np.logaddexp(math.log1p(-checkin), math.log(checkin) + epoch_loss)
+            loss += epoch_loss
         signed = loss if direction == "remove" else -loss
         value = -np.expm1(np.minimum(epsilon - signed, 0.0)) * np.exp(log_weight)
         total += float(np.sum(value))

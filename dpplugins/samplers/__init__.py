@@ -17,10 +17,12 @@ Example::
 """
 
 from dpplugins.errors import check_choice
+from dpplugins.samplers.allocation import RandomAllocation
 from dpplugins.samplers.checkin import RandomCheckIn, SlidingWindowCheckIn, balls_and_bins
 from dpplugins.samplers.shuffled import ShuffledEpochs, make_generator
 
-__all__ = ["RandomCheckIn", "SlidingWindowCheckIn", "ShuffledEpochs", "balls_and_bins",
+__all__ = ["RandomAllocation", "RandomCheckIn", "SlidingWindowCheckIn", "ShuffledEpochs",
+           "balls_and_bins",
            "make_generator", "SAMPLERS", "SAMPLER_ALIASES", "canonical_sampler"]
 
 #: the canonical sampler (scheme) names, the same in the CLI, the compare tool, Opacus, Keras

@@ -25,6 +25,7 @@ new, independent run.  A step is one check-in slot and yields an ``int64`` index
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy import stats
@@ -33,6 +34,9 @@ from dpplugins.amplification.checkin import expected_dummy_updates
 from dpplugins.errors import ParameterError, check_choice, check_count, check_probability
 from dpplugins.events import GaussianEvent, RandomCheckInEvent
 from dpplugins.samplers.base import SeededSampler
+
+if TYPE_CHECKING:
+    from dpplugins.samplers.allocation import RandomAllocation
 
 __all__ = ["RandomCheckIn", "SlidingWindowCheckIn"]
 
@@ -245,18 +249,31 @@ class SlidingWindowCheckIn(SeededSampler):
 
 
 def balls_and_bins(num_examples: int, steps_per_epoch: int, rng=None, *,
-                   num_replicas: int | None = None, rank: int | None = None) -> RandomCheckIn:
+                   participations: int = 1, checkin_probability: float = 1.0,
+                   num_replicas: int | None = None, rank: int | None = None
+                   ) -> "RandomCheckIn | RandomAllocation":
     """The random-allocation (balls-and-bins) sampler: every example goes into exactly one
     uniformly random step of each pass of ``steps_per_epoch`` steps, and every example of a step
     is used (Chua et al., AISTATS 2025).  This is ``RandomCheckIn`` with check-in probability 1,
     the averaged variant and no batch cap -- what the ``balls_and_bins`` accountant assumes
-    (``sample_rate = 1 / steps_per_epoch``).
+    (``sample_rate = 1 / steps_per_epoch``).  With ``participations = k > 1`` or
+    ``checkin_probability = p < 1`` every example takes part with probability ``p`` and then in
+    ``k`` distinct uniform steps: a :class:`~dpplugins.samplers.allocation.RandomAllocation`,
+    whose event reports ``k`` and ``p`` (accounted by the same accountant).
 
     Example::
 
         >>> sampler = balls_and_bins(1000, steps_per_epoch=10, rng=0)
         >>> len(sampler), sum(len(batch) for batch in sampler)
         (10, 1000)
+        >>> balls_and_bins(1000, 10, rng=0, participations=2).event(1.0).participations
+        2
     """
+    k = check_count("participations", participations, minimum=1)
+    p = check_probability("checkin_probability", checkin_probability)
+    if (k, p) != (1, 1.0):
+        from dpplugins.samplers.allocation import RandomAllocation
+        return RandomAllocation(num_examples, steps_per_epoch, k, p, rng=rng,
+                                num_replicas=num_replicas, rank=rank)
     return RandomCheckIn(num_examples, steps_per_epoch, checkin_probability=1.0,
                          variant="averaged", rng=rng, num_replicas=num_replicas, rank=rank)

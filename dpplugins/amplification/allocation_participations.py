@@ -1,0 +1,219 @@
+"""k-out-of-t random allocation with Gaussian noise: every example takes part in ``k`` distinct
+uniformly random steps of each epoch of ``t`` steps (Feldman & Shenfeld, "Privacy amplification
+by random allocation", 2025, arXiv:2502.08202; "Efficient privacy loss accounting for
+subsampling and random allocation", 2026, arXiv:2602.17284, which reduce general ``k`` to
+``k = 1``).  Certified bounds, add/remove neighbours.
+
+**Upper bound: a random partition into k blocks** (our derivation of the reduction).  Write
+``t = k m + r`` (``0 <= r < k``).  Draw a uniformly random ordered partition of the ``t`` steps
+into ``r`` blocks of ``m + 1`` and ``k - r`` blocks of ``m`` steps, then one uniform step in each
+block.  The law of the resulting ``k``-set is invariant under every permutation of the steps,
+and permutations act transitively on ``k``-sets, so it is the uniform ``k``-set: the protocol
+is exactly k-out-of-t allocation.  Revealing the partition is a finer observation, so it can
+only increase every divergence; given the partition, the example's ``k`` steps are independent
+single allocations into the blocks, run *concurrently* (their steps interleave in time).  Each
+is random allocation into ``n`` steps under adaptive queries, dominated by the pair of Chua et
+al. (AISTATS 2025, arXiv:2412.16802, the pair ``(P_B, Q_B)`` of ABLQ_B for adaptive queries),
+and the concurrent composition of f-DP interactive mechanisms is dominated by the composition of
+their trade-off functions (Vadhan & Zhang, "Concurrent composition theorems for differential
+privacy", STOC 2023, arXiv:2207.08335).  Every partition gives the same block sizes, so the
+epoch is dominated by the composition of ``r`` allocations into ``m + 1`` steps and ``k - r``
+into ``m`` steps, each certified by :func:`dpplugins.amplification.allocation.random_allocation_pld`
+(upper construction only).  ``k = 1`` is random allocation itself; ``k = t`` is ``t`` Gaussian
+mechanisms (blocks of one step), exact.
+
+**Lower bound: a dominated post-processing** (our derivation).  A specific adversary (the
+example's gradient is ``e_j`` at step ``j``, everybody else's 0) releases exactly ``P = C(t,
+k)^-1 sum_A N(1_A, sigma^2 I_t)`` against ``Q = N(0, sigma^2 I_t)``; the sum ``S`` of ``Y_j =
+e^(x_j / sigma^2)``, rounded down to the summand grid, is a post-processing, its law under P the
+convolution of ``k`` shifted and ``t - k`` plain log-normal summands
+(:func:`dpplugins.amplification.allocation.sum_observation_lower_pair`, certified like the ``k =
+1`` dominated pair, with the likelihood-ratio band ``[0, (a (R + t h))^k]`` from Maclaurin's
+inequality ``e_k(y) / C(t, k) <= (sum y / t)^k``).  It is also intersected with the Gaussian
+lower bound: under P the loss is at least the loss of the ``k`` Gaussian coordinates in ``A``
+minus ``log C(t, k)``, so ``delta(eps) >= delta_G(eps + n log C(t, k))`` with ``mu^2 = n k /
+sigma^2`` over ``n`` epochs (the argument of the ``k = 1`` module, our derivation).  Observing
+the sum only loses what the full output says beyond ``S``; the gap to the upper bound is what is
+left of both constructions and is reported, never hidden.
+
+**Check-in probability below 1 with several participations is refused**: the example takes part
+in all ``k`` steps or in none, so given the partition the blocks are not independent mixtures
+and the reduction above does not give a product.
+
+Example::
+
+    >>> from dpplugins.amplification.allocation_participations import k_out_of_t_pld
+    >>> pld = k_out_of_t_pld(noise_multiplier=1.0, steps_per_epoch=100, participations=2)
+    >>> lower, upper = pld.epsilon_for_delta(1e-5)
+"""
+
+from __future__ import annotations
+
+import math
+
+from dpplugins.amplification.allocation import (AllocationPLD, _Cert, _EXACT, _Lazy, _NONE,
+                                                _summands_fit, _HUGE_SIGMA, _inv_sq,
+                                                default_loss_step, random_allocation_pld,
+                                                sum_observation_lower_pair)
+from dpplugins.errors import NumericalError, ParameterError, check_count, check_positive
+from dpplugins.pld.distribution import Bounds, PrivacyLossDistribution
+
+__all__ = ["BracketedPLD", "participation_blocks", "k_out_of_t_pld", "k_out_of_t_loss_step"]
+
+
+def participation_blocks(steps_per_epoch: int, participations: int) -> tuple[tuple[int, int], ...]:
+    """The block sizes of the reduction: ``((m + 1, r), (m, k - r))`` for ``t = k m + r``
+    (entries with a zero count left out).
+
+    Example::
+
+        >>> participation_blocks(10, 4)
+        ((3, 2), (2, 2))
+    """
+    t = check_count("steps_per_epoch", steps_per_epoch, minimum=1)
+    k = check_count("participations", participations, minimum=1)
+    if k > t:
+        raise ParameterError("participations", k, f"<= steps_per_epoch={t} (distinct steps)")
+    m, r = divmod(t, k)
+    return tuple((size, count) for size, count in ((m + 1, r), (m, k - r)) if count)
+
+
+class BracketedPLD:
+    """Certified bounds from two constructions: the upper bound of ``upper`` and the lower bound
+    of ``lower`` (both :class:`~dpplugins.amplification.allocation.AllocationPLD`).  Compose
+    componentwise (the upper constructions dominate, the lower ones are dominated, so their
+    compositions are too)."""
+
+    def __init__(self, upper: AllocationPLD, lower: AllocationPLD | None) -> None:
+        self.upper = upper
+        self.lower = lower
+
+    def compose(self, other: "BracketedPLD") -> "BracketedPLD":
+        lower = (None if self.lower is None or other.lower is None
+                 else self.lower.compose(other.lower))
+        if self.lower is self.upper and other.lower is other.upper:
+            return BracketedPLD.same(self.upper.compose(other.upper))
+        return BracketedPLD(self.upper.compose(other.upper), lower)
+
+    def self_compose(self, count: int) -> "BracketedPLD":
+        count = check_count("count", count, minimum=1)
+        if self.lower is self.upper:
+            return BracketedPLD.same(self.upper.self_compose(count))
+        return BracketedPLD(self.upper.self_compose(count),
+                            None if self.lower is None else self.lower.self_compose(count))
+
+    @classmethod
+    def same(cls, pld: AllocationPLD) -> "BracketedPLD":
+        """One construction that brackets by itself (``k = 1``)."""
+        return cls(pld, pld)
+
+    def _query(self, name: str, value: float) -> Bounds:
+        up = getattr(self.upper, name)(value)
+        if self.lower is self.upper:
+            return up
+        lower = 0.0
+        if self.lower is not None:
+            try:
+                lower = float(getattr(self.lower, name)(value).lower)
+            except NumericalError:
+                lower = 0.0  # the dominated construction cannot certify here: 0 is a lower bound
+        return Bounds(min(lower, up.upper), up.upper)
+
+    def epsilon_for_delta(self, delta: float) -> Bounds:
+        """Certified ``[lower, upper]`` on epsilon at ``delta``."""
+        return self._query("epsilon_for_delta", delta)
+
+    def delta_for_epsilon(self, epsilon: float) -> Bounds:
+        """Certified ``[lower, upper]`` on delta at ``epsilon``."""
+        return self._query("delta_for_epsilon", epsilon)
+
+    def slack_at(self, epsilon: float) -> float:
+        """The largest additive numerical term of either construction."""
+        parts = [self.upper] + ([self.lower] if self.lower is not None else [])
+        return max(p.slack_at(epsilon) for p in parts)
+
+
+def _log_binomial(t: int, k: int) -> float:
+    return math.lgamma(t + 1) - math.lgamma(k + 1) - math.lgamma(t - k + 1)
+
+
+def _lower_epoch(sigma: float, t: int, k: int, h_loss: float, *, tail_mass: float,
+                 memory_limit: int, summand_step: float | None) -> AllocationPLD:
+    """The dominated construction of one k-out-of-t epoch (module docstring): the PLD of the
+    sum-observation pair where the summands fit, the Gaussian lower bound always.  Only its
+    lower bounds are used (its upper slots hold the same pair and mean nothing here)."""
+    log_c = _log_binomial(t, k)
+    mu2 = k * _inv_sq(sigma)
+    gaussian_only = not _summands_fit(sigma, t) or sigma > _HUGE_SIGMA
+    description = f"{k}-out-of-{t} allocation lower pair, sigma={sigma:g}"
+
+    def build():
+        if gaussian_only:
+            one = PrivacyLossDistribution.from_gaussian(
+                sigma / math.sqrt(k), value_discretization_interval=h_loss,
+                tail_mass=tail_mass, memory_limit=memory_limit)
+            return ({"remove": one, "add": one}, {d: _EXACT for d in ("remove", "add")},
+                    {"remove": _Cert(0.0, log_c, 0.0, 0.0), "add": _NONE})
+        pair = sum_observation_lower_pair(sigma, t, k, summand_step=summand_step,
+                                          memory_limit=memory_limit)
+        plds = {d: PrivacyLossDistribution.from_bracketing_pairs(
+            pair.direction_pair(d, f"{description} ({d})"),
+            pair.direction_pair(d, f"{description} ({d})"),
+            value_discretization_interval=h_loss, tail_mass=tail_mass,
+            memory_limit=memory_limit) for d in ("remove", "add")}
+        return plds, {d: _EXACT for d in ("remove", "add")}, dict(pair.slack)
+
+    engine = not gaussian_only or mu2 / 2 + 10 * math.sqrt(mu2) <= 550.0
+    return AllocationPLD(None, None, None, lazy=_Lazy(build), engine=engine, has_lower=True,
+                         gaussian_mu2=mu2, log_t=log_c)
+
+
+def k_out_of_t_loss_step(noise_multiplier: float, steps_per_epoch: int,
+                         participations: int) -> float:
+    """Default PLD loss step: the finest of the blocks' default steps
+    (:func:`dpplugins.amplification.allocation.default_loss_step`)."""
+    return min(default_loss_step(noise_multiplier, size)
+               for size, _ in participation_blocks(steps_per_epoch, participations))
+
+
+def k_out_of_t_pld(noise_multiplier: float, steps_per_epoch: int, participations: int,
+                   epochs: int = 1, *, value_discretization_interval: float | None = None,
+                   method: str = "auto", summand_step: float | None = None,
+                   geometric_cells: int = 2000, tail_mass: float = 1e-15,
+                   memory_limit: int = 1 << 30, lower: bool = True) -> BracketedPLD:
+    """Certified bounds for ``epochs`` epochs of k-out-of-t random allocation with Gaussian
+    noise (module docstring), add/remove neighbours.  ``participations = 1`` is
+    :func:`~dpplugins.amplification.allocation.random_allocation_pld`.  ``lower=False`` builds
+    only the upper construction (lower bounds 0).  ``method``, ``summand_step`` (used by the
+    dominated construction) and ``geometric_cells`` go to the blocks' accounting.
+
+    Example::
+
+        >>> pld = k_out_of_t_pld(1.0, 10, 10)     # k = t: ten Gaussian mechanisms, exact
+        >>> b = pld.epsilon_for_delta(1e-5)
+        >>> (b.upper - b.lower) / b.upper < 1e-3
+        True
+    """
+    sigma = check_positive("noise_multiplier", noise_multiplier)
+    blocks = participation_blocks(steps_per_epoch, participations)
+    t, k = int(steps_per_epoch), int(participations)
+    epochs = check_count("epochs", epochs, minimum=1)
+    h_loss = (k_out_of_t_loss_step(sigma, t, k) if value_discretization_interval is None
+              else check_positive("value_discretization_interval", value_discretization_interval))
+    options = dict(value_discretization_interval=h_loss, method=method,
+                   geometric_cells=geometric_cells, tail_mass=tail_mass,
+                   memory_limit=memory_limit)
+    if k == 1:
+        return BracketedPLD.same(random_allocation_pld(sigma, t, epochs, lower=lower,
+                                                       summand_step=summand_step, **options))
+    if k == t:  # one step per block: the reduction is an equality (t Gaussian mechanisms)
+        one = random_allocation_pld(sigma, 1, 1, lower=lower, **options).self_compose(k)
+        return BracketedPLD.same(one.self_compose(epochs))
+    upper = None
+    for size, count in blocks:
+        part = random_allocation_pld(sigma, size, 1, lower=False, **options).self_compose(count)
+        upper = part if upper is None else upper.compose(part)
+    dominated = (_lower_epoch(sigma, t, k, h_loss, tail_mass=tail_mass,
+                              memory_limit=memory_limit, summand_step=summand_step)
+                 if lower else None)
+    return BracketedPLD(upper, dominated).self_compose(epochs)

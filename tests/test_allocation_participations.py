@@ -1,0 +1,157 @@
+"""k-out-of-t random allocation (each example in k distinct uniform steps): the reduction's
+first step by exact enumeration, k = t against the closed-form composed Gaussian, k = 1 against
+random allocation, and the certified bracket around the exact divergence of the released pair
+(quadrature at t = 3, Monte Carlo with its standard error at t = 20)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from scipy import integrate, special
+
+from dpplugins.accountants import create
+from dpplugins.accountants.base import UnsupportedEventError
+from dpplugins.amplification.allocation import random_allocation_pld
+from dpplugins.amplification.allocation_participations import (k_out_of_t_pld,
+                                                               participation_blocks)
+from dpplugins.errors import ParameterError
+from dpplugins.events import GaussianEvent, RandomAllocationEvent
+from dpplugins.pld import AccuracyWarning
+
+
+@pytest.mark.parametrize("t,k", [(5, 2), (6, 4), (4, 3)])
+def test_random_partition_then_one_per_block_is_a_uniform_k_set(t, k):
+    """Enumerate every ordering of the steps (a uniform random partition into the blocks of
+    ``participation_blocks``) and every choice of one step per block."""
+    sizes = [size for size, count in participation_blocks(t, k) for _ in range(count)]
+    assert sum(sizes) == t and len(sizes) == k
+    law = Counter()
+    for order in itertools.permutations(range(t)):
+        blocks, start = [], 0
+        for size in sizes:
+            blocks.append(order[start:start + size])
+            start += size
+        weight = Fraction(1, math.prod(sizes))
+        for choice in itertools.product(*blocks):
+            law[frozenset(choice)] += weight
+    total = sum(law.values())
+    assert len(law) == math.comb(t, k)
+    assert all(v / total == Fraction(1, math.comb(t, k)) for v in law.values())
+
+
+def _gaussian_delta(mu: float, epsilon: float) -> float:
+    """Balle & Wang 2018, Thm 8."""
+    return (special.ndtr(mu / 2 - epsilon / mu)
+            - math.exp(epsilon + special.log_ndtr(-mu / 2 - epsilon / mu)))
+
+
+def test_k_equals_t_is_the_composed_gaussian():
+    sigma, t, epochs = 2.0, 6, 3
+    pld = k_out_of_t_pld(sigma, t, t, epochs)
+    mu = math.sqrt(t * epochs) / sigma
+    for epsilon in (0.5, 2.0):
+        exact = _gaussian_delta(mu, epsilon)
+        b = pld.delta_for_epsilon(epsilon)
+        assert b.lower <= exact <= b.upper
+        assert b.upper - b.lower <= 1e-3 * exact
+
+
+def test_one_participation_is_random_allocation():
+    a = k_out_of_t_pld(1.0, 50, 1, 2).epsilon_for_delta(1e-5)
+    b = random_allocation_pld(1.0, 50, 2).epsilon_for_delta(1e-5)
+    assert a == b
+
+
+def _positive_part_mean(alpha: float, beta: float, s: float) -> float:
+    """``E[(alpha + beta Y)_+]``, ``Y = e^G``, ``G ~ N(0, s^2)``, ``beta > 0``, in closed form."""
+    mean_y = math.exp(s * s / 2)
+    if alpha >= 0:
+        return alpha + beta * mean_y
+    z = math.log(-alpha / beta) / s
+    return alpha * special.ndtr(-z) + beta * mean_y * special.ndtr(s - z)
+
+
+def _exact_remove_delta_two_of_three(sigma: float, epsilon: float) -> float:
+    """``E_Q[(dP/dQ - e^eps)_+]`` for ``P = (1/3) sum_{|A|=2} N(1_A, sigma^2 I_3)``: ``dP/dQ =
+    c e_2(Y)``, ``c = e^(-1/sigma^2) / 3``, linear in ``Y_3`` (closed form), the rest by
+    quadrature."""
+    s = 1.0 / sigma
+    c = math.exp(-s * s) / 3
+    g = math.exp(epsilon)
+
+    def integrand(z2, z1):
+        y1, y2 = math.exp(s * z1), math.exp(s * z2)
+        weight = math.exp(-(z1 * z1 + z2 * z2) / 2) / (2 * math.pi)
+        return weight * _positive_part_mean(c * y1 * y2 - g, c * (y1 + y2), s)
+
+    return integrate.dblquad(integrand, -11, 11, -11, 11, epsabs=1e-13, epsrel=1e-9)[0]
+
+
+def test_bracket_contains_the_exact_two_of_three_pair():
+    """The pair released by one adversary (gradient e_j at step j) lower-bounds the mechanism,
+    and the mechanism is below our upper bound: lower <= exact <= upper."""
+    sigma = 1.0
+    pld = k_out_of_t_pld(sigma, 3, 2, 1)
+    for epsilon in (0.5, 2.0):
+        exact = _exact_remove_delta_two_of_three(sigma, epsilon)
+        b = pld.delta_for_epsilon(epsilon)
+        assert b.lower <= exact * (1 + 1e-8) and exact <= b.upper * (1 + 1e-8), (b, exact)
+
+
+def _log_elementary_symmetric(log_y: np.ndarray, k: int) -> np.ndarray:
+    """``log e_k(y)`` row-wise by the recursion ``e_j <- e_j + y_i e_(j-1)`` in logarithms."""
+    n, t = log_y.shape
+    e = np.full((n, k + 1), -np.inf)
+    e[:, 0] = 0.0
+    for i in range(t):
+        e[:, 1:] = np.logaddexp(e[:, 1:], e[:, :-1] + log_y[:, i:i + 1])
+    return e[:, k]
+
+
+def test_monte_carlo_of_the_released_pair_is_inside_the_bracket():
+    sigma, t, k, epsilon, n = 0.8, 20, 3, 1.0, 200_000
+    s = 1.0 / sigma
+    rng = np.random.default_rng(5)
+    g = rng.normal(0.0, s, size=(n, t))
+    g[:, :k] += s * s      # under P: the example in steps 0..k-1 (by symmetry)
+    loss = (_log_elementary_symmetric(g, k) - k * s * s / 2
+            - math.log(math.comb(t, k)))
+    value = -np.expm1(np.minimum(epsilon - loss, 0.0))
+    estimate, se = float(value.mean()), float(value.std(ddof=1) / math.sqrt(n))
+    assert estimate > 10 * se
+    b = k_out_of_t_pld(sigma, t, k, 1).delta_for_epsilon(epsilon)
+    assert b.lower - 5 * se <= estimate <= b.upper + 5 * se, (b, estimate, se)
+
+
+def test_bracket_is_narrow_for_many_steps_per_participation():
+    b = k_out_of_t_pld(1.0, 1000, 4, 10).epsilon_for_delta(1e-5)
+    assert 0 < b.lower <= b.upper <= b.lower * 1.01
+
+
+def test_accountant_accepts_participations_and_refuses_with_checkin_below_one():
+    acc = create("balls_and_bins")
+    acc.compose(RandomAllocationEvent(200, 2, GaussianEvent(1.0), participations=3))
+    with pytest.warns(AccuracyWarning, match="participations"):   # a 3 % gap, above 1 %
+        ours = acc.get_epsilon_bounds(1e-5)
+    direct = k_out_of_t_pld(1.0, 200, 3, 2).epsilon_for_delta(1e-5)
+    assert ours.lower <= direct.upper and direct.lower <= ours.upper
+    bad = RandomAllocationEvent(200, 1, GaussianEvent(1.0), participations=3,
+                                checkin_probability=0.5)
+    assert not acc.supports(bad)
+    with pytest.raises(UnsupportedEventError, match="participations=3"):
+        acc.compose(bad)
+    assert len(acc) == 400   # ledger untouched
+
+
+def test_bad_parameters():
+    with pytest.raises(ParameterError, match="participations"):
+        k_out_of_t_pld(1.0, 5, 6)
+    with pytest.raises(ParameterError, match="participations"):
+        k_out_of_t_pld(1.0, 5, 0)
+    with pytest.raises(ParameterError, match="noise_multiplier"):
+        k_out_of_t_pld(-1.0, 5, 2)

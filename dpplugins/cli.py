@@ -13,10 +13,10 @@ sampler's own options) and becomes one event (:meth:`dpplugins.report.TrainingCo
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 
+from dpplugins.cli_types import finite_number, integer
 from dpplugins.errors import NumericalError, ParameterError
 
 EXAMPLES = {
@@ -40,25 +40,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 # -- argument types: finite numbers only (1e400 and NaN are refused while parsing) ------------
-def _finite(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
-    return value
-
-
-def _integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    value = _finite(text)
-    if not value.is_integer() or abs(value) > 2 ** 53:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}")
-    return int(value)
+_finite = finite_number
+_integer = integer
 
 
 def _sampler_help() -> str:

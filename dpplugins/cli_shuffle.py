@@ -32,6 +32,7 @@ import math
 import sys
 from typing import Callable
 
+from dpplugins.cli_types import finite_number, integer
 from dpplugins.errors import ParameterError
 
 RANDOMIZERS = ("general", "rr", "krr", "sue", "oue", "subset", "olh", "laplace")
@@ -56,21 +57,8 @@ _HELP = {
 }
 
 
-def _number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
-    return value
-
-
-def _count(text: str) -> int:
-    value = _number(text)
-    if not value.is_integer() or abs(value) > 2 ** 53:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}")
-    return int(value)
+_number = finite_number
+_count = integer
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

@@ -210,3 +210,36 @@ def test_a_tiny_sample_rate_does_not_set_the_grid():
     theirs = _dp_accounting(history, 1e-4).get_epsilon(1e-5)  # 3.533998
     assert b.lower <= theirs * (1 + 1e-9)
     assert abs(b.upper - theirs) <= 1e-3 * theirs
+
+
+def test_delta_at_the_largest_float_epsilon_is_a_number():
+    """get_delta(1e308) on 3 Gaussian steps: delta(eps) -> 0 as eps grows (no mass at infinite
+    loss), so the certified bounds are finite and tiny; it raised OverflowError in the
+    Chernoff tail's lambda search (found by the long fuzz profile)."""
+    from dpplugins.events import GaussianEvent, SelfComposedEvent
+
+    for name in ("pld", "fdp"):
+        bounds = create(name).compose(SelfComposedEvent(GaussianEvent(2.0), 3)) \
+            .get_delta_bounds(1e308)
+        assert 0.0 <= bounds.lower <= bounds.upper <= 1e-20
+
+
+def test_round_trip_at_the_pure_dp_epsilon_of_laplace_steps():
+    """23 Laplace steps of scale b under replace-one (sensitivity 2) have largest total loss
+    46 / b (Dwork & Roth 2014, Thm 3.16), so delta(eps) = 0 for eps >= 46 / b.  get_epsilon at
+    delta 4.6e-14 lands within 1e-10 of 46 / b; get_delta there must not exceed that delta (it
+    gave 2.2e-12, the grid's floor: found by the long fuzz profile)."""
+    from dpplugins.events import LaplaceEvent, SelfComposedEvent
+
+    b, delta = 2.091802476319871, 4.6318683496772706e-14
+    acc = create("pld", neighbouring="replace_one").compose(
+        SelfComposedEvent(LaplaceEvent(b), 23))
+    epsilon = acc.get_epsilon(delta)
+    assert abs(epsilon - 46 / b) <= 1e-9 * epsilon
+    assert acc.get_delta(epsilon) <= delta
+    assert acc.get_delta_bounds(46 / b * (1 + 1e-9)) == (0.0, 0.0)
+    # below the largest loss the bounds bracket the exact value: all 23 losses are at their
+    # maximum with probability 2**-23 (each Laplace draw on the far side of its centre)
+    low = acc.get_delta_bounds(46 / b - 1.0)
+    exact_floor = 2.0 ** -23 * -math.expm1(-1.0)
+    assert low.upper >= exact_floor

@@ -29,6 +29,7 @@ Subclasses implement ``_supports_leaf(event)`` and ``_epsilon_bounds(history, de
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from typing import Any, ClassVar, Iterable
@@ -155,6 +156,20 @@ def validate_history(history: Iterable) -> list[tuple[float, float, int]]:
         else:
             out.append((sigma, q, steps))
     return out
+
+
+@contextlib.contextmanager
+def _float_range(accountant: str):
+    """Turn an ``OverflowError`` of an engine (a size or count of the history that does not fit
+    in a float, e.g. a dataset of 10**400 examples) into a :class:`NumericalError` that says so
+    (the validators accept any integer size; the engines compute in floats)."""
+    try:
+        yield
+    except OverflowError as error:
+        raise NumericalError(
+            f"{accountant}: a size or count of the history is beyond the floating-point range "
+            f"({error})", "use dataset sizes, steps per epoch and counts below 2**53 "
+            "(about 9.0e15)") from None
 
 
 def _magnitude(n: int) -> str:
@@ -358,9 +373,10 @@ class Accountant:
             if self._private_history(history) is None:
                 return Bounds(math.inf, math.inf)
             check_representable(history)
-            if delta == 0.0:
-                return self._pure_epsilon_bounds(history)
-            return self._epsilon_bounds(history, delta)
+            with _float_range(self.name):
+                if delta == 0.0:
+                    return self._pure_epsilon_bounds(history)
+                return self._epsilon_bounds(history, delta)
         return self._cached(("eps", delta), compute)
 
     def get_epsilon(self, delta: float) -> float:
@@ -377,7 +393,8 @@ class Accountant:
             if self._private_history(history) is None:
                 return Bounds(1.0, 1.0)
             check_representable(history)
-            return self._delta_bounds(history, epsilon)
+            with _float_range(self.name):
+                return self._delta_bounds(history, epsilon)
         return self._cached(("delta", epsilon), compute)
 
     def get_delta(self, epsilon: float) -> float:

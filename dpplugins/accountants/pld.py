@@ -613,6 +613,10 @@ class PLDAccountant(Accountant):
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
         if not self._only_gaussian(history):
+            # at or above the pure-DP epsilon (a certified upper bound on the largest total
+            # privacy loss) delta is exactly 0 (Dwork & Roth 2014, Thm 3.16)
+            if epsilon >= self._pure_epsilon_bounds(history).upper:
+                return Bounds(0.0, 0.0)
             counts = self._generic_counts(history)
             if self.value_discretization_interval is None and len(counts) <= _TAIL_MAX_DISTINCT:
                 coarse = self._coarse_step([self._pairs(leaf) for leaf in counts])

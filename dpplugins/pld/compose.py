@@ -435,7 +435,9 @@ def lambda_index(lam: float) -> int:
     if not (math.isfinite(lam) and lam > 0):
         return len(LAMBDA_GRID) // 2
     ratio = math.log(LAMBDA_GRID[1] / LAMBDA_GRID[0])
-    return int(min(max(round(math.log(lam / LAMBDA_GRID[0]) / ratio), 0), len(LAMBDA_GRID) - 1))
+    # logs taken apart: lam / LAMBDA_GRID[0] overflows for lam near the float maximum
+    position = (math.log(lam) - math.log(LAMBDA_GRID[0])) / ratio
+    return int(min(max(round(min(position, float(len(LAMBDA_GRID)))), 0), len(LAMBDA_GRID) - 1))
 
 
 class _CumulantSum:

@@ -192,3 +192,20 @@ def test_accountant_answers_where_the_slack_used_to_refuse():
     gauss = _gaussian_epsilon(math.sqrt(10), 1e-8)
     assert gauss - 10 * math.log(10) <= lower <= upper <= gauss
     assert upper - lower <= 1e-2 * upper
+
+
+def test_gap_that_cannot_be_narrowed_returns_the_certified_bounds_with_a_warning():
+    """sigma = 1e-3, p = 0.5, delta = 0.5: finer grids do not narrow the gap; the accountant
+    contract says that is an answer (certified bounds and an AccuracyWarning), not an error
+    (it raised NumericalError).  The answer is checked for consistency: delta at the upper
+    epsilon is at most the target."""
+    from dpplugins.accountants import create
+    from dpplugins.events import GaussianEvent, RandomAllocationEvent
+    from dpplugins.pld import AccuracyWarning
+
+    acc = create("balls_and_bins").compose(
+        RandomAllocationEvent(100, 2, GaussianEvent(1e-3), checkin_probability=0.5))
+    with pytest.warns(AccuracyWarning, match="valid"):
+        bounds = acc.get_epsilon_bounds(0.5)
+    assert 0.0 <= bounds.lower <= bounds.upper < math.inf
+    assert acc.get_delta_bounds(bounds.upper).upper <= 0.5 * (1 + 1e-9)

@@ -9,13 +9,14 @@ from __future__ import annotations
 import math
 
 import pytest
-from dp_accounting.pld import privacy_loss_mechanism
 from scipy.optimize import brentq
 
 import dpplugins.calibration as calibration
 from dpplugins.accountants import create
 from dpplugins.calibration import find_noise_multiplier
 from dpplugins.errors import NumericalError
+
+privacy_loss_mechanism = pytest.importorskip("dp_accounting.pld.privacy_loss_mechanism")
 
 
 def _their_delta(sigma: float, steps: int, epsilon: float) -> float:

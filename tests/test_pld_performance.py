@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-import dp_accounting
-from dp_accounting.pld import pld_privacy_accountant, privacy_loss_mechanism
-
 from dpplugins.accountants import create
 from dpplugins.errors import ParameterError
 from dpplugins.events import (EpsilonDeltaEvent, FixedBatchEvent, GaussianEvent,
                               PoissonSampledEvent, RandomizedResponseEvent, SelfComposedEvent)
 from dpplugins.pld import AccuracyWarning, PrivacyLossDistribution
+
+dp_accounting = pytest.importorskip("dp_accounting")
+from dp_accounting.pld import pld_privacy_accountant, privacy_loss_mechanism  # noqa: E402
 
 
 def _gaussian_delta(epsilon: float, mu: float) -> float:

@@ -23,29 +23,10 @@ from dpplugins.amplification import shuffle_model_families as fam
 from dpplugins.amplification.shuffle_model_errata import (ErrataPair,
                                                           decomposition_for_total_variation)
 from dpplugins.errors import ParameterError
+from test_shuffle_model import histogram_law, hockey  # brute-force helpers, shared
 
 
 # -- brute force ---------------------------------------------------------------------------------
-def histogram_law(rows):
-    """Law of the histogram of independent reports, report i ~ rows[i] (a probability vector)."""
-    law = {tuple([0] * len(rows[0])): 1.0}
-    for row in rows:
-        nxt = defaultdict(float)
-        for h, pr in law.items():
-            for j, pj in enumerate(row):
-                if pj:
-                    g = list(h)
-                    g[j] += 1
-                    nxt[tuple(g)] += pr * pj
-        law = nxt
-    return law
-
-
-def hockey(p, q, eps):
-    x = math.exp(eps)
-    return sum(max(p.get(key, 0.0) - x * q.get(key, 0.0), 0.0) for key in set(p) | set(q))
-
-
 def worst_shuffled_delta(R, n, eps):
     """max over neighbouring datasets (differing user 0 vs 1 -- every family here is symmetric
     under relabelling the inputs -- and every multiset of the others) of both directions."""

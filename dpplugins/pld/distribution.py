@@ -395,12 +395,10 @@ class PrivacyLossDistribution:
             composed = self._composed(direction, kind, extended=True)
         return composed
 
-    def _levels(self, direction: str, kind: str, scale: float, tilt_of):
-        """Composed PLDs of increasing accuracy (and cost), lazily: untilted double or extended
-        precision (:meth:`_accurate`), then tilted towards the query (``tilt_of()``; see
-        :func:`~dpplugins.pld.compose.compose_grid_pmfs`) in double and in extended precision.
-        A level that needs more memory than allowed is skipped when an earlier one exists."""
-        yield self._accurate(direction, kind, scale)
+
+    def _tilted_levels(self, direction: str, kind: str, tilt_of):
+        """The tilted compositions (double, then extended precision) at ``tilt_of()``, if that
+        tilt is positive; stops at the first level that needs more memory than allowed."""
         tilt = tilt_of()
         if not tilt > 0:
             return
@@ -409,6 +407,14 @@ class PrivacyLossDistribution:
                 yield self._composed(direction, kind, extended, tilt)
             except NumericalError:
                 return
+
+    def _levels(self, direction: str, kind: str, scale: float, tilt_of):
+        """Composed PLDs of increasing accuracy (and cost), lazily: untilted double or extended
+        precision (:meth:`_accurate`), then tilted towards the query (``tilt_of()``; see
+        :func:`~dpplugins.pld.compose.compose_grid_pmfs`) in double and in extended precision.
+        A level that needs more memory than allowed is skipped when an earlier one exists."""
+        yield self._accurate(direction, kind, scale)
+        yield from self._tilted_levels(direction, kind, tilt_of)
 
     def _tilt(self, direction: str, kind: str, objective) -> float:
         """``lam`` in ``[1e-3, 1e6]`` approximately minimising ``objective(lam, K(lam))`` (``K``
@@ -545,14 +551,7 @@ class PrivacyLossDistribution:
         if first.additive_error(epsilon, kind) <= FP_SHARE * max(value, 0.0):
             return
         yield self._composed(direction, kind, extended=True)
-        tilt = tilt_of()
-        if not tilt > 0:
-            return
-        for extended in (False, True):
-            try:
-                yield self._composed(direction, kind, extended, tilt)
-            except NumericalError:
-                return
+        yield from self._tilted_levels(direction, kind, tilt_of)
 
     def _delta_lower_certified(self, direction: str, epsilon: float,
                                upper: float) -> tuple[float, float]:

@@ -330,3 +330,36 @@ def test_example_script_runs(tmp_path):
     assert len(shortfalls) == 4 and all(b < a for a, b in zip(shortfalls, shortfalls[1:]))
     assert shortfalls[-1] > 0  # still under-reports at T = 10_000
     assert out.exists() == (importlib.util.find_spec("matplotlib") is not None)
+
+
+# -- fixed-size batches with a tiny sample rate (reliability issue: 35 s, then a refusal) --------
+def test_tiny_fixed_batches_use_a_bounded_grid_and_beat_rdp(monkeypatch):
+    """n = 10^6, b = 1, 10^6 steps: every component of every grid has at most 2^20 bins (before:
+    a grid up to eps = 1 at step 1e-6, 2 * 10^6 bins, 35 s per query), and the certified upper
+    bound is below dp-accounting's RDP bound for sampling without replacement (Wang, Balle,
+    Kasiviswanathan 2019, arXiv:1808.00087), which is valid and looser here.  dp-accounting's
+    base Gaussian there has RDP ``alpha / (2 sigma^2)`` (sensitivity 1); our replace-one step
+    moves the sum by 2C, so the anchor is given ``sigma / 2``."""
+    dp_accounting = pytest.importorskip("dp_accounting")
+    from dpplugins.events import FixedBatchEvent, GaussianEvent, SelfComposedEvent
+    from dpplugins.pld import PrivacyLossDistribution
+    sizes = []
+    original = PrivacyLossDistribution.from_privacy_profile
+
+    def record(profile, *args, epsilon_max, value_discretization_interval, **kwargs):
+        sizes.append(2 * epsilon_max / value_discretization_interval)
+        return original(profile, *args, epsilon_max=epsilon_max,
+                        value_discretization_interval=value_discretization_interval, **kwargs)
+    monkeypatch.setattr(PrivacyLossDistribution, "from_privacy_profile", staticmethod(record))
+    sigma = 1.6487212707001282
+    acc = create("fdp", neighbouring="replace_one").compose(
+        SelfComposedEvent(FixedBatchEvent(10**6, 1, GaussianEvent(sigma)), 10**6))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        upper = acc.get_epsilon(1e-5)
+    assert sizes and max(sizes) <= 2 ** 20 + 1
+    rdp = dp_accounting.rdp.RdpAccountant(
+        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    rdp.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.SampledWithoutReplacementDpEvent(
+        10**6, 1, dp_accounting.GaussianDpEvent(sigma / 2)), 10**6))
+    assert 0 < upper < rdp.get_epsilon(1e-5)

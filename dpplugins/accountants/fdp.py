@@ -41,13 +41,17 @@ from dpplugins.events import Event, FixedBatchEvent, GaussianEvent
 from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_nonnegative,
                               check_open_unit)
 from dpplugins.fdp import CLTEstimateWarning, TradeoffCurve
-from dpplugins.pld import Bounds, PrivacyLossDistribution
+from dpplugins.full_batch import full_batch_delta_bounds, full_batch_epsilon_bounds, full_batch_mu
+from dpplugins.pld import AccuracyWarning, Bounds, PrivacyLossDistribution
 
 __all__ = ["GDPAccountant", "TradeoffComparison", "CLTEstimateWarning", "fixed_size_gaussian_pld",
            "SAMPLING"]
 
 SAMPLING = ("poisson", "uniform")
 _MIN_H, _MAX_H = 1e-6, 2e-2
+#: bins of one fixed-size-batch component on the first grid, and the most a refinement may use
+#: (the budgets of the PLD accountant)
+_FIRST_GRID_BINS, _MAX_REFINE_BINS = 2 ** 17, 2 ** 20
 _RELATIONS = {
     ("poisson", "add_remove"): "Poisson sampling, add/remove neighbours (sensitivity C)",
     ("poisson", "replace_one"): "Poisson sampling, replace-one neighbours (sum moves by up to 2C)",
@@ -57,14 +61,28 @@ _RELATIONS = {
 
 
 def _profile_end(profile, threshold: float) -> float:
-    """Smallest power-of-two epsilon (>= 1) where ``profile`` is at most ``threshold``."""
+    """A power-of-two epsilon in ``[2^-20, 1e4]`` where ``profile`` is at most ``threshold``: the
+    smallest power of two >= 1 with that property, or, when it holds at 1, the smallest one
+    below 1 (tiny sample rates have tiny privacy losses: a grid up to 1 would spend most of its
+    bins where the profile is already negligible)."""
     eps = 1.0
     while float(profile(np.array([eps]))[0]) > threshold:
         eps *= 2.0
         if eps > 1e4:
             raise NumericalError(f"the privacy profile stays above {threshold:g} up to eps=1e4",
                                  "use a larger noise multiplier")
+    if eps == 1.0:
+        while eps > 2.0 ** -20 and float(profile(np.array([eps / 2]))[0]) <= threshold:
+            eps /= 2.0
     return eps
+
+
+def _component_end(sigma: float, q: float, steps: int, tail_mass: float) -> float:
+    """Largest privacy loss kept on the grid of one fixed-size-batch component (what lies beyond
+    goes to ``delta(inf)``; see :func:`fixed_size_gaussian_pld`)."""
+    mu = 2.0 / sigma
+    return _profile_end(lambda eps: fdp.subsampled_gaussian_delta(eps, mu, q),
+                        min(1e-16, tail_mass) / max(steps, 1))
 
 
 def fixed_size_gaussian_pld(history, h: float, *, tail_mass: float = 1e-15,
@@ -105,7 +123,7 @@ def fixed_size_gaussian_pld(history, h: float, *, tail_mass: float = 1e-15,
         def profile(eps, mu=mu, q=q):
             return fdp.subsampled_gaussian_delta(eps, mu, q)
 
-        eps_max = _profile_end(profile, min(1e-16, tail_mass) / max(steps, 1))
+        eps_max = _component_end(sigma, q, steps, tail_mass)
         step = PrivacyLossDistribution.from_privacy_profile(
             profile, epsilon_max=eps_max, symmetric=True, value_discretization_interval=h,
             profile_step=h, tail_mass=tail_mass, memory_limit=memory_limit,
@@ -153,7 +171,7 @@ class GDPAccountant(Accountant):
     only; ``get_epsilon_bounds`` reports lower = 0), evaluated on two grids, ``h`` and ``h/2``,
     until they agree to ``eps_tolerance`` (both values are valid upper bounds) -- except when
     every batch is the whole dataset (``q = 1``): then the run is exactly ``G_mu`` (closed form,
-    lower and upper bounds, any number of steps; :meth:`_full_batch_mu`).
+    lower and upper bounds, any number of steps; :mod:`dpplugins.full_batch`).
 
     Example::
 
@@ -267,11 +285,24 @@ class GDPAccountant(Accountant):
         return poisson
 
     def _uniform_grid_step(self, history) -> float:
+        """First grid step of the fixed-size-batch path: a 40th of the per-step loss scale of the
+        sensitivity-2 mixture (noise multiplier ``sigma / 2``), clipped to ``[1e-6, 0.02]`` and
+        raised where needed so that one component has at most ``2^17`` bins (as the PLD
+        accountant's first grid; a tiny sample rate would otherwise need millions of bins, whose
+        floating-point error term then exceeds every small delta)."""
         if self.value_discretization_interval is not None:
             return self.value_discretization_interval
-        # the per-step loss scale of the sensitivity-2 mixture (noise multiplier sigma/2)
         scale = min(loss_scale(sigma / 2.0, q) for sigma, q, _ in history)
-        return float(np.clip(scale / 40.0, _MIN_H, _MAX_H))
+        h = float(np.clip(scale / 40.0, _MIN_H, _MAX_H))
+        return max(h, self._bins_cap_step(history, _FIRST_GRID_BINS))
+
+    def _bins_cap_step(self, history, bins: int) -> float:
+        """Smallest grid step at which every component has at most ``bins`` bins."""
+        counts: dict[tuple[float, float], int] = {}
+        for sigma, q, steps in history:
+            counts[(sigma, q)] = counts.get((sigma, q), 0) + steps
+        return max(2.0 * _component_end(sigma, q, steps, self.tail_mass) / bins
+                   for (sigma, q), steps in counts.items())
 
     def _uniform_pld(self, history, h: float) -> PrivacyLossDistribution:
         return fixed_size_gaussian_pld(history, h, tail_mass=self.tail_mass,
@@ -280,69 +311,49 @@ class GDPAccountant(Accountant):
     def _uniform_upper(self, history, evaluate) -> float:
         """Certified upper bound (``evaluate(pld) -> float``) on grids h, h/2, ... until two
         successive grids agree to ``eps_tolerance`` (connect-the-dots on a finer grid is
-        dominated by the coarser one, so each value is valid and they decrease)."""
+        dominated by the coarser one, so each value is valid and they decrease).
+
+        ``eps_tolerance`` is a target: when a finer grid would exceed ``2^20`` bins per component,
+        cannot be evaluated, or four halvings did not settle the value, the smallest value found
+        is returned (it is certified) with an :class:`~dpplugins.pld.AccuracyWarning`.  Only
+        when the first grid cannot be evaluated does :class:`NumericalError` propagate."""
         h = self._uniform_grid_step(history)
         try:
             value = evaluate(self._uniform_pld(history, h))
-            if self.value_discretization_interval is not None:
-                return value
-            for _ in range(4):
-                h = max(h / 2.0, _MIN_H)
-                finer = evaluate(self._uniform_pld(history, h))
-                if value - finer <= self.eps_tolerance * max(finer, 1e-300):
-                    return min(value, finer)
-                value = min(value, finer)
         except NumericalError as error:
             raise NumericalError(
                 f"the fixed-size-batch PLD could not be evaluated ({error.what})",
-                "raise memory_limit or pass a larger value_discretization_interval") from None
-        raise NumericalError(
-            f"the fixed-size-batch bound still moved by more than eps_tolerance="
-            f"{self.eps_tolerance:g} at grid step {h:.3g}",
-            "raise eps_tolerance or pass value_discretization_interval")
-
-    @staticmethod
-    def _full_batch_mu(runs) -> tuple[float, float] | None:
-        """``(mu_low, mu_high)`` around the exact GDP parameter when every step uses the whole
-        dataset (``q = 1``), else None.
-
-        With ``q = 1`` a fixed-size batch is the whole dataset, so each step is the Gaussian
-        mechanism with replace-one sensitivity 2C and noise ``sigma C``: exactly
-        ``G_{2/sigma}`` (Dong, Roth, Su 2022, Thm 2.7), and the composition is exactly
-        ``G_mu`` with ``mu = sqrt(sum_i T_i (2/sigma_i)^2)`` (DRS 2022, Cor. 3.3) -- no PLD
-        needed, which is what makes 10^6 such steps answer at once.  ``mu`` is bracketed by a
-        relative ``1e-12`` (far above the rounding of the sum); larger ``mu`` is less private,
-        so ``mu_high`` gives upper and ``mu_low`` lower bounds."""
-        if not runs or any(q != 1.0 for _, q, _ in runs):
-            return None
-        with np.errstate(over="ignore"):
-            total = math.fsum(float(t) * (2.0 / sigma) ** 2 for sigma, _, t in runs)
-        mu = math.sqrt(total)
-        if not (math.isfinite(mu) and 0.0 < mu < 1e150):
-            return None
-        return mu * (1 - 1e-12), mu * (1 + 1e-12)
-
-    def _full_batch_epsilon(self, mus: tuple[float, float], delta: float) -> Bounds:
-        """Epsilon of ``G_mu`` (DRS 2022, Cor. 2.13, evaluated in log space) with a relative
-        margin of ``1e-8`` in delta for the evaluation error (numerically checked against
-        60-digit arithmetic: at most 2e-10 for mu in [1e-3, 2e4], delta in [1e-30, 0.5])."""
-        upper = fdp.gdp_epsilon_for_delta(mus[1], delta * (1 - 1e-8))
-        lower = fdp.gdp_epsilon_for_delta(mus[0], min(delta * (1 + 1e-8), 0.5 + delta / 2))
-        return Bounds(min(lower * (1 - 1e-9), upper), upper)
-
-    @staticmethod
-    def _full_batch_delta(mus: tuple[float, float], epsilon: float) -> Bounds:
-        """Delta of ``G_mu`` at ``epsilon`` with the margin of :meth:`_full_batch_epsilon`."""
-        upper = min(1.0, float(fdp.gdp_delta_for_epsilon(mus[1], epsilon)) * (1 + 1e-8))
-        lower = max(0.0, float(fdp.gdp_delta_for_epsilon(mus[0], epsilon)) * (1 - 1e-8))
-        return Bounds(min(lower, upper), upper)
+                "pass a larger delta (or epsilon), or use sampling='poisson' if the batches are "
+                "Poisson-sampled") from None
+        if self.value_discretization_interval is not None:
+            return value
+        finest = self._bins_cap_step(history, _MAX_REFINE_BINS)
+        reason = "four finer grids did not settle it"
+        for _ in range(4):
+            h = h / 2.0
+            if h < max(finest, _MIN_H):
+                reason = f"a finer grid needs more than {_MAX_REFINE_BINS:,} bins per component"
+                break
+            try:
+                finer = evaluate(self._uniform_pld(history, h))
+            except (NumericalError, MemoryError) as error:
+                reason = f"a finer grid could not be evaluated ({getattr(error, 'what', error)})"
+                break
+            if value - finer <= self.eps_tolerance * max(finer, 1e-300):
+                return min(value, finer)
+            value = min(value, finer)
+        warnings.warn(
+            f"fdp (fixed-size batches): the certified upper bound {value:.6g} may still be "
+            f"loose by more than eps_tolerance={self.eps_tolerance:g}: {reason}. The value is "
+            "valid", AccuracyWarning, stacklevel=5)
+        return value
 
     def _epsilon_bounds(self, history, delta: float) -> Bounds:
         if self._kind(history) == "poisson":
             return self._poisson_for(history).get_epsilon_bounds(delta)
-        mus = self._full_batch_mu(self._runs(history))
+        mus = full_batch_mu(self._runs(history), sensitivity_factor=2.0)
         if mus is not None:
-            return self._full_batch_epsilon(mus, delta)
+            return full_batch_epsilon_bounds(mus, delta)
         upper = self._uniform_upper(
             self._runs(history), lambda pld: pld.epsilon_for_delta(delta, lower=False).upper)
         return Bounds(0.0, upper)
@@ -350,9 +361,9 @@ class GDPAccountant(Accountant):
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
         if self._kind(history) == "poisson":
             return self._poisson_for(history).get_delta_bounds(epsilon)
-        mus = self._full_batch_mu(self._runs(history))
+        mus = full_batch_mu(self._runs(history), sensitivity_factor=2.0)
         if mus is not None:
-            return self._full_batch_delta(mus, epsilon)
+            return full_batch_delta_bounds(mus, epsilon)
         upper = self._uniform_upper(self._runs(history),
                                     lambda pld: pld.delta_for_epsilon(epsilon).upper)
         return Bounds(0.0, upper)
@@ -367,9 +378,9 @@ class GDPAccountant(Accountant):
         runs = self._runs(events)
         if not runs:
             return 0.0
-        mus = self._full_batch_mu(runs)
+        mus = full_batch_mu(runs, sensitivity_factor=2.0)
         if mus is not None:
-            return self._full_batch_epsilon(mus, delta).upper
+            return full_batch_epsilon_bounds(mus, delta).upper
         h = self._uniform_grid_step(runs)
         if self.value_discretization_interval is None:
             h = float(min(h * coarsen, _MAX_H))

@@ -239,3 +239,33 @@ def test_tiny_noise_is_an_infinite_bound_not_an_overflow():
     acc = create("checkin").compose(balls_and_bins(100, 10).event(1e-300, 1))
     assert acc.get_epsilon_bounds(1e-5) == (0.0, math.inf)
     assert acc.get_delta_bounds(1.0).upper == 1.0
+
+
+# -- passes the theorems do not amplify (reliability issue: minutes per query before) -----------
+def test_unamplified_passes_skip_the_pld_and_match_the_exact_gaussian_composition(monkeypatch):
+    """Sliding-window passes with central Gaussian noise: the pass profile is the plain
+    ``G_{2/sigma}`` profile, so the answer is the exact composition of 11588 such passes,
+    ``mu = 2 sqrt(11588) / sigma`` (40-digit reference), without a PLD (before: 31 s)."""
+    from dpplugins.samplers import SlidingWindowCheckIn
+    from test_shuffle_reliability import _gdp_epsilon
+    monkeypatch.setattr(CheckInAccountant, "_pld",
+                        lambda self, history: pytest.fail("the PLD was built"))
+    acc = create("checkin").compose(SlidingWindowCheckIn(1, 1).event(0.1, 11588))
+    assert not acc.amplifies()
+    mu = 2 * math.sqrt(11588) / 0.1
+    exact = _gdp_epsilon(mu, 1e-15)
+    upper = acc.get_epsilon(1e-15)
+    assert exact <= upper <= exact * (1 + 1e-9)
+    assert acc.get_delta(upper) <= 1e-15
+    assert gaussian_delta_exact(mu, 0.5 * exact) <= acc.get_delta(0.5 * exact)
+
+
+def test_amplified_passes_still_use_the_pld():
+    """Fixed check-ins with large noise and a small check-in probability are amplified (Balle et
+    al. 2020, Thm 3.2): the PLD path stays, and it beats the plain Gaussian composition (40
+    digits)."""
+    from dpplugins.samplers import RandomCheckIn
+    from test_shuffle_reliability import _gdp_epsilon
+    acc = create("checkin").compose(RandomCheckIn(10**6, 100, 0.01).event(50.0, 3))
+    assert acc.amplifies()
+    assert acc.get_epsilon(1e-5) < _gdp_epsilon(acc.gaussian_mu(), 1e-5)

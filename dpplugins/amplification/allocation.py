@@ -143,7 +143,22 @@ Thm 8) and ``e^eps phi(b) = phi(a)``, the Mills-ratio bounds ``b / (1 + b^2) <= 
 relative gap of these bounds is about ``2 sigma^2 log t``, small only for small noise.  If the
 grids cannot certify a delta (their error terms not small next to it), the Gaussian bounds are
 returned.  Large ``sigma`` needs no special case: the summand grid starts at ``k0``, so it has
-a few hundred cells whatever ``sigma``, and the FFT route takes it.
+a few hundred cells whatever ``sigma``, and the FFT route takes it.  More than ``2**40`` steps
+per epoch are accounted by the Gaussian bounds alone, on the Gaussian's own loss grid (the
+summation routes count sums of ``t`` summands in double and FFT lengths; from ``10^13`` steps on
+their certificates gave no more than the Gaussian bound, or failed, at every noise we checked),
+and where that grid does not fit the memory limit (a history
+mixing such an epoch with one that needs a much finer loss grid) the composition is answered
+in closed form.
+
+**Cheap certificates first** (our derivation; :meth:`AllocationPLD.delta_for_epsilon`).  A delta
+query is first answered by the closed-form Gaussian bound and by the Chernoff bound of the
+composed PLD (``P(L > eps) <= exp(K(lam) - lam eps)``, from the components' cumulants, no FFT),
+each carried through the certificates (``e^L C + A``).  The additive terms ``A`` of the
+certificates (about ``1e-14`` per epoch) are floors below which the FFT compositions can neither
+lower the upper bound nor certify a lower bound above their own error term, so where the cheap
+bound is below them the FFT is not run (tiny deltas at large epsilon over long runs, which took
+over 10 s; reliability issue 21).
 
 Example::
 
@@ -167,7 +182,9 @@ from dpplugins.errors import (NumericalError, ParameterError, check_count, check
 from dpplugins.mechanisms.distributions import Gaussian
 from dpplugins.mechanisms.pairs import DiscretePair
 from dpplugins.mechanisms.types import MechanismPairs
-from dpplugins.pld.distribution import Bounds, PrivacyLossDistribution
+from dpplugins.mechanisms.gaussian import gaussian as _gaussian_pairs
+from dpplugins.pld.distribution import (BYTES_PER_COMPONENT_BIN, Bounds,
+                                        PrivacyLossDistribution, component_bins)
 
 __all__ = ["AllocationPair", "AllocationPLD", "allocation_pairs", "random_allocation_pld",
            "sum_observation_lower_pair",
@@ -208,6 +225,12 @@ _THETA = 16 * (_U + _U_LD)
 #: above this noise a summand's spread is below what a double-precision grid near 1 resolves:
 #: such epochs are accounted by the Gaussian bounds (epsilon is below 1e-12 there anyway)
 _HUGE_SIGMA = 1e12
+#: more steps per epoch than this are accounted by the Gaussian bounds alone (module docstring,
+#: "Small and large noise"): the summation routes count sums of ``t`` summands in double and in
+#: FFT lengths, and their certificates widen with ``t``; checked at ``sigma`` = 0.1, 0.3, 1, 10,
+#: 100, 1000: from ``10**13`` steps on they gave no more than the Gaussian bound or failed
+#: (overflowing FFT lengths, a relative error above 1, loss grids beyond the memory limit)
+_MAX_ALLOCATION_STEPS = 2 ** 40
 #: largest Gaussian ``mu`` handled in closed form (beyond: the upper bound is inf)
 _MU_CAP = 1e150
 #: the closed-form Gaussian bounds take over where a composed loss this large would be needed
@@ -221,6 +244,28 @@ def _inv_sq(sigma: float) -> float:
     """``1 / sigma^2`` (inf where it overflows)."""
     s = 1.0 / sigma
     return s * s
+
+
+def _gaussian_accounted(sigma: float, t: int, checkin: float = 1.0) -> bool:
+    """Whether an epoch is accounted by the Gaussian mechanism alone (exact for ``t = 1``,
+    ``p = 1``; otherwise the bounds of the module docstring, "Small and large noise"): one step,
+    noise too small for the summands' range, noise above ``_HUGE_SIGMA``, or more than
+    ``_MAX_ALLOCATION_STEPS`` steps."""
+    return ((t == 1 and checkin == 1.0) or t > _MAX_ALLOCATION_STEPS
+            or sigma > _HUGE_SIGMA or not _summands_fit(sigma, t))
+
+
+def _gaussian_grid_fits(sigma: float, h_loss: float, memory_limit: int) -> bool:
+    """Whether the PLD grid of the Gaussian mechanism with noise ``sigma`` (sensitivity 1) at
+    loss step ``h_loss`` fits in ``memory_limit`` (the PLD engine's own check,
+    :func:`dpplugins.pld.distribution.check_grid_size`); where it does not, the epoch is
+    accounted in closed form instead of refused with an error about a grid step the user never
+    chose (reliability issue 21)."""
+    try:
+        bins = component_bins(_gaussian_pairs(sigma), h_loss)
+    except (ArithmeticError, ValueError):
+        return False
+    return bins <= max(int(memory_limit) // BYTES_PER_COMPONENT_BIN, 16)
 
 
 def _check_protocol(noise_multiplier, steps_per_epoch) -> tuple[float, int]:
@@ -547,8 +592,9 @@ def _window_of(x: np.ndarray, w_lo: int) -> np.ndarray:
 
 
 def _fft_size(span: int, memory_limit: int, what: str) -> int:
-    size = sp_fft.next_fast_len(max(span, 2), real=True)
-    # long double: input, spectrum, two powers and the result, plus double work arrays
+    # long double: input, spectrum, two powers and the result, plus double work arrays; checked
+    # before next_fast_len, which overflows (or refuses) for spans beyond about 2**62
+    size = span if span * 120 > memory_limit else sp_fft.next_fast_len(max(span, 2), real=True)
     if size * 120 > memory_limit:
         raise NumericalError(
             f"{what} needs an FFT of {size:,} points, more than memory_limit={memory_limit:,} "
@@ -697,7 +743,10 @@ def _finish_lower(p: np.ndarray, q: np.ndarray, keep: np.ndarray, up: float, dow
     e_p, s_p = _normalised(pk)
     e_q, s_q = _normalised(qk)
     pairs, certs = {}, {}
-    if s_p <= 0 or s_q <= 0:
+    # the accumulated relative error can reach 1 (``down <= 0``: t of about 1e12 steps on the
+    # geometric route): the masses then certify nothing, and no lower pair is handed on (a
+    # lower bound of 0 is certified) instead of a math domain error
+    if s_p <= 0 or s_q <= 0 or not (down > 0 and math.isfinite(up)):
         zero = np.zeros(1)
         for d in ("remove", "add"):
             pairs[d] = (zero, zero)
@@ -1619,6 +1668,14 @@ class AllocationPLD:
                                                   else 0.0)
                    for d in self.upper_slack)
 
+    def upper_floor(self) -> float:
+        """The largest additive term of the upper certificates (``A_up`` of
+        :meth:`_engine_cannot_improve`): every upper bound on delta that the engine returns on
+        this grid is at least this; 0 where the closed-form Gaussian bounds answer."""
+        if self._closed_form():
+            return 0.0
+        return max(self.upper_slack[d].extra() for d in self.upper_slack)
+
     def _delta(self, direction: str, epsilon: float) -> Bounds:
         pld = self.plds[direction]
         up, lo = self.upper_slack[direction], self.lower_slack[direction]
@@ -1637,15 +1694,56 @@ class AllocationPLD:
                  * (1 - 8 * _U) if self.has_lower else 0.0)
         return Bounds(min(lower, upper), upper)
 
+    def _chernoff_upper(self, epsilon: float) -> float:
+        """Certified upper bound on ``delta(epsilon)`` without any FFT composition: per
+        direction ``(e^L C + A) (1 + 8u)`` with ``C`` the Chernoff bound of the composed PLD
+        (:meth:`~dpplugins.pld.PrivacyLossDistribution.delta_upper_chernoff`, from the
+        components' cumulants), ``L``, ``A`` the direction's certificate (:class:`_Cert`:
+        ``H_true(eps) <= e^L H_engine(eps + shift) + A``), maximised over the directions."""
+        worst = 0.0
+        for d, pld in self.plds.items():
+            cert = self.upper_slack[d]
+            chernoff = pld.delta_upper_chernoff(epsilon + cert.shift)
+            worst = max(worst, min(1.0, (_exp(cert.log_factor) * chernoff + cert.extra())
+                                   * (1 + 8 * _U)))
+        return worst
+
+    def _engine_cannot_improve(self, cheap_upper: float) -> bool:
+        """Whether the PLD engine's FFT compositions (the expensive part of a delta query;
+        reliability issue 21) cannot improve on a certified upper bound ``cheap_upper`` and a
+        lower bound of 0 (our derivation, from the certificates alone):
+
+        * upper: a direction's engine bound is ``(e^L H + A_up) (1 + 8u) >= A_up``, so if
+          ``cheap_upper <= A_up`` for one direction, the maximum over the directions intersected
+          with ``cheap_upper`` is ``cheap_upper``;
+        * lower: a direction's engine lower bound is ``e^L' H' - A_lo`` and at most the true
+          delta, so at most ``cheap_upper``; if ``cheap_upper <= A_lo`` in every direction
+          that has one, the engine could only return a lower bound below its own additive error
+          term, a difference of two numbers agreeing to within the true delta.  We do not
+          compute it (0 is a certified lower bound; the accountant reports the gap).
+
+        ``A_up``, ``A_lo`` grow with the number of epochs (about ``1e-14`` per epoch), so this
+        decides the tiny deltas of large epsilon and long runs."""
+        up, lo = self.upper_slack, self.lower_slack
+        if not any(cheap_upper <= up[d].extra() for d in up):
+            return False
+        return not self.has_lower or all(
+            lo[d].log_factor == -math.inf or cheap_upper <= lo[d].extra() for d in lo)
+
     def delta_for_epsilon(self, epsilon: float) -> Bounds:
-        """Certified bounds on ``delta(epsilon)`` (the maximum over both directions); the
-        Gaussian bounds of the module docstring are used where they are tighter."""
+        """Certified bounds on ``delta(epsilon)`` (the maximum over both directions),
+        intersected with the Gaussian bounds of the module docstring and with the Chernoff bound
+        of the composed PLD (:meth:`_chernoff_upper`); the FFT compositions are skipped where
+        they cannot improve these (:meth:`_engine_cannot_improve`)."""
         epsilon = check_nonnegative("epsilon", epsilon)
         gauss = self._gaussian_delta(epsilon)
         if self._closed_form():
             return gauss
+        cheap = min(gauss.upper, self._chernoff_upper(epsilon))
+        if self._engine_cannot_improve(cheap):
+            return Bounds(min(gauss.lower, cheap), cheap)
         per = [self._delta(d, epsilon) for d in self.plds]
-        upper = min(max(b.upper for b in per), gauss.upper)
+        upper = min(max(b.upper for b in per), cheap)
         lower = max(max(b.lower for b in per), gauss.lower)
         return Bounds(min(lower, upper), upper)
 
@@ -1685,6 +1783,9 @@ class AllocationPLD:
         if self._closed_form():
             return gauss
         try:
+            for d in self.plds:  # refuse before composing anything (a cheap check)
+                if self.upper_slack[d].extra() > delta / 2:
+                    self._epsilon_upper(d, delta)
             upper = max(self._epsilon_upper(d, delta) for d in self.plds)
         except NumericalError:
             # the grids cannot certify this delta (their error terms are not small next to it);
@@ -1705,7 +1806,8 @@ def _gaussian_epoch(sigma: float, t: int, h_loss: float, *, tail_mass: float, me
     Gaussian loss exceeds the PLD grid no PLD is built (closed form only)."""
     mu2 = _inv_sq(sigma)
     exact = {d: _EXACT for d in ("remove", "add")}
-    engine = mu2 / 2 + 10 * math.sqrt(mu2) <= _ENGINE_LOSS
+    engine = (mu2 / 2 + 10 * math.sqrt(mu2) <= _ENGINE_LOSS
+              and _gaussian_grid_fits(sigma, h_loss, memory_limit))
     log_p = math.log(checkin)
     lower_cert = (dict(exact) if t == 1 and checkin == 1.0
                   else {"remove": _Cert(log_p, math.log(t) - log_p, 0.0, 0.0), "add": _NONE})
@@ -1725,7 +1827,7 @@ def _epoch_pld(sigma: float, t: int, h_loss: float, *, method: str, summand_step
                geometric_cells: int, tail_mass: float, memory_limit: int,
                lower: bool = True, checkin: float = 1.0) -> AllocationPLD:
     description = f"random allocation, sigma={sigma:g}, {t} steps/epoch, p={checkin:g}"
-    if (t == 1 and checkin == 1.0) or not _summands_fit(sigma, t) or sigma > _HUGE_SIGMA:
+    if _gaussian_accounted(sigma, t, checkin):
         return _gaussian_epoch(sigma, t, h_loss, tail_mass=tail_mass, memory_limit=memory_limit,
                                lower=lower, checkin=checkin)
 
@@ -1763,8 +1865,13 @@ def default_loss_step(noise_multiplier: float, steps_per_epoch: int,
                       checkin_probability: float = 1.0) -> float:
     """Default PLD grid step: a 40th of :func:`epoch_loss_scale`, at most 1e-2 and at least 1e-13
     (below, ``1 - e^-h`` is not representable next to 1 and the PLD grid's tangent construction
-    cannot start; such noise, ``sigma`` above about 1e10, has epsilon below 1e-12 anyway)."""
+    cannot start; such noise, ``sigma`` above about 1e10, has epsilon below 1e-12 anyway).  An
+    epoch accounted by the Gaussian mechanism alone (:func:`_gaussian_accounted`, e.g. ``t``
+    above ``2**40``) is on the grid of that mechanism, whose loss scale is ``1/sigma``."""
     scale = epoch_loss_scale(noise_multiplier, steps_per_epoch, checkin_probability)
+    if _gaussian_accounted(float(noise_multiplier), int(steps_per_epoch),
+                           float(checkin_probability)):
+        scale = 1.0 / float(noise_multiplier)
     return max(min(scale / 40.0, 1e-2), 1e-13)
 
 

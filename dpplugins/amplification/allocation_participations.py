@@ -52,7 +52,8 @@ from __future__ import annotations
 import math
 
 from dpplugins.amplification.allocation import (AllocationPLD, _Cert, _EXACT, _Lazy, _NONE,
-                                                _summands_fit, _HUGE_SIGMA, _inv_sq,
+                                                _gaussian_accounted, _gaussian_grid_fits,
+                                                _inv_sq,
                                                 default_loss_step, random_allocation_pld,
                                                 sum_observation_lower_pair)
 from dpplugins.errors import NumericalError, ParameterError, check_count, check_positive
@@ -127,6 +128,11 @@ class BracketedPLD:
         """Certified ``[lower, upper]`` on delta at ``epsilon``."""
         return self._query("delta_for_epsilon", epsilon)
 
+    def upper_floor(self) -> float:
+        """The additive error floor of the upper construction's delta bounds
+        (:meth:`~dpplugins.amplification.allocation.AllocationPLD.upper_floor`)."""
+        return self.upper.upper_floor()
+
     def slack_at(self, epsilon: float) -> float:
         """The largest additive numerical term of either construction."""
         parts = [self.upper] + ([self.lower] if self.lower is not None else [])
@@ -134,7 +140,26 @@ class BracketedPLD:
 
 
 def _log_binomial(t: int, k: int) -> float:
-    return math.lgamma(t + 1) - math.lgamma(k + 1) - math.lgamma(t - k + 1)
+    """A certified *upper* bound on ``log C(t, k)`` (it shifts the lower bound, so larger is
+    safe).  ``lgamma(t + 1) - lgamma(k + 1) - lgamma(t - k + 1)`` cancels catastrophically for
+    large ``t`` (at ``t = 10**300`` it returns ``-log k!``, since ``t + 1 == t - k + 1`` in
+    double, which made the lower bound invalid; reliability issue 21), so we take the smallest
+    of: ``C(t, j) <= t^j / j!`` (``j = min(k, t - k)``), ``C(t, j) <= 2^t``, and, for ``t <
+    2**53``, the lgamma difference, each plus a margin of ``64 u`` times the magnitude of its
+    terms (CPython's ``lgamma`` is accurate to a few ulps) and ``1e-12``."""
+    t, k = int(t), int(k)
+    j = min(k, t - k)
+    if j <= 0:
+        return 0.0
+    u = 2.0 ** -53
+    log_t, lg_j = math.log(t), math.lgamma(float(j) + 1.0)
+    bounds = [float(j) * log_t - lg_j + 64 * u * (float(j) * log_t + lg_j)]
+    if t < 2 ** 1000:  # (float(t) overflows beyond)
+        bounds.append(float(t) * math.log(2.0) * (1 + 64 * u))
+    if t < 2 ** 53:
+        terms = (math.lgamma(t + 1.0), lg_j, math.lgamma(float(t - j) + 1.0))
+        bounds.append(terms[0] - terms[1] - terms[2] + 64 * u * sum(map(abs, terms)))
+    return max(0.0, min(bounds)) + 1e-12
 
 
 def _lower_epoch(sigma: float, t: int, k: int, h_loss: float, *, tail_mass: float,
@@ -144,7 +169,7 @@ def _lower_epoch(sigma: float, t: int, k: int, h_loss: float, *, tail_mass: floa
     lower bounds are used (its upper slots hold the same pair and mean nothing here)."""
     log_c = _log_binomial(t, k)
     mu2 = k * _inv_sq(sigma)
-    gaussian_only = not _summands_fit(sigma, t) or sigma > _HUGE_SIGMA
+    gaussian_only = _gaussian_accounted(sigma, t)  # (t > k > 1 here)
     description = f"{k}-out-of-{t} allocation lower pair, sigma={sigma:g}"
 
     def build():
@@ -163,7 +188,9 @@ def _lower_epoch(sigma: float, t: int, k: int, h_loss: float, *, tail_mass: floa
             memory_limit=memory_limit) for d in ("remove", "add")}
         return plds, {d: _EXACT for d in ("remove", "add")}, dict(pair.slack)
 
-    engine = not gaussian_only or mu2 / 2 + 10 * math.sqrt(mu2) <= 550.0
+    engine = not gaussian_only or (mu2 / 2 + 10 * math.sqrt(mu2) <= 550.0
+                                   and _gaussian_grid_fits(sigma / math.sqrt(k), h_loss,
+                                                           memory_limit))
     return AllocationPLD(None, None, None, lazy=_Lazy(build), engine=engine, has_lower=True,
                          gaussian_mu2=mu2, log_t=log_c)
 

@@ -12,12 +12,16 @@ adds the Gaussian noise once per step (on rank 0) to the sum of all ranks' clipp
 a step releases what the single-process sampler's step would: the accountant records the global
 event on every rank and every rank reports the same epsilon.
 
+``--sampler`` takes several names too (``--sampler shuffle balls_and_bins poisson``): the
+runs follow one another in the same process group, each a fresh model from the same seed, so
+one launch compares the samplers' epsilons.
+
 ``--out DIR`` writes one JSON file per rank (epsilon, the indices of every shard, the accountant
-state); ``--stop-after K`` saves a checkpoint (accountant and sampler state, written by rank 0)
-after K optimizer steps and stops; ``--resume FILE`` continues from such a checkpoint on every
-rank.  The test suite uses these to check sharding, equal epsilon and exact resumption; the
-per-epoch training time is recorded too (``epoch_seconds``, used by
-``benchmarks/ddp_epoch_time.py``).
+state; with several samplers, one directory per sampler, ``DIR/<sampler>/``); ``--stop-after K``
+saves a checkpoint (accountant and sampler state, written by rank 0) after K optimizer steps and
+stops; ``--resume FILE`` continues from such a checkpoint on every rank (one sampler).  The test
+suite uses these to check sharding, equal epsilon and exact resumption; the per-epoch training
+time is recorded too (``epoch_seconds``, used by ``benchmarks/ddp_epoch_time.py``).
 """
 
 from __future__ import annotations
@@ -58,10 +62,13 @@ def make_sampler(kind: str, n: int, batch_size: int, seed: int, world: int, rank
     return None
 
 
+SAMPLERS = ("shuffle", "balls_and_bins", "poisson", "torch")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sampler", choices=("shuffle", "balls_and_bins", "poisson", "torch"),
-                        default="shuffle")
+    parser.add_argument("--sampler", nargs="+", choices=SAMPLERS, default=["shuffle"],
+                        help="one or more (several: trained in turn, one after the other)")
     parser.add_argument("--accountant", default=None,
                         help="registry name (default: shuffle / balls_and_bins / pld)")
     parser.add_argument("--epochs", type=int, default=2)
@@ -72,20 +79,33 @@ def main() -> None:
     parser.add_argument("--stop-after", type=int, default=None)
     parser.add_argument("--resume", type=Path, default=None)
     args = parser.parse_args()
-    if args.resume is not None and args.sampler == "torch":
+    if len(set(args.sampler)) < len(args.sampler):
+        parser.error("--sampler: each sampler once")
+    if args.resume is not None and len(args.sampler) > 1:
+        parser.error("--resume continues the run of one sampler")
+    if args.resume is not None and args.sampler == ["torch"]:
         parser.error("--resume needs a sampler with a state (torch's DistributedSampler has none)")
     warnings.filterwarnings("ignore")
     dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
     register()
-    torch.manual_seed(args.seed)
     data = digits(args.seed)
+    for kind in args.sampler:
+        out = args.out if args.out is None or len(args.sampler) == 1 else args.out / kind
+        train(kind, data, args, out)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def train(kind: str, data, args, out: Path | None) -> None:
+    """One run of DP-SGD with sampler ``kind`` on this rank (a fresh model from the seed)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(args.seed)
     n = len(data)
     accountant = args.accountant or {"shuffle": "shuffle", "balls_and_bins": "balls_and_bins",
-                                     "poisson": "pld", "torch": "shuffle"}[args.sampler]
-    sampler = make_sampler(args.sampler, n, args.batch_size, args.seed, world, rank)
+                                     "poisson": "pld", "torch": "shuffle"}[kind]
+    sampler = make_sampler(kind, n, args.batch_size, args.seed, world, rank)
     torch_sampler = None
-    if args.sampler == "torch":   # torch's own: a shard of one permutation per epoch per rank
+    if kind == "torch":   # torch's own: a shard of one permutation per epoch per rank
         torch_sampler = torch.utils.data.DistributedSampler(
             data, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
         loader = torch.utils.data.DataLoader(data, batch_size=args.batch_size // world,
@@ -101,7 +121,7 @@ def main() -> None:
     model, optimizer, loader = engine.make_private(
         module=model, optimizer=optimizer, data_loader=loader,
         noise_multiplier=args.noise_multiplier, max_grad_norm=1.0,
-        poisson_sampling=args.sampler == "poisson")
+        poisson_sampling=kind == "poisson")
     steps_done = 0
     if args.resume is not None:
         checkpoint = json.loads(args.resume.read_text())
@@ -126,28 +146,26 @@ def main() -> None:
             except StopIteration:
                 break
             optimizer.zero_grad()
-            out = model(x)
-            (criterion(out, y) if len(y) else out.sum() * 0).backward()
+            logits = model(x)
+            (criterion(logits, y) if len(y) else logits.sum() * 0).backward()
             optimizer.step()
             shards.append(index.tolist())
             steps_done += 1
         epoch_seconds.append(time.perf_counter() - start)
     epsilon = engine.accountant.get_epsilon(DELTA)
     print(f"rank {rank}/{world}: {steps_done} steps, epsilon = {epsilon:.4f} at delta = {DELTA:g} "
-          f"({accountant}, certified upper bound, valid for the {args.sampler} sampler)")
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
+          f"({accountant}, certified upper bound, valid for the {kind} sampler)")
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
         state = engine.accountant.state_dict()
         record = {"rank": rank, "world": world, "epsilon": epsilon, "shards": shards,
                   "steps": steps_done, "accountant": _json(state),
                   "epoch_seconds": epoch_seconds}
-        (args.out / f"rank{rank}.json").write_text(json.dumps(record))
+        (out / f"rank{rank}.json").write_text(json.dumps(record))
         if args.stop_after is not None and rank == 0:
             checkpoint = {"accountant": _json(state), "steps": steps_done,
                           "sampler": None if sampler is None else sampler.state_dict()}
-            (args.out / "checkpoint.json").write_text(json.dumps(checkpoint))
-    dist.barrier()
-    dist.destroy_process_group()
+            (out / "checkpoint.json").write_text(json.dumps(checkpoint))
 
 
 def _json(state):

@@ -3,6 +3,7 @@ machine (gloo on 127.0.0.1), launched with torchrun (distributed issue)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -12,14 +13,19 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("opacus")
+from dpplugins.accountants import create
+from dpplugins.events import GaussianEvent, PoissonSampledEvent, SelfComposedEvent
+from dpplugins.samplers import ShuffledEpochs, balls_and_bins
 
-from dpplugins.accountants import create  # noqa: E402
-from dpplugins.samplers import ShuffledEpochs, balls_and_bins  # noqa: E402
+# the example runs in its own processes: the test process only needs to know that torch and
+# opacus are there (importing them here would add seconds of start-up to nothing)
+if any(importlib.util.find_spec(name) is None for name in ("torch", "opacus", "sklearn")):
+    pytest.skip("needs torch, opacus and scikit-learn", allow_module_level=True)
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "opacus_digits_ddp.py"
 N, BATCH, SEED, SIGMA = 600, 60, 0, 1.0
+EPOCHS = 2
+SAMPLERS = ("shuffle", "balls_and_bins", "torch")
 
 
 def free_port() -> int:
@@ -28,13 +34,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(out: Path, procs: int, *extra: str) -> list[dict]:
+def launch(out: Path, procs: int, *extra: str) -> None:
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={procs}",
                "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(EXAMPLE),
                "--out", str(out), "--seed", str(SEED), "--batch-size", str(BATCH), *extra]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def records(out: Path, procs: int) -> list[dict]:
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(procs)]
 
 
@@ -44,64 +53,96 @@ def single_process(kind: str):
     return balls_and_bins(N, -(-N // BATCH), rng=SEED)
 
 
-EPOCHS = 2
+def single_process_epsilon(kind: str, epochs: int) -> float:
+    """The single-process accountant on the same global schedule."""
+    event = single_process(kind).event(SIGMA, epochs)
+    return create("shuffle" if kind == "torch" else kind).compose(event).get_epsilon(1e-5)
 
 
-@pytest.fixture(scope="module")
-def shuffle_run(tmp_path_factory):
-    """Two ranks, shuffled epochs, run once and shared by the tests below."""
-    return launch(tmp_path_factory.mktemp("full"), 2, "--sampler", "shuffle", "--epochs",
-                  str(EPOCHS))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("kind,procs", [("shuffle", 2), ("balls_and_bins", 3), ("torch", 2)])
-def test_shards_are_disjoint_complete_and_every_rank_reports_the_same_epsilon(
-        tmp_path, kind, procs, shuffle_run):
-    epochs = EPOCHS
-    ranks = (shuffle_run if kind == "shuffle"
-             else launch(tmp_path, procs, "--sampler", kind, "--epochs", str(epochs)))
+def assert_disjoint_and_complete(kind: str, shards: list[list[list[int]]], epochs: int):
+    """``shards[rank][step]``: every global step's shards are disjoint and together are the
+    single-process step (the same global schedule); for torch's sampler, whose permutation is
+    its own, every step is BATCH distinct examples and every epoch covers the data once."""
     reference = single_process(kind)
     steps = [b.tolist() for _ in range(epochs) for b in reference]
-    assert all(r["steps"] == len(steps) for r in ranks)
+    assert all(len(rank) == len(steps) for rank in shards)
     if kind == "torch":
-        # torch's own permutation: every global step is BATCH distinct examples, every epoch
-        # covers the dataset exactly once (the shuffled-epochs protocol of the global batch)
         per_epoch = len(steps) // epochs
         for epoch in range(epochs):
             seen = []
             for step in range(epoch * per_epoch, (epoch + 1) * per_epoch):
-                union = [i for r in ranks for i in r["shards"][step]]
+                union = [i for rank in shards for i in rank[step]]
                 assert len(union) == len(set(union)) == BATCH
                 seen += union
             assert sorted(seen) == list(range(N))
-        first = [i for r in ranks for i in r["shards"][0]]
-        assert first != [i for r in ranks for i in r["shards"][per_epoch]]   # set_epoch
+        first = [i for rank in shards for i in rank[0]]
+        assert first != [i for rank in shards for i in rank[per_epoch]]   # set_epoch
     else:
         for step, batch in enumerate(steps):
-            union = [i for r in ranks for i in r["shards"][step]]
+            union = [i for rank in shards for i in rank[step]]
             assert sorted(union) == sorted(batch)          # disjoint and complete, every step
+
+
+@pytest.fixture(scope="module")
+def three_ranks(tmp_path_factory) -> dict[str, list[dict]]:
+    """One launch of three ranks that trains with every sampler in turn (the example's
+    ``--sampler`` list; each run a fresh model from the seed): ``{sampler: rank records}``."""
+    out = tmp_path_factory.mktemp("three")
+    launch(out, 3, "--sampler", *SAMPLERS, "poisson", "--epochs", str(EPOCHS))
+    return {kind: records(out / kind, 3) for kind in (*SAMPLERS, "poisson")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", SAMPLERS)
+def test_shards_are_disjoint_complete_and_every_rank_reports_the_same_epsilon(kind, three_ranks):
+    """Three processes (two in the resume test below, which checks the same for shuffle)."""
+    ranks = three_ranks[kind]
+    assert all(r["world"] == 3 for r in ranks) and [r["rank"] for r in ranks] == [0, 1, 2]
+    assert all(r["steps"] == len(r["shards"]) for r in ranks)
+    assert_disjoint_and_complete(kind, [r["shards"] for r in ranks], EPOCHS)
     epsilons = {r["epsilon"] for r in ranks}
     assert len(epsilons) == 1
-    # the single-process accountant on the same global schedule
-    offline = create("shuffle" if kind == "torch" else kind).compose(
-        reference.event(SIGMA, epochs))
-    assert epsilons.pop() == pytest.approx(offline.get_epsilon(1e-5), rel=1e-12)
+    assert epsilons.pop() == pytest.approx(single_process_epsilon(kind, EPOCHS), rel=1e-12)
 
 
 @pytest.mark.slow
-def test_resume_from_a_rank_0_checkpoint_equals_an_uninterrupted_run(tmp_path, shuffle_run):
-    full = shuffle_run
-    first = launch(tmp_path / "first", 2, "--sampler", "shuffle", "--epochs", "2",
-                   "--stop-after", "13")
-    rest = launch(tmp_path / "rest", 2, "--sampler", "shuffle", "--epochs", "2",
-                  "--resume", str(tmp_path / "first" / "checkpoint.json"))
+def test_resume_from_a_rank_0_checkpoint_equals_an_uninterrupted_run(tmp_path, three_ranks):
+    """Two processes stop after 13 of 20 steps (mid second epoch); a new launch resumes from rank
+    0's checkpoint.  The uninterrupted run: each rank's shards of the schedule drawn in one go
+    (the sharded sampler, iterated for the epochs), whose global steps are the single-process
+    sampler's, and the uninterrupted accountant: the single-process one on that schedule and the
+    uninterrupted three-rank launch (the accountant records global steps, whatever the world)."""
+    first_dir = tmp_path / "first"
+    launch(first_dir, 2, "--sampler", "shuffle", "--epochs", str(EPOCHS), "--stop-after", "13")
+    first = records(first_dir, 2)
+    launch(tmp_path / "rest", 2, "--sampler", "shuffle", "--epochs", str(EPOCHS),
+           "--resume", str(first_dir / "checkpoint.json"))
+    rest = records(tmp_path / "rest", 2)
+    assert [r["steps"] for r in first] == [13, 13] and [r["steps"] for r in rest] == [20, 20]
+    resumed = [first[r]["shards"] + rest[r]["shards"] for r in range(2)]
     for r in range(2):
-        assert first[r]["shards"] + rest[r]["shards"] == full[r]["shards"]
-        assert rest[r]["epsilon"] == full[r]["epsilon"]
+        sharded = ShuffledEpochs(N, BATCH, rng=SEED, num_replicas=2, rank=r)
+        assert resumed[r] == [b.tolist() for _ in range(EPOCHS) for b in sharded]
+    assert_disjoint_and_complete("shuffle", resumed, EPOCHS)
+    assert len({r["epsilon"] for r in first}) == 1
+    uninterrupted = three_ranks["shuffle"][0]["epsilon"]
+    for r in range(2):
+        assert rest[r]["epsilon"] == uninterrupted
+        assert rest[r]["epsilon"] == pytest.approx(single_process_epsilon("shuffle", EPOCHS),
+                                                   rel=1e-12)
 
 
 @pytest.mark.slow
-def test_poisson_under_ddp_is_accounted_by_pld(tmp_path):
-    ranks = launch(tmp_path, 2, "--sampler", "poisson", "--epochs", "1")
+def test_poisson_under_ddp_is_accounted_by_pld(three_ranks):
+    ranks = three_ranks["poisson"]
     assert len({r["epsilon"] for r in ranks}) == 1 and ranks[0]["epsilon"] > 0
+    assert all(r["accountant"]["mechanism"] == "pld" for r in ranks)
+    # Opacus' distributed Poisson loader: rate 1 / len(loader of BATCH // world per rank)
+    rate, steps = (BATCH // 3) / N, EPOCHS * N // (BATCH // 3)
+    assert [r["steps"] for r in ranks] == [steps] * 3
+    for step in range(steps):                 # each rank draws from its own part of the data
+        union = [i for r in ranks for i in r["shards"][step]]
+        assert len(union) == len(set(union))
+    event = SelfComposedEvent(PoissonSampledEvent(rate, GaussianEvent(SIGMA)), steps)
+    offline = create("pld").compose(event).get_epsilon(1e-5)   # the single-process accountant
+    assert ranks[0]["epsilon"] == pytest.approx(offline, rel=1e-12)

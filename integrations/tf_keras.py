@@ -369,7 +369,9 @@ def as_tf_dataset(sampler: Any, features: Any, labels: Any, *, skip_empty: bool 
     fresh check-ins from the sampler's generator.  ``features`` and ``labels`` are numpy arrays
     (or array-likes) with the examples on axis 0.
 
-    Empty check-in slots (``RandomCheckIn`` / ``SlidingWindowCheckIn``), by ``empty``:
+    Empty check-in slots (``RandomCheckIn`` / ``SlidingWindowCheckIn``) and empty steps of
+    ``RandomAllocation`` (every step is released; an empty one as a noise-only update), by
+    ``empty``:
 
     * ``"keep"`` (default): zero-length batches.  Plain Keras ``fit`` (TF 2.15) runs them (the
       batch adds no loss), but TF-Privacy 0.9.0's DP optimizers do **not**: they split the loss
@@ -385,7 +387,8 @@ def as_tf_dataset(sampler: Any, features: Any, labels: Any, *, skip_empty: bool 
       ``variant="fixed"`` and ``SlidingWindowCheckIn`` (Thm 3.2 / Thm 4.3) assume the dummy
       update of an empty slot is released; skipping it reveals which slots were empty, which is
       not a post-processing of the protocol's output, so ``"skip"`` is refused with
-      :class:`ParameterError` for them.
+      :class:`ParameterError` for them, and for ``RandomAllocation`` (add/remove adjacency, as
+      for ``balls_and_bins`` above).
     * ``"dummy"``: every element carries a third component, the Keras ``sample_weight``: 1 for
       every example of a non-empty slot, and an empty slot becomes a one-row batch of zeros
       (features and labels) with weight 0.  Its weighted loss is identically 0, so its gradient
@@ -401,10 +404,10 @@ def as_tf_dataset(sampler: Any, features: Any, labels: Any, *, skip_empty: bool 
         [4, 4, 2]
     """
     if getattr(sampler, "scheme", None) not in ("shuffled_epochs", "random_checkin",
-                                                "sliding_window"):
+                                                "sliding_window", "random_allocation"):
         raise ParameterError("sampler", type(sampler).__name__,
                              "a dpplugins sampler (ShuffledEpochs, RandomCheckIn, "
-                             "SlidingWindowCheckIn)")
+                             "SlidingWindowCheckIn, RandomAllocation)")
     if not isinstance(skip_empty, (bool, np.bool_)):
         raise ParameterError("skip_empty", skip_empty, "True or False")
     if empty is None:
@@ -413,6 +416,13 @@ def as_tf_dataset(sampler: Any, features: Any, labels: Any, *, skip_empty: bool 
         empty = check_choice("empty", empty, EMPTY_SLOTS)
         if skip_empty and empty != "skip":
             raise ParameterError("skip_empty", skip_empty, f"False with empty={empty!r}")
+    if empty == "skip" and sampler.scheme == "random_allocation":
+        raise ParameterError("skip_empty" if skip_empty else "empty",
+                             skip_empty if skip_empty else empty, f"not skipping for {sampler!r}",
+                             "random allocation is accounted under add/remove adjacency "
+                             "(balls_and_bins), where an example's presence can decide whether "
+                             "its step is empty: skipping empty steps is not a post-processing "
+                             "of the released steps; use empty='dummy' (noise-only updates)")
     if empty == "skip" and (sampler.scheme == "sliding_window" or
                             getattr(sampler, "variant", None) == "fixed"):
         raise ParameterError("skip_empty" if skip_empty else "empty",

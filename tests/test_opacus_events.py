@@ -359,3 +359,32 @@ def test_adapters_pickle_and_deepcopy():
     # the copy keeps accounting on its own
     loaded.compose(ShuffledEpochsEvent(200, 64, Fraction(1, 4), GaussianEvent(1.0)))
     assert len(loaded) == len(accountant) + 1
+
+
+# -- random allocation with k participations / a check-in probability ---------------------------
+@pytest.mark.parametrize("participations,checkin_probability", [(2, 1.0), (1, 0.5)])
+def test_random_allocation_sampler_trains_under_opacus_with_its_event(participations,
+                                                                      checkin_probability):
+    """``RandomAllocation`` through ``make_data_loader``: the accountant named by the user
+    accounts the sampler's event (every step, empty ones as noise-only steps); a Poisson
+    accountant on this loader is refused at set-up with the valid accountants named."""
+    from dpplugins.integrations.opacus import make_data_loader, valid_accountants
+    from dpplugins.samplers import RandomAllocation
+    sampler = RandomAllocation(64, 8, participations=participations,
+                               checkin_probability=checkin_probability, rng=0)
+    loader = make_data_loader(dataset(64), sampler)
+    assert "balls_and_bins" in valid_accountants(loader)
+    assert "pld" not in valid_accountants(loader)
+    engine, model, optimizer, loader = private("balls_and_bins", loader)
+    train_steps(model, optimizer, loader, steps=16)
+    # one step at a time: an eighth of a pass each, 16 of them (two passes)
+    assert engine.accountant.history == [SelfComposedEvent(sampler.event(1.0, Fraction(1, 8)),
+                                                           16)]
+    assert len(engine.accountant) == 16
+    # independent: at most k steps per example and pass, so eps is at most that of 2k Gaussian
+    # steps (Balle & Wang 2018): their delta at our eps is at least DELTA
+    from dpplugins.mechanisms.gaussian import gaussian_delta
+    eps = engine.get_epsilon(DELTA)
+    assert 0 < eps and gaussian_delta(eps, math.sqrt(2 * participations)) >= DELTA * (1 - 1e-9)
+    with pytest.raises(Exception, match="balls_and_bins"):
+        private("pld", make_data_loader(dataset(64), sampler))

@@ -413,3 +413,41 @@ def test_user_registered_accountant_works_in_the_callback(monkeypatch):
         PrivacyCallback(delta=DELTA, noise_multiplier=SIGMA, sampler=ShuffledEpochs(N, BATCH),
                         accountant="my_pld")
     assert info.value.name == "accountant"
+
+
+@pytest.mark.parametrize("participations,checkin_probability", [(2, 1.0), (1, 0.5)])
+def test_random_allocation_trains_under_keras_and_is_accounted_by_its_event(
+        participations, checkin_probability):
+    """``RandomAllocation`` (k-out-of-t, check-in probability p) through ``as_tf_dataset`` with
+    noise-only updates for empty steps: the callback picks the accountant from the sampler's
+    event and accounts one such event per epoch; independently, an
+    example takes part in at most k steps per pass, so k * passes Gaussian steps (add/remove,
+    mu = sqrt(k passes) / sigma, Balle & Wang 2018) bound it from above."""
+    from dpplugins.samplers import RandomAllocation
+    from dpplugins.events import RandomAllocationEvent
+    x, y = _data(5)
+    steps = 16
+    sampler = RandomAllocation(N, steps, participations=participations,
+                               checkin_probability=checkin_probability, rng=4)
+    seen = np.zeros(N, dtype=int)
+    for batch in as_tf_dataset(sampler, x, np.arange(N), empty="dummy"):
+        seen[batch[1].numpy()[batch[2].numpy() > 0]] += 1
+    assert seen.max() <= participations
+    if checkin_probability == 1.0:
+        assert (seen == participations).all()
+    with pytest.raises(ParameterError, match="dummy"):
+        as_tf_dataset(sampler, x, y, empty="skip")
+    callback = PrivacyCallback(delta=DELTA, sampler=sampler)
+    model = _dp_model(num_microbatches=None)
+    history = model.fit(as_tf_dataset(sampler, x, y, empty="dummy"), epochs=2, verbose=0,
+                        callbacks=[callback])
+    logged = history.history["epsilon"]
+    assert len(logged) == 2 and callback._batches_this_epoch == steps
+    assert all(np.isfinite(w.numpy()).all() for w in model.weights)
+    assert callback.accountant.name == "balls_and_bins"
+    assert callback.accountant.history == [SelfComposedEvent(sampler.event(SIGMA, 1), 2)]
+    assert sampler.event(SIGMA, 1) == RandomAllocationEvent(
+        steps, 1, GaussianEvent(SIGMA), participations, checkin_probability)
+    for passes, eps in enumerate(logged, start=1):
+        assert 0 < eps <= _gaussian_epsilon(math.sqrt(participations * passes) / SIGMA, DELTA)
+    assert logged[0] < logged[1]

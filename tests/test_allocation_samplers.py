@@ -12,7 +12,6 @@ import pytest
 from scipy import stats
 
 from dpplugins.accountants import create
-from dpplugins.accountants.base import UnsupportedEventError
 from dpplugins.amplification.allocation_participations import k_out_of_t_pld
 from dpplugins.errors import ParameterError
 from dpplugins.events import RandomAllocationEvent
@@ -65,9 +64,8 @@ def test_accountant_accounts_the_samplers_event():
     got = acc.get_epsilon_bounds(1e-5)
     direct = k_out_of_t_pld(1.0, 50, 2, 2).epsilon_for_delta(1e-5)
     assert got.lower <= direct.upper and direct.lower <= got.upper
-    with pytest.raises(UnsupportedEventError):
-        acc.compose(balls_and_bins(500, 50, participations=2, checkin_probability=0.5)
-                    .event(1.0, 1))
+    mixed = balls_and_bins(500, 50, participations=2, checkin_probability=0.5).event(1.0, 1)
+    assert acc.supports(mixed)   # several participations with p < 1: accounted (mixture)
 
 
 def test_bad_sampler_parameters():

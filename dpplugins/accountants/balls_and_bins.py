@@ -6,9 +6,11 @@ probability ``p`` (``checkin_probability``, default 1) and then in ``k`` (``part
 default 1) distinct uniformly random steps of them (balls-and-bins / random allocation: Chua et
 al., AISTATS 2025, arXiv:2412.16802; Feldman & Shenfeld 2025, arXiv:2502.08202); each step adds
 ``N(0, sigma^2 C^2)`` to the sum of its batch's clipped gradients (clipping norm C); batches vary
-in size; a step without examples is run anyway (a noise-only update).  Supported: ``k = 1`` with
-any ``p`` in (0, 1], and ``k >= 1`` with ``p = 1``; several participations with ``p < 1`` are
-refused (:mod:`dpplugins.amplification.allocation_participations`).  The matching samplers are
+in size; a step without examples is run anyway (a noise-only update).  Supported: every
+``k >= 1`` and ``p`` in (0, 1]; several participations with ``p < 1`` are accounted by the
+mixture identities of :mod:`dpplugins.amplification.allocation_participations` ("Check-in
+probability", our derivation: an upper bound from the p = 1 epoch's, a lower bound for the
+remove direction only).  The matching samplers are
 ``balls_and_bins(n, t, participations=k, checkin_probability=p)`` and
 ``RandomCheckIn(n, num_slots=t, checkin_probability=p, variant="averaged")``.  Opacus reports
 a step as ``(noise_multiplier, sample_rate)``; here ``sample_rate = 1 / t`` (what Opacus computes
@@ -99,10 +101,6 @@ def allocation_of(event: Event) -> RandomAllocationEvent | str:
     if not isinstance(event, RandomAllocationEvent):
         return ("random allocation (RandomAllocationEvent: every example in uniformly random "
                 "steps of each epoch)")
-    if event.participations != 1 and event.checkin_probability != 1.0:
-        return (f"participations={event.participations} with checkin_probability="
-                f"{event.checkin_probability:g}: several participations need checkin_probability"
-                "=1 (taking part in all k steps or in none is not covered by the reduction)")
     if not isinstance(event.event, GaussianEvent):
         return f"Gaussian noise on every step (got {type(event.event).__name__})"
     return event
@@ -203,7 +201,7 @@ class RandomAllocationAccountant(Accountant):
                 pld = BracketedPLD.same(random_allocation_pld(sigma, t, 1, checkin_probability=p,
                                                               **options))
             else:
-                pld = k_out_of_t_pld(sigma, t, k, 1, **options)
+                pld = k_out_of_t_pld(sigma, t, k, 1, checkin_probability=p, **options)
             self._epoch_cache[cache_key] = pld
         return self._epoch_cache[cache_key]
 
@@ -263,8 +261,9 @@ class RandomAllocationAccountant(Accountant):
             warnings.warn(AccuracyWarning(
                 f"balls_and_bins: certified bounds [{best.lower:.6g}, {best.upper:.6g}] have a "
                 f"relative gap above eps_tolerance={self.eps_tolerance:g}; with participations "
-                "> 1 the lower bound observes only the sum of the summands (the upper bound is "
-                "valid whatever the gap)"), stacklevel=3)
+                "> 1 the lower bound observes only the sum of the summands (and with "
+                "checkin_probability < 1 only the remove direction; the upper bound is valid "
+                "whatever the gap)"), stacklevel=3)
             return best
         why = ""
         if slack_share is not None and slack_share > 0.01:

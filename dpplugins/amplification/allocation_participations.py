@@ -36,9 +36,37 @@ sigma^2`` over ``n`` epochs (the argument of the ``k = 1`` module, our derivatio
 the sum only loses what the full output says beyond ``S``; the gap to the upper bound is what is
 left of both constructions and is reported, never hidden.
 
-**Check-in probability below 1 with several participations is refused**: the example takes part
-in all ``k`` steps or in none, so given the partition the blocks are not independent mixtures
-and the reduction above does not give a product.
+**Check-in probability p < 1 with several participations** (our derivation).  The example takes
+part in all ``k`` steps or in none, so given the partition the blocks are not independent
+mixtures and the reduction above does not give a product; instead the whole epoch is a
+mixture.  With the other examples' randomness the same in both worlds, the epoch's output law
+with the example is ``P_p = p P_1 + (1 - p) Q`` (``P_1``: it takes part, the p = 1 protocol;
+``Q``: it is absent).  For ``x = e^eps >= 1`` and every set ``S``, ``P_p(S) - x Q(S) = p (P_1(S)
+- x' Q(S))`` with ``x' = 1 + (x - 1) / p``, and ``Q(S) - x P_p(S) = c (Q(S) - x'' P_1(S))`` with
+``c = 1 - x (1 - p)``, ``x'' = x p / c`` (where ``c > 0``; for ``c <= 0`` the divergence is 0).
+Taking suprema, exactly (the remove-direction identity is the advanced joint convexity of Balle,
+Barthe, Gaboardi 2018, arXiv:1807.01647, Thm 2)::
+
+    H_x(P_p || Q) = p H_x'(P_1 || Q),        H_x(Q || P_p) = c+ H_x''(Q || P_1).
+
+*Upper bound.*  ``U(eps)``, the certified upper bound of the p = 1 epoch (both directions,
+above), is evaluated at 401 points ``eps_j`` up to where it is below ``1e-17``; a privacy profile
+is convex in ``x = e^eps`` (a supremum of functions affine in ``x``), so between two points the
+chord through ``(x_j, U_j)`` bounds it from above, and beyond the last point its value there
+does (profiles decrease).  The two identities turn this into a certified profile of the p < 1
+epoch for both directions; their maximum is a symmetric profile, and its pessimistic
+connect-the-dots PLD (:func:`~dpplugins.pld.PrivacyLossDistribution.from_privacy_profile`,
+Doroshenko et al. 2022, arXiv:2207.04380) dominates the epoch in both directions (for ``eps <
+0`` through ``H_x(P||Q) = 1 - x + x H_{1/x}(Q||P)``), so epochs compose by FFT.  It is also
+capped by the closed form of ``k`` Gaussian steps per epoch (taking part in all ``k`` steps is
+the worst case of the mixture).
+
+*Lower bound.*  ``P_p >= p P_1`` as measures, so over ``n`` epochs ``H_x(P_p^n || Q^n) >= p^n
+H_{x p^-n}(P_1^n || Q^n)``: the dominated construction of p = 1 (below) with its certificate's
+factor multiplied by ``p`` and its shift raised by ``-log p`` per epoch, and the Gaussian lower
+bound weighted the same way (as for ``k = 1`` in
+:mod:`dpplugins.amplification.allocation`, "Check-in probability").  The add direction has no
+lower construction here (its lower bound is 0).
 
 Example::
 
@@ -51,12 +79,15 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from dpplugins.amplification.allocation import (AllocationPLD, _Cert, _EXACT, _Lazy, _NONE,
                                                 _gaussian_accounted, _gaussian_grid_fits,
                                                 _inv_sq,
                                                 default_loss_step, random_allocation_pld,
                                                 sum_observation_lower_pair)
-from dpplugins.errors import NumericalError, ParameterError, check_count, check_positive
+from dpplugins.errors import (NumericalError, ParameterError, check_count, check_positive,
+                              check_probability)
 from dpplugins.pld.distribution import Bounds, PrivacyLossDistribution
 
 __all__ = ["BracketedPLD", "participation_blocks", "k_out_of_t_pld", "k_out_of_t_loss_step"]
@@ -163,13 +194,24 @@ def _log_binomial(t: int, k: int) -> float:
 
 
 def _lower_epoch(sigma: float, t: int, k: int, h_loss: float, *, tail_mass: float,
-                 memory_limit: int, summand_step: float | None) -> AllocationPLD:
+                 memory_limit: int, summand_step: float | None,
+                 checkin: float = 1.0) -> AllocationPLD:
     """The dominated construction of one k-out-of-t epoch (module docstring): the PLD of the
     sum-observation pair where the summands fit, the Gaussian lower bound always.  Only its
-    lower bounds are used (its upper slots hold the same pair and mean nothing here)."""
+    lower bounds are used (its upper slots hold the same pair and mean nothing here).  With a
+    check-in probability ``p < 1`` the remove certificate is weighted by ``p`` and shifted by
+    ``-log p`` (module docstring, "Check-in probability")."""
     log_c = _log_binomial(t, k)
     mu2 = k * _inv_sq(sigma)
-    gaussian_only = _gaussian_accounted(sigma, t)  # (t > k > 1 here)
+    log_p = math.log(checkin)
+    gaussian_only = _gaussian_accounted(sigma, t) or k == t  # (t >= k > 1 here)
+
+    def weighted(certs: dict) -> dict:
+        if checkin == 1.0:
+            return certs
+        c = certs["remove"]
+        return {"remove": _Cert(c.log_factor + log_p, c.shift - log_p, c.additive * checkin,
+                                c.log_growth), "add": _NONE}
     description = f"{k}-out-of-{t} allocation lower pair, sigma={sigma:g}"
 
     def build():
@@ -178,7 +220,7 @@ def _lower_epoch(sigma: float, t: int, k: int, h_loss: float, *, tail_mass: floa
                 sigma / math.sqrt(k), value_discretization_interval=h_loss,
                 tail_mass=tail_mass, memory_limit=memory_limit)
             return ({"remove": one, "add": one}, {d: _EXACT for d in ("remove", "add")},
-                    {"remove": _Cert(0.0, log_c, 0.0, 0.0), "add": _NONE})
+                    weighted({"remove": _Cert(0.0, log_c, 0.0, 0.0), "add": _NONE}))
         pair = sum_observation_lower_pair(sigma, t, k, summand_step=summand_step,
                                           memory_limit=memory_limit)
         plds = {d: PrivacyLossDistribution.from_bracketing_pairs(
@@ -186,13 +228,75 @@ def _lower_epoch(sigma: float, t: int, k: int, h_loss: float, *, tail_mass: floa
             pair.direction_pair(d, f"{description} ({d})"),
             value_discretization_interval=h_loss, tail_mass=tail_mass,
             memory_limit=memory_limit) for d in ("remove", "add")}
-        return plds, {d: _EXACT for d in ("remove", "add")}, dict(pair.slack)
+        return plds, {d: _EXACT for d in ("remove", "add")}, weighted(dict(pair.slack))
 
     engine = not gaussian_only or (mu2 / 2 + 10 * math.sqrt(mu2) <= 550.0
                                    and _gaussian_grid_fits(sigma / math.sqrt(k), h_loss,
                                                            memory_limit))
     return AllocationPLD(None, None, None, lazy=_Lazy(build), engine=engine, has_lower=True,
-                         gaussian_mu2=mu2, log_t=log_c)
+                         gaussian_mu2=mu2, log_t=log_c - log_p, log_weight=log_p)
+
+
+#: points at which the p = 1 epoch's certified profile is evaluated for a p < 1 epoch
+_PROFILE_POINTS = 401
+
+
+def _chord_profile(nodes: np.ndarray, values: np.ndarray):
+    """Upper bound on a privacy profile known at ``nodes`` (increasing, from 0) to be at most
+    ``values``: the chord in ``x = e^eps`` between neighbouring nodes (a profile is convex in
+    ``x``), and the last value beyond the last node (a profile decreases)."""
+    def bound(eps: np.ndarray) -> np.ndarray:
+        eps = np.asarray(eps, dtype=float)
+        j = np.clip(np.searchsorted(nodes, eps, side="right") - 1, 0, len(nodes) - 2)
+        a, b = nodes[j], nodes[j + 1]
+        with np.errstate(over="ignore", invalid="ignore"):
+            weight = np.clip(np.expm1(eps - a) / np.expm1(b - a), 0.0, 1.0)
+        chord = values[j] + weight * (values[j + 1] - values[j])
+        return np.where(eps >= nodes[-1], values[-1], np.maximum(chord, values[j + 1]))
+    return bound
+
+
+def _checkin_upper_epoch(sigma: float, t: int, k: int, checkin: float, h_loss: float, *,
+                         method: str, geometric_cells: int, tail_mass: float,
+                         memory_limit: int) -> AllocationPLD:
+    """The dominating construction of one k-out-of-t epoch with check-in probability ``p < 1``
+    (module docstring, "Check-in probability"): the p = 1 epoch's certified profile, turned
+    into the p < 1 epoch's by the two mixture identities, as a symmetric PLD."""
+    p = float(checkin)
+    mu2 = k * _inv_sq(sigma)
+
+    def build():
+        one = k_out_of_t_pld(sigma, t, k, 1, value_discretization_interval=h_loss,
+                             method=method, geometric_cells=geometric_cells,
+                             tail_mass=tail_mass, memory_limit=memory_limit, lower=False).upper
+
+        def full(e: float) -> float:
+            return float(one.delta_for_epsilon(e).upper)
+        top = 1.0
+        while full(top) > 1e-17 and top < 2.0 ** 12:
+            top *= 2.0
+        nodes = np.linspace(0.0, top, _PROFILE_POINTS)
+        values = np.minimum.accumulate(np.minimum([full(float(e)) for e in nodes], 1.0))
+        # (a profile decreases: the running minimum of upper bounds is an upper bound)
+        bound = _chord_profile(nodes, values)
+        log_1mp = math.log1p(-p)
+
+        def profile(eps):
+            eps = np.asarray(eps, dtype=float)
+            remove = p * bound(np.log1p(np.expm1(eps) / p))
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                c = -np.expm1(eps + log_1mp)            # 1 - e^eps (1 - p)
+                inner = eps + math.log(p) - np.log(np.where(c > 0, c, 1.0))
+            add = np.where(c > 0, c * bound(np.maximum(inner, 0.0)), 0.0)
+            return np.minimum(np.maximum(remove, add), 1.0)
+        pld = PrivacyLossDistribution.from_privacy_profile(
+            profile, symmetric=True, value_discretization_interval=h_loss,
+            description=f"{k}-out-of-{t} allocation, p={p:g}, sigma={sigma:g}",
+            tail_mass=tail_mass, memory_limit=memory_limit)
+        exact = {d: _EXACT for d in ("remove", "add")}
+        return ({"remove": pld, "add": pld}, exact, {d: _NONE for d in ("remove", "add")})
+    return AllocationPLD(None, None, None, lazy=_Lazy(build), engine=True, has_lower=False,
+                         gaussian_mu2=mu2)
 
 
 def k_out_of_t_loss_step(noise_multiplier: float, steps_per_epoch: int,
@@ -207,9 +311,11 @@ def k_out_of_t_pld(noise_multiplier: float, steps_per_epoch: int, participations
                    epochs: int = 1, *, value_discretization_interval: float | None = None,
                    method: str = "auto", summand_step: float | None = None,
                    geometric_cells: int = 2000, tail_mass: float = 1e-15,
-                   memory_limit: int = 1 << 30, lower: bool = True) -> BracketedPLD:
+                   memory_limit: int = 1 << 30, lower: bool = True,
+                   checkin_probability: float = 1.0) -> BracketedPLD:
     """Certified bounds for ``epochs`` epochs of k-out-of-t random allocation with Gaussian
-    noise (module docstring), add/remove neighbours.  ``participations = 1`` is
+    noise (module docstring), add/remove neighbours, each example taking part in an epoch with
+    probability ``checkin_probability``.  ``participations = 1`` is
     :func:`~dpplugins.amplification.allocation.random_allocation_pld`.  ``lower=False`` builds
     only the upper construction (lower bounds 0).  ``method``, ``summand_step`` (used by the
     dominated construction) and ``geometric_cells`` go to the blocks' accounting.
@@ -230,9 +336,19 @@ def k_out_of_t_pld(noise_multiplier: float, steps_per_epoch: int, participations
     options = dict(value_discretization_interval=h_loss, method=method,
                    geometric_cells=geometric_cells, tail_mass=tail_mass,
                    memory_limit=memory_limit)
+    p = check_probability("checkin_probability", checkin_probability)
     if k == 1:
         return BracketedPLD.same(random_allocation_pld(sigma, t, epochs, lower=lower,
-                                                       summand_step=summand_step, **options))
+                                                       summand_step=summand_step,
+                                                       checkin_probability=p, **options))
+    if p < 1.0:
+        upper = _checkin_upper_epoch(sigma, t, k, p, h_loss, method=method,
+                                     geometric_cells=geometric_cells, tail_mass=tail_mass,
+                                     memory_limit=memory_limit)
+        dominated = (_lower_epoch(sigma, t, k, h_loss, tail_mass=tail_mass,
+                                  memory_limit=memory_limit, summand_step=summand_step,
+                                  checkin=p) if lower else None)
+        return BracketedPLD(upper, dominated).self_compose(epochs)
     if k == t:  # one step per block: the reduction is an equality (t Gaussian mechanisms)
         one = random_allocation_pld(sigma, 1, 1, lower=lower, **options).self_compose(k)
         return BracketedPLD.same(one.self_compose(epochs))

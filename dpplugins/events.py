@@ -57,6 +57,8 @@ from dpplugins.errors import (ParameterError, check_choice, check_count, check_n
 
 __all__ = [
     "Event", "GaussianEvent", "LaplaceEvent", "RandomizedResponseEvent", "EpsilonDeltaEvent",
+    "UnaryEncodingEvent", "SubsetSelectionEvent", "LocalHashingEvent", "BoundedLaplaceEvent",
+    "LOCAL_RANDOMIZER_EVENTS",
     "PoissonSampledEvent", "FixedBatchEvent", "ProtocolEvent", "ShuffledEpochsEvent",
     "RandomAllocationEvent", "RandomCheckInEvent", "SwapEvent", "PNSGDEvent", "ShuffleEvent",
     "ComposedEvent", "SelfComposedEvent", "NoOpEvent", "NonPrivateEvent", "UnsupportedEvent",
@@ -265,6 +267,121 @@ class EpsilonDeltaEvent(Event):
         if not 0.0 <= delta <= 1.0:
             raise ParameterError("EpsilonDeltaEvent.delta", delta, "in [0, 1]")
         _set(self, "delta", delta)
+
+
+# -- local randomizers with exact parameters (shuffle model) ------------------------------------
+# They describe what *one user* runs on its own value; only the shuffle model
+# (:class:`ShuffleEvent`) gives them a meaning as a release of a dataset, so every accountant
+# refuses them outside a ShuffleEvent.
+def _local_epsilon(name: str, value: Any) -> float:
+    return check_nonnegative(name, value)
+
+
+@dataclasses.dataclass(frozen=True)
+class UnaryEncodingEvent(Event):
+    """Unary encoding of one user's value ``x`` in ``[num_values]``: a bit vector of length
+    ``num_values`` whose bit ``x`` is 1 with probability ``a`` and every other bit is 1 with
+    probability ``b``, all bits independent.
+
+    * ``optimized=False`` -- symmetric unary encoding (SUE, basic RAPPOR: Erlingsson, Pihur,
+      Korolova, CCS 2014, arXiv:1407.6981): ``a = e^(eps0/2) / (e^(eps0/2) + 1) = 1 - b``;
+    * ``optimized=True`` -- optimized unary encoding (OUE: Wang, Blocki, Li, Jha, "Locally
+      differentially private protocols for frequency estimation", USENIX Security 2017,
+      arXiv:1705.04421, Sec. 4.4): ``a = 1/2``, ``b = 1 / (e^eps0 + 1)``.
+
+    Both are exactly ``epsilon0``-LDP: ``a (1 - b) / ((1 - a) b) = e^epsilon0``.  The names
+    ``"sue"`` / ``"oue"`` of :data:`dpplugins.amplification.shuffle_model_families.FAMILIES`.
+    """
+
+    epsilon0: float
+    num_values: int
+    optimized: bool = False
+
+    def __post_init__(self) -> None:
+        _set(self, "epsilon0", _local_epsilon("UnaryEncodingEvent.epsilon0", self.epsilon0))
+        _set(self, "num_values", check_count("UnaryEncodingEvent.num_values", self.num_values,
+                                             minimum=2))
+        _set(self, "optimized", _flag("UnaryEncodingEvent.optimized", self.optimized))
+
+
+@dataclasses.dataclass(frozen=True)
+class SubsetSelectionEvent(Event):
+    """k-subset selection on one user's value ``x`` in ``[num_values]``: report a subset ``S`` of
+    ``[num_values]`` with ``|S| = subset_size`` (k), with probability proportional to
+    ``e^epsilon0`` if ``x in S`` and to 1 otherwise (Ye, Barg, "Optimal schemes for discrete
+    distribution estimation under locally differential privacy", IEEE T-IT 2018,
+    arXiv:1702.00610; Wang, Wu, Li, Jha, Nguyen, arXiv:1602.07387, 2016).  Exactly
+    ``epsilon0``-LDP; ``subset_size = 1`` is ``num_values``-ary randomized response (described
+    here as that subset selection: use :class:`RandomizedResponseEvent` for k-RR's own bounds).
+    The name ``"subset"`` of the families module."""
+
+    epsilon0: float
+    num_values: int
+    subset_size: int
+
+    def __post_init__(self) -> None:
+        name = "SubsetSelectionEvent"
+        _set(self, "epsilon0", _local_epsilon(f"{name}.epsilon0", self.epsilon0))
+        d = check_count(f"{name}.num_values", self.num_values, minimum=2)
+        k = check_count(f"{name}.subset_size", self.subset_size, minimum=1)
+        if k >= d:
+            raise ParameterError(f"{name}.subset_size", k, f"in [1, num_values - 1] = [1, {d - 1}]")
+        _set(self, "num_values", d)
+        _set(self, "subset_size", k)
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalHashingEvent(Event):
+    """Optimized local hashing (OLH: Wang, Blocki, Li, Jha, USENIX Security 2017,
+    arXiv:1705.04421, Sec. 4.4) of one user's value ``x``: the user draws a hash function ``h``
+    into ``[num_buckets]`` (g) independently of everyone else and reports ``(h, y)`` with ``y``
+    the g-ary randomized response of ``h(x)``: ``y = h(x)`` with probability
+    ``e^epsilon0 / (e^epsilon0 + g - 1)``, every other bucket with probability
+    ``1 / (e^epsilon0 + g - 1)``.  Exactly ``epsilon0``-LDP whatever the hash family.
+
+    The hash family is assumed **3-wise independent** (for any three distinct values their
+    buckets are independent and uniform; a uniformly random function qualifies): the shuffle
+    bounds' total variation needs pairwise independence, their lower-bound dataset with the
+    other users at a third value needs 3-wise (``shuffle_model_families.local_hashing``).  Wang
+    et al.'s OLH uses ``g = round(e^epsilon0 + 1)``; any ``g >= 2`` is described.  The name
+    ``"olh"`` of the families module."""
+
+    epsilon0: float
+    num_buckets: int
+
+    def __post_init__(self) -> None:
+        _set(self, "epsilon0", _local_epsilon("LocalHashingEvent.epsilon0", self.epsilon0))
+        _set(self, "num_buckets", check_count("LocalHashingEvent.num_buckets", self.num_buckets,
+                                              minimum=2))
+
+
+@dataclasses.dataclass(frozen=True)
+class BoundedLaplaceEvent(Event):
+    """The Laplace mechanism as a local randomizer on one user's value ``x`` in ``[0, 1]``:
+    report ``x + Lap(1 / epsilon0)`` (Dwork, McSherry, Nissim, Smith, TCC 2006); inputs differ by
+    at most 1, so it is exactly ``epsilon0``-LDP.  The name ``"laplace"`` of the families module.
+
+    Not :class:`LaplaceEvent`: that event is a central release ``f(D) + Lap(scale * Delta)`` of a
+    dataset's statistic with ``Delta`` its *add/remove* L1 sensitivity, which accountants
+    interpret (e.g. ``"pld"`` doubles the sensitivity for replace-one), and it carries a scale,
+    not a local privacy level.  This event fixes the input range ``[0, 1]`` (sensitivity 1 between
+    any two users' values) and is meaningful only inside a :class:`ShuffleEvent`; a new class
+    keeps one meaning per class."""
+
+    epsilon0: float
+
+    def __post_init__(self) -> None:
+        _set(self, "epsilon0", check_positive("BoundedLaplaceEvent.epsilon0", self.epsilon0))
+
+    @property
+    def laplace_scale(self) -> float:
+        """The Laplace scale ``1 / epsilon0`` of the report."""
+        return 1.0 / self.epsilon0
+
+
+#: local randomizers with exact parameters (accounted only inside a :class:`ShuffleEvent`)
+LOCAL_RANDOMIZER_EVENTS = (UnaryEncodingEvent, SubsetSelectionEvent, LocalHashingEvent,
+                           BoundedLaplaceEvent)
 
 
 # -- one sampled step ----------------------------------------------------------------------------
@@ -724,7 +841,7 @@ EVENT_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     GaussianEvent, LaplaceEvent, RandomizedResponseEvent, EpsilonDeltaEvent, PoissonSampledEvent,
     FixedBatchEvent, ShuffledEpochsEvent, RandomAllocationEvent, RandomCheckInEvent, SwapEvent,
     PNSGDEvent, ShuffleEvent, ComposedEvent, SelfComposedEvent, NoOpEvent, NonPrivateEvent,
-    UnsupportedEvent)}
+    UnsupportedEvent) + LOCAL_RANDOMIZER_EVENTS}
 
 
 def from_dict(data: dict[str, Any]) -> Event:

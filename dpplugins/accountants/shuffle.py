@@ -477,7 +477,10 @@ class ShuffleAccountant(Accountant):
     # RandomizedResponseEvent(eps0, k) -- binary RR by the exact worst case over datasets, k-RR by
     # its privacy blanket or the FMT23 stronger clone; EpsilonDeltaEvent(eps0, 0) -- FMT21 Thm 3.1
     # (and Balle et al. 2020 Thm 5.1); EpsilonDeltaEvent(eps0, delta0 > 0) -- Balle et al. 2020
-    # Thm 5.1 for (eps0, delta0) randomizers, or no amplification.  Replace-one bounds, which
+    # Thm 5.1 for (eps0, delta0) randomizers, or no amplification; the families with exact
+    # parameters (UnaryEncodingEvent, SubsetSelectionEvent, LocalHashingEvent,
+    # BoundedLaplaceEvent) -- dpplugins.amplification.shuffle_model_families (FMT21 at their
+    # eps0, the FMT23 errata's Lemma 7.3 where it applies).  Replace-one bounds, which
     # cover zero-out ("add_remove").  One round: the direct bounds; several rounds: the rounds'
     # dominating PLDs composed by FFT, beside exact lower-bound pairs composed the same way.  A
     # ledger holds shuffle-model rounds or shuffled epochs, not both.
@@ -491,14 +494,23 @@ class ShuffleAccountant(Accountant):
         " Shuffle-model rounds (ShuffleEvent): binary RR by its exact worst case over datasets "
         "(branch and bound), k-RR by its privacy blanket (Balle et al. 2019) or the FMT23 "
         "stronger clone (errata class E_eps0), general eps0-DP randomizers by FMT21 Thm 3.1, "
-        "(eps0, delta0) randomizers by Balle et al. 2020 Thm 5.1; rounds composed by PLD/FFT.")
+        "(eps0, delta0) randomizers by Balle et al. 2020 Thm 5.1; unary encoding (SUE: "
+        "Erlingsson et al. 2014; OUE: Wang et al. 2017), k-subset selection (Ye & Barg 2018; Wang "
+        "et al. 2016), optimized local hashing (Wang et al. 2017) and Laplace on [0, 1] (Dwork et "
+        "al. 2006) by FMT21 Thm 3.1 at their eps0 and the FMT23 errata's Lemma 7.3 "
+        "(arXiv:2208.04591) with their exact (p, q), lower bounds from exact dataset pairs; "
+        "rounds composed by PLD/FFT (Doroshenko et al. 2022).")
 
     @staticmethod
     def _shuffle_model_randomizer(event: Event):
-        """The :class:`~dpplugins.amplification.shuffle_model.Randomizer` of a ShuffleEvent, or
-        the reason it is refused."""
+        """The randomizer of a ShuffleEvent -- a
+        :class:`~dpplugins.amplification.shuffle_model.Randomizer` (randomized response, (eps0,
+        delta0) mechanisms, and the families at eps0 = 0, whose reports do not depend on the
+        value) or a :class:`~dpplugins.amplification.shuffle_model_families.Family` -- or the
+        reason it is refused."""
         from dpplugins.amplification.shuffle_model import Randomizer
-        from dpplugins.events import EpsilonDeltaEvent, RandomizedResponseEvent
+        from dpplugins.events import (LOCAL_RANDOMIZER_EVENTS, EpsilonDeltaEvent,
+                                      RandomizedResponseEvent)
 
         inner = event.randomizer
         try:
@@ -508,8 +520,11 @@ class ShuffleAccountant(Accountant):
                 return Randomizer("general", inner.epsilon, 2, inner.delta)
         except ParameterError as error:
             return f"a shuffle-model randomizer with {error.valid}"
-        return ("a ShuffleEvent whose randomizer is a RandomizedResponseEvent or an "
-                "EpsilonDeltaEvent (delta < 1)")
+        if isinstance(inner, LOCAL_RANDOMIZER_EVENTS):
+            return _family_of(inner, event.num_users)
+        return ("a ShuffleEvent whose randomizer is a RandomizedResponseEvent, an "
+                "EpsilonDeltaEvent (delta < 1), a UnaryEncodingEvent, a SubsetSelectionEvent, a "
+                "LocalHashingEvent or a BoundedLaplaceEvent")
 
     def _supports_leaf(self, event: Event) -> bool | str:
         from dpplugins.events import ShuffleEvent
@@ -550,10 +565,26 @@ class ShuffleAccountant(Accountant):
 
     def _epsilon_bounds(self, history, delta: float) -> Bounds:
         from dpplugins.amplification import shuffle_model
+        from dpplugins.amplification import shuffle_model_families as shuffle_families
 
         rounds = self._shuffle_rounds(history)
         if rounds is None:
             return self._epochs_epsilon_bounds(history, delta)
+        families = _families_path(rounds)
+        if families == "one":
+            r = rounds[0]
+            if r.count == 1:
+                if not self.lower_bound:
+                    return Bounds(0.0, shuffle_families.epsilon(r.randomizer, r.n, delta).epsilon)
+                return shuffle_families.epsilon_bounds(r.randomizer, r.n, delta)
+            return shuffle_families.composed_epsilon_bounds(
+                r.randomizer, r.n, r.count, delta,
+                value_discretization_interval=self.value_discretization_interval,
+                lower=self.lower_bound)
+        if families == "mixed":
+            return shuffle_families.composed_rounds_epsilon_bounds(
+                rounds, delta, value_discretization_interval=self.value_discretization_interval,
+                lower=self.lower_bound)
         if len(rounds) == 1 and rounds[0].count == 1 and rounds[0].n >= 2:
             r = rounds[0]
             if not self.lower_bound:
@@ -565,10 +596,26 @@ class ShuffleAccountant(Accountant):
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
         from dpplugins.amplification import shuffle_model
+        from dpplugins.amplification import shuffle_model_families as shuffle_families
 
         rounds = self._shuffle_rounds(history)
         if rounds is None:
             return self._epochs_delta_bounds(history, epsilon)
+        families = _families_path(rounds)
+        if families == "one":
+            r = rounds[0]
+            if r.count == 1:
+                found = shuffle_families.delta_bounds(r.randomizer, r.n, epsilon)
+            else:
+                found = shuffle_families.composed_delta_bounds(
+                    r.randomizer, r.n, r.count, epsilon,
+                    value_discretization_interval=self.value_discretization_interval,
+                    lower=self.lower_bound)
+            return found if self.lower_bound else Bounds(0.0, found.upper)
+        if families == "mixed":
+            return shuffle_families.composed_rounds_delta_bounds(
+                rounds, epsilon, value_discretization_interval=self.value_discretization_interval,
+                lower=self.lower_bound)
         if len(rounds) == 1 and rounds[0].count == 1:
             r = rounds[0]
             found = shuffle_model.delta_bounds(r.randomizer, r.n, epsilon)
@@ -580,11 +627,16 @@ class ShuffleAccountant(Accountant):
     def _pure_epsilon_bounds(self, history: tuple) -> Bounds:
         """delta = 0: shuffling does not amplify pure DP (the event "every report is the user's
         own value" has privacy loss eps0 under k-RR), so the rounds' eps0 add up, and binary RR
-        attains the sum; (eps0, delta0 > 0) randomizers certify no pure epsilon."""
+        attains the sum; (eps0, delta0 > 0) randomizers certify no pure epsilon.  The families
+        attain their eps0 too (our derivation): with every other user at x0, the event "every
+        report is in category A" (unary encoding: bit x0 set, bit x1 clear; subset: S holds x0
+        not x1; local hashing: y = h(x0) != h(x1); Laplace on [0, 1], x0 = 1, x1 = 0: y > 1) has
+        probability ratio exactly e^eps0 between the datasets, and the rounds' events multiply,
+        so the sum is attained (lower = upper)."""
         rounds = self._shuffle_rounds(history)
         if rounds is None:
             return self._epochs_pure_epsilon_bounds(history)
-        if any(r.randomizer.delta0 > 0 for r in rounds):
+        if any(_delta0(r.randomizer) > 0 for r in rounds):
             return Bounds(0.0, math.inf)
         total = sum(r.count * r.randomizer.eps0 for r in rounds)
         return Bounds(total, total)
@@ -598,7 +650,7 @@ class ShuffleAccountant(Accountant):
         rounds = self._shuffle_rounds(tuple(self._history)) if self._history else None
         if rounds is None:
             return self._epochs_no_amplification_epsilon(delta)
-        spent = sum(r.count * r.randomizer.delta0 for r in rounds)
+        spent = sum(r.count * _delta0(r.randomizer) for r in rounds)
         if spent > delta:
             return math.inf
         return sum(r.count * r.randomizer.eps0 for r in rounds)
@@ -615,3 +667,55 @@ class ShuffleAccountant(Accountant):
         return (f"shuffle model ({self.neighbouring}; replace-one bounds), {names}, "
                 f"delta={delta:g}: epsilon in [{lower:.4g}, {upper:.4g}] (no amplification: "
                 f"{self.no_amplification_epsilon(delta):.4g})")
+
+
+# -- shuffle-model families (module level: pure functions the accountant calls) -----------------
+#: family constructors' parameter names -> the event fields they come from
+_FAMILY_FIELDS = {"eps0": "epsilon0", "d": "num_values", "k": "subset_size", "g": "num_buckets"}
+
+
+def _family_of(inner: Event, num_users: int):
+    """The :class:`~dpplugins.amplification.shuffle_model_families.Family` of a local-randomizer
+    event (``Randomizer("general", 0)`` at epsilon0 = 0: the reports do not depend on the
+    values), or the reason it is refused (naming the event's field and its valid range)."""
+    from dpplugins.amplification import shuffle_model_families as shuffle_families
+    from dpplugins.amplification.shuffle_model import Randomizer
+    from dpplugins.events import (LocalHashingEvent, SubsetSelectionEvent,
+                                  UnaryEncodingEvent)
+
+    kind = type(inner).__name__
+    if inner.epsilon0 == 0:
+        return Randomizer("general", 0.0)
+    if num_users < 2:
+        return (f"ShuffleEvent.num_users >= 2 for a {kind} randomizer (the family bounds are "
+                "for shuffled reports of at least two users; one user's report is the local "
+                "randomizer itself)")
+    try:
+        if isinstance(inner, UnaryEncodingEvent):
+            return shuffle_families.unary_encoding(inner.epsilon0, inner.num_values,
+                                                   optimized=inner.optimized)
+        if isinstance(inner, SubsetSelectionEvent):
+            return shuffle_families.subset_selection(inner.epsilon0, inner.num_values,
+                                                     inner.subset_size)
+        if isinstance(inner, LocalHashingEvent):
+            return shuffle_families.local_hashing(inner.epsilon0, inner.num_buckets)
+        return shuffle_families.laplace_bounded(inner.epsilon0)
+    except ParameterError as error:
+        field = _FAMILY_FIELDS.get(error.name, error.name)
+        return (f"a shuffle-model {kind} with {kind}.{field} {error.valid} (the range of the "
+                "family bounds, dpplugins.amplification.shuffle_model_families)")
+
+
+def _delta0(spec) -> float:
+    """delta0 of a round's randomizer (0 for a family: pure eps0-LDP)."""
+    return getattr(spec, "delta0", 0.0)
+
+
+def _families_path(rounds) -> str:
+    """``"one"``: one (family, n) kind of round; ``"mixed"``: families with other rounds or
+    several families; ``"none"``: no family (the randomized-response / (eps0, delta0) path)."""
+    from dpplugins.amplification import shuffle_model_families as shuffle_families
+    fams = [r for r in rounds if isinstance(r.randomizer, shuffle_families.Family)]
+    if not fams:
+        return "none"
+    return "one" if len(rounds) == 1 else "mixed"

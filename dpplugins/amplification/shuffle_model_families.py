@@ -101,7 +101,9 @@ from dpplugins.pld import Bounds, PrivacyLossDistribution
 
 __all__ = ["Family", "unary_encoding", "subset_selection", "local_hashing", "laplace_bounded",
            "epsilon", "lower_bound", "epsilon_bounds", "delta_bounds", "upper_profile",
-           "composed_epsilon_bounds", "FAMILIES"]
+           "composed_epsilon_bounds", "composed_delta_bounds", "round_pld", "lower_pair_index",
+           "lower_round_pld", "composed_rounds_epsilon_bounds", "composed_rounds_delta_bounds",
+           "FAMILIES"]
 
 #: category laws (pi, v0, v1) of one dataset pair: others' law, differing user's on X0 and X1
 Laws = tuple[tuple[float, float, float], tuple[float, float, float], tuple[float, float, float]]
@@ -396,35 +398,116 @@ def upper_profile(family: Family, n: int):
     fmt21 = _sm._fmt21_clone(family.eps0, n)
     pair = errata_pair(family.eps0, n, *family.lemma73) if family.lemma73 is not None else None
 
+    memo = _profile_memo(family, n)   # values per eps (every PLD of (family, n) reuses them)
+
     def fn(eps):
         eps = np.asarray(eps, dtype=float)
         out = []
         for e in eps.ravel():
             e = float(e)
-            if e >= family.eps0:
-                out.append(0.0)
+            if e in memo:
+                out.append(memo[e])
                 continue
-            v = fmt21.delta(e).upper
-            if pair is not None:
-                v = min(v, pair.delta(e))
+            if e >= family.eps0:
+                v = 0.0
+            else:
+                v = fmt21.delta(e).upper
+                if pair is not None:
+                    v = min(v, pair.delta(e))
+            memo[e] = v
             out.append(v)
         return np.array(out).reshape(eps.shape)
     return fn
+
+
+@functools.lru_cache(maxsize=64)
+def _profile_memo(family: Family, n: int) -> dict:
+    return {}
 
 
 def _grid_step(family: Family, n: int) -> float:
     return float(np.clip(epsilon(family, n, 1e-6).epsilon / 400, 1e-6, 1e-2))
 
 
+def round_pld(family: Family, n: int, *, value_discretization_interval: float | None = None
+              ) -> PrivacyLossDistribution:
+    """Dominating PLD of one shuffled round of ``family``: :func:`upper_profile` turned into a
+    PLD by pessimistic connect-the-dots (Doroshenko, Ghazi, Kamath, Kumar, Manurangsi, PETS 2022,
+    arXiv:2207.04380; :meth:`PrivacyLossDistribution.from_privacy_profile`), sampled at 80
+    points up to where FMT21's clone pair falls below 1e-16.  Every epsilon of it, and of its
+    compositions by FFT, is an upper bound.
+
+    Example::
+
+        >>> pld = round_pld(unary_encoding(2.0, 8), 1000)
+        >>> pld.epsilon_for_delta(1e-6, lower=False).upper <= 2.0
+        True
+    """
+    family, n, _ = _check(family, n, 0.5)
+    h = value_discretization_interval or _grid_step(family, n)
+    eps_hi = max(_sm._fmt21_clone(family.eps0, n).epsilon(1e-16, family.eps0), 1e-6)
+    return PrivacyLossDistribution.from_privacy_profile(
+        upper_profile(family, n), epsilon_max=eps_hi, symmetric=True,
+        value_discretization_interval=h, profile_step=max(h, eps_hi / 80),
+        description=f"shuffle model, {family.name} (eps0={family.eps0:g}, n={n})")
+
+
+def lower_pair_index(family: Family, n: int, *, delta: float | None = None,
+                     epsilon_: float | None = None) -> int | None:
+    """Index (into ``family.lower_laws``) of the lower-bound dataset pair to compose: the best
+    one-round pair at ``delta`` (:func:`lower_bound`), or at ``epsilon_`` (largest one-round
+    lower delta; ties, e.g. all 0, fall back to delta = 1e-6); None if no pair is usable.  Any
+    choice gives a certified lower bound: this only picks a good one."""
+    family, n, _ = _check(family, n, 0.5)
+    if epsilon_ is not None:
+        best, index = 0.0, None
+        for i, laws in enumerate(family.lower_laws):
+            if not _usable(laws):
+                continue
+            try:
+                value = _sm.CountPair(n, *laws).delta(float(epsilon_)).lower
+            except _ENGINE_FAILURES:
+                continue
+            if value > best:
+                best, index = value, i
+        if index is not None:
+            return index
+        delta = 1e-6
+    method = lower_bound(family, n, 1e-6 if delta is None else delta).method
+    return int(method.split("_")[1]) if method.startswith("dataset_") else None
+
+
+def lower_round_pld(family: Family, n: int, index: int, *,
+                    value_discretization_interval: float | None = None):
+    """PLD of the exact lower-bound dataset pair ``family.lower_laws[index]`` of one round (the
+    three-category count pair, :class:`~dpplugins.amplification.shuffle_model.CountPair`, on a
+    window; the mass outside it merged into one atom, a post-processing), as a
+    :class:`~dpplugins.amplification.shuffle_model.LowerPLD`: use its *lower* bounds, and charge
+    ``count rho (1 + e^eps)`` for ``count`` rounds.  None when the window is too large."""
+    family, n, _ = _check(family, n, 0.5)
+    h = value_discretization_interval or _grid_step(family, n)
+    flat = _sm._count_pair_pmfs(_sm.CountPair(n, *family.lower_laws[index]))
+    if flat is None:
+        return None
+    p0, p1, rho = flat
+    p, q = _sm._pair_pmfs(p0, p1)
+    pld = PrivacyLossDistribution.from_pmfs(p, q, symmetric=False,
+                                            value_discretization_interval=h)
+    return _sm.LowerPLD(pld, rho, f"exact lower-bound pair {index} of {family.name} (n={n})")
+
+
 def composed_epsilon_bounds(family: Family, n: int, count: int, delta: float, *,
-                            value_discretization_interval: float | None = None) -> Bounds:
+                            value_discretization_interval: float | None = None,
+                            lower: bool = True) -> Bounds:
     """Certified ``(lower, upper)`` epsilon at ``delta`` for ``count`` adaptive rounds of the
     shuffled family (fresh randomness each).  Upper: :func:`upper_profile` as a dominating PLD
-    (pessimistic connect-the-dots, Doroshenko, Ghazi, Kamath, Kumar, Manurangsi, PETS 2022,
-    arXiv:2207.04380) composed by FFT.  Lower: the exact pmfs of the best lower-bound dataset
-    pair (:func:`lower_bound`; every round on the same datasets) composed the same way, their
-    relative error ``rho`` charged as ``count rho (1 + e^eps)`` (as in
-    :func:`dpplugins.amplification.shuffle_model.composed_epsilon_bounds`).
+    (:func:`round_pld`; pessimistic connect-the-dots, Doroshenko, Ghazi, Kamath, Kumar,
+    Manurangsi, PETS 2022, arXiv:2207.04380) composed by FFT, at most ``count eps0``.  Lower: the
+    exact pmfs of the best lower-bound dataset pair (:func:`lower_bound`; every round on the same
+    datasets) composed the same way, their relative error ``rho`` charged as
+    ``count rho (1 + e^eps)`` (as in
+    :func:`dpplugins.amplification.shuffle_model.composed_epsilon_bounds`); ``lower=False``
+    reports 0 for it.
 
     Example::
 
@@ -436,30 +519,181 @@ def composed_epsilon_bounds(family: Family, n: int, count: int, delta: float, *,
     count = check_count("count", count, minimum=0)
     if count == 0:
         return Bounds(0.0, 0.0)
-    h = value_discretization_interval or _grid_step(family, n)
-    eps_hi = max(_sm._fmt21_clone(family.eps0, n).epsilon(1e-16, family.eps0), 1e-6)
-    pld = PrivacyLossDistribution.from_privacy_profile(
-        upper_profile(family, n), epsilon_max=eps_hi, symmetric=True,
-        value_discretization_interval=h, profile_step=max(h, eps_hi / 80),
-        description=f"shuffle model, {family.name} (eps0={family.eps0:g}, n={n})")
-    up = min(pld.self_compose(count).epsilon_for_delta(delta, lower=False).upper,
-             count * family.eps0)
-    method = lower_bound(family, n, delta).method
-    flat = None
-    if method.startswith("dataset_"):
-        laws = family.lower_laws[int(method.split("_")[1])]
-        flat = _sm._count_pair_pmfs(_sm.CountPair(n, *laws))
-    low = 0.0
-    if flat is not None:
-        p0, p1, rho = flat
-        p, q = _sm._pair_pmfs(p0, p1)
-        low_pld = PrivacyLossDistribution.from_pmfs(p, q, symmetric=False,
-                                                    value_discretization_interval=h)
-        margin = count * rho * (1 + math.exp(min(up, 700.0)))
-        if delta + margin < 1:
+    return composed_rounds_epsilon_bounds([(family, n, count)], delta,
+                                          value_discretization_interval=
+                                          value_discretization_interval, lower=lower)
+
+
+def composed_delta_bounds(family: Family, n: int, count: int, epsilon_: float, *,
+                          value_discretization_interval: float | None = None,
+                          lower: bool = True) -> Bounds:
+    """Certified ``(lower, upper)`` delta at ``epsilon_`` for ``count`` adaptive rounds of the
+    shuffled family: the counterpart of :func:`composed_epsilon_bounds`, built and certified the
+    same way (upper: the composed :func:`round_pld`, 0 at ``epsilon_ >= count eps0``; lower: the
+    composed exact pair of :func:`lower_pair_index` at ``epsilon_``, minus its error charge).
+
+    Example::
+
+        >>> b = composed_delta_bounds(unary_encoding(2.0, 8), 2000, 3, 2.0)
+        >>> 0 <= b.lower <= b.upper < 1
+        True
+    """
+    if not isinstance(family, Family):
+        raise ParameterError("family", family, "a Family")
+    n = check_count("n", n, minimum=2)
+    count = check_count("count", count, minimum=0)
+    eps = check_nonnegative("epsilon", epsilon_)
+    if count == 0:
+        return Bounds(0.0, 0.0)
+    return composed_rounds_delta_bounds([(family, n, count)], eps,
+                                        value_discretization_interval=
+                                        value_discretization_interval, lower=lower)
+
+
+# --------------------------------------------------------------------------------------------
+# rounds of several randomizers (families, k-RR, (eps0, delta0) randomizers) composed by PLD
+# --------------------------------------------------------------------------------------------
+def _as_rounds(rounds) -> list[tuple[object, int, int]]:
+    out = []
+    for i, item in enumerate(rounds):
+        if isinstance(item, _sm.Round):
+            spec, n, count = item.randomizer, item.n, item.count
+        else:
             try:
-                low = low_pld.self_compose(count).epsilon_for_delta(
-                    min(delta + margin, 0.999999)).lower
+                spec, n, count = item
+            except (TypeError, ValueError):
+                raise ParameterError(f"rounds[{i}]", item, "a Round or a (randomizer or Family, "
+                                     "n, count) triple") from None
+        spec = spec if isinstance(spec, Family) else _sm.randomizer(spec)
+        n = check_count("n", n, minimum=2 if isinstance(spec, Family) else 1)
+        count = check_count("count", count, minimum=0)
+        if count:
+            out.append((spec, n, count))
+    return out
+
+
+def _eps0_sum(rs) -> float | None:
+    """``sum count eps0`` when every round is pure eps0-DP (else None): the pure-DP composition
+    (Dwork & Roth 2014, Thm 3.16), an upper bound at every delta."""
+    if any(getattr(spec, "delta0", 0.0) > 0 for spec, _, _ in rs):
+        return None
+    return sum(count * spec.eps0 for spec, _, count in rs)
+
+
+def _grid(rs, h: float | None) -> float:
+    if h is not None:
+        return h
+    return min(_grid_step(spec, n) if isinstance(spec, Family) else _sm.default_grid_step(spec, n)
+               for spec, n, _ in rs)
+
+
+def _upper_pld(rs, h: float) -> PrivacyLossDistribution:
+    total = None
+    for spec, n, count in rs:
+        one = (round_pld(spec, n, value_discretization_interval=h) if isinstance(spec, Family)
+               else _sm.round_pld(spec, n, value_discretization_interval=h))
+        part = one.self_compose(count)
+        total = part if total is None else total.compose(part)
+    return total
+
+
+def _lower_pld(rs, h: float, *, delta=None, epsilon_=None):
+    """The composed exact lower-bound pairs (one per round kind, every round on its datasets)
+    and the total relative error ``sum count rho``; None if a family's pair is unavailable."""
+    total, rho = None, 0.0
+    for spec, n, count in rs:
+        if isinstance(spec, Family):
+            index = lower_pair_index(spec, n, delta=delta, epsilon_=epsilon_)
+            lp = (None if index is None
+                  else lower_round_pld(spec, n, index, value_discretization_interval=h))
+            if lp is None:
+                return None, 0.0
+        else:
+            lp = _sm.lower_round_pld(spec, n, value_discretization_interval=h)
+        part = lp.pld.self_compose(count)
+        total = part if total is None else total.compose(part)
+        rho += count * lp.rho
+    return total, rho
+
+
+def composed_rounds_epsilon_bounds(rounds, delta: float, *,
+                                   value_discretization_interval: float | None = None,
+                                   lower: bool = True) -> Bounds:
+    """Certified ``(lower, upper)`` epsilon at ``delta`` for adaptive rounds of several shuffled
+    randomizers; ``rounds``: :class:`~dpplugins.amplification.shuffle_model.Round` or
+    ``(spec, n, count)`` triples, ``spec`` a :class:`Family` or a randomizer of
+    :func:`dpplugins.amplification.shuffle_model.randomizer` (k-RR, general (eps0, delta0)).
+
+    Upper: every round's dominating PLD -- :func:`round_pld` for a family (its own profile,
+    FMT21 and Lemma 7.3), :func:`dpplugins.amplification.shuffle_model.round_pld` otherwise --
+    composed by FFT on one grid (adaptive composition of dominating pairs; Doroshenko et al.
+    2022), at most the sum of the eps0 when every round is pure.  A family round may equally be
+    accounted as a general eps0-LDP randomizer (each family is exactly eps0-LDP), but its own
+    profile is never larger.  Lower: the rounds' exact lower-bound pairs (a family's best
+    dataset pair, :func:`lower_pair_index`; :func:`dpplugins.amplification.shuffle_model.
+    lower_round_pld` otherwise -- *not* the general randomizer's binary-RR pair, which is not
+    this family) composed the same way, the error charged ``sum count rho (1 + e^eps)``.
+
+    Example::
+
+        >>> from dpplugins.amplification.shuffle_model import Randomizer
+        >>> b = composed_rounds_epsilon_bounds([(unary_encoding(1.0, 8), 1000, 2),
+        ...                                     (Randomizer("krr", 1.0, 2), 1000, 1)], 1e-6)
+        >>> 0 <= b.lower <= b.upper <= 3.0
+        True
+    """
+    delta = check_open_unit("delta", delta)
+    rs = _as_rounds(rounds)
+    if not rs:
+        return Bounds(0.0, 0.0)
+    h = _grid(rs, value_discretization_interval)
+    up = _upper_pld(rs, h).epsilon_for_delta(delta, lower=False).upper
+    cap = _eps0_sum(rs)
+    if cap is not None:
+        up = min(up, cap)
+    low = 0.0
+    if lower:
+        low_pld, rho = _lower_pld(rs, h, delta=delta)
+        margin = rho * (1 + math.exp(min(up, 700.0)))
+        if low_pld is not None and delta + margin < 1:
+            try:
+                low = low_pld.epsilon_for_delta(min(delta + margin, 0.999999)).lower
             except NumericalError:
                 low = 0.0
     return Bounds(min(max(low, 0.0), up), up)
+
+
+def composed_rounds_delta_bounds(rounds, epsilon_: float, *,
+                                 value_discretization_interval: float | None = None,
+                                 lower: bool = True) -> Bounds:
+    """Certified ``(lower, upper)`` delta at ``epsilon_`` for adaptive rounds of several shuffled
+    randomizers: the counterpart of :func:`composed_rounds_epsilon_bounds`, built and certified
+    the same way (upper 0 at ``epsilon_ >=`` the sum of the eps0 when every round is pure).
+
+    Example::
+
+        >>> from dpplugins.amplification.shuffle_model import Randomizer
+        >>> b = composed_rounds_delta_bounds([(local_hashing(1.0, 3), 500, 2),
+        ...                                   (Randomizer("general", 1.0), 500, 1)], 1.0)
+        >>> 0 <= b.lower <= b.upper < 1
+        True
+    """
+    eps = check_nonnegative("epsilon", epsilon_)
+    rs = _as_rounds(rounds)
+    if not rs:
+        return Bounds(0.0, 0.0)
+    cap = _eps0_sum(rs)
+    if cap is not None and eps >= cap:
+        return Bounds(0.0, 0.0)
+    h = _grid(rs, value_discretization_interval)
+    up = min(_upper_pld(rs, h).delta_for_epsilon(eps).upper, 1.0)
+    low = 0.0
+    if lower and up > 0:
+        low_pld, rho = _lower_pld(rs, h, epsilon_=eps)
+        if low_pld is not None:
+            try:
+                low = max(0.0, low_pld.delta_for_epsilon(eps).lower
+                          - rho * (1 + math.exp(min(eps, 700.0))))
+            except NumericalError:
+                low = 0.0
+    return Bounds(min(low, up), up)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from collections import Counter
 from fractions import Fraction
 
@@ -210,3 +211,38 @@ def test_checkin_below_one_with_participations_is_monotone_in_p():
     assert all(a <= b for a, b in zip(uppers, uppers[1:]))
     from conftest import epsilon_from_delta_curve, gaussian_delta_exact
     assert uppers[-1] <= epsilon_from_delta_curve(lambda e: gaussian_delta_exact(e, 2.0), 1e-5)
+
+
+def test_small_noise_with_participations_answers_without_the_summand_grid():
+    """sigma = 0.3, 4-out-of-1000: the dominated construction's summands need 6e13 grid cells
+    (before: NumericalError advising other methods); the lower bound falls back to the Gaussian
+    one, and both bounds lie below the closed form of 4 Gaussian steps (Balle & Wang 2018)."""
+    from conftest import epsilon_from_delta_curve, gaussian_delta_exact
+    plain = epsilon_from_delta_curve(lambda e: gaussian_delta_exact(e, 2.0 / 0.3), 1e-5)
+    for p in (1.0, 0.5):
+        acc = create("balls_and_bins").compose(
+            RandomAllocationEvent(1000, 1, GaussianEvent(0.3), participations=4,
+                                  checkin_probability=p))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            lower, upper = acc.get_epsilon_bounds(1e-5)
+        assert 0 < lower <= upper <= plain * (1 + 1e-9)
+
+
+def test_huge_noise_with_participations_and_checkin_uses_the_closed_form(monkeypatch):
+    """sigma = 1e6, p < 1: the profile grid would need 2e7 bins below eps = 0.25 (before: a
+    ParameterError about a value_discretization_interval nobody set); the closed form of k
+    Gaussian steps answers, without building the profile PLD."""
+    from dpplugins.pld import PrivacyLossDistribution
+    monkeypatch.setattr(PrivacyLossDistribution, "from_privacy_profile",
+                        lambda *a, **k: pytest.fail("the profile PLD was built"))
+    from conftest import gaussian_delta_exact
+    acc = create("balls_and_bins").compose(
+        RandomAllocationEvent(2, 1, GaussianEvent(1e6), participations=2, checkin_probability=0.5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lower, upper = acc.get_epsilon_bounds(1e-5)
+    # 2 Gaussian steps at mu = sqrt(2) / 1e6 have delta(0) = 2 Phi(mu / 2) - 1 < 1e-5: the true
+    # epsilon is 0, and a certified closed form may round it up only a little
+    assert gaussian_delta_exact(0.0, math.sqrt(2) / 1e6) < 1e-5
+    assert 0.0 <= lower <= upper <= 1e-4

@@ -88,7 +88,7 @@ from dpplugins.amplification.allocation import (AllocationPLD, _Cert, _EXACT, _L
                                                 sum_observation_lower_pair)
 from dpplugins.errors import (NumericalError, ParameterError, check_count, check_positive,
                               check_probability)
-from dpplugins.pld.distribution import Bounds, PrivacyLossDistribution
+from dpplugins.pld.distribution import BYTES_PER_COMPONENT_BIN, Bounds, PrivacyLossDistribution
 
 __all__ = ["BracketedPLD", "participation_blocks", "k_out_of_t_pld", "k_out_of_t_loss_step"]
 
@@ -214,15 +214,30 @@ def _lower_epoch(sigma: float, t: int, k: int, h_loss: float, *, tail_mass: floa
                                 c.log_growth), "add": _NONE}
     description = f"{k}-out-of-{t} allocation lower pair, sigma={sigma:g}"
 
+    gaussian_fits = _gaussian_grid_fits(sigma / math.sqrt(k), h_loss, memory_limit)
+
     def build():
-        if gaussian_only:
+        pair = None
+        if not gaussian_only:
+            try:
+                pair = sum_observation_lower_pair(sigma, t, k, summand_step=summand_step,
+                                                  memory_limit=memory_limit)
+            except NumericalError:
+                # the summands do not fit the memory limit (small noise, many steps): the
+                # Gaussian lower bound alone, or none (a lower bound of 0 is certified)
+                pair = None
+        if pair is None:
+            exact = {d: _EXACT for d in ("remove", "add")}
+            if not gaussian_fits:
+                none = PrivacyLossDistribution.from_pmfs(
+                    [1.0], [1.0], value_discretization_interval=h_loss, tail_mass=tail_mass,
+                    memory_limit=memory_limit)
+                return {"remove": none, "add": none}, exact, {d: _NONE for d in exact}
             one = PrivacyLossDistribution.from_gaussian(
                 sigma / math.sqrt(k), value_discretization_interval=h_loss,
                 tail_mass=tail_mass, memory_limit=memory_limit)
-            return ({"remove": one, "add": one}, {d: _EXACT for d in ("remove", "add")},
+            return ({"remove": one, "add": one}, exact,
                     weighted({"remove": _Cert(0.0, log_c, 0.0, 0.0), "add": _NONE}))
-        pair = sum_observation_lower_pair(sigma, t, k, summand_step=summand_step,
-                                          memory_limit=memory_limit)
         plds = {d: PrivacyLossDistribution.from_bracketing_pairs(
             pair.direction_pair(d, f"{description} ({d})"),
             pair.direction_pair(d, f"{description} ({d})"),
@@ -230,9 +245,7 @@ def _lower_epoch(sigma: float, t: int, k: int, h_loss: float, *, tail_mass: floa
             memory_limit=memory_limit) for d in ("remove", "add")}
         return plds, {d: _EXACT for d in ("remove", "add")}, weighted(dict(pair.slack))
 
-    engine = not gaussian_only or (mu2 / 2 + 10 * math.sqrt(mu2) <= 550.0
-                                   and _gaussian_grid_fits(sigma / math.sqrt(k), h_loss,
-                                                           memory_limit))
+    engine = not gaussian_only or (mu2 / 2 + 10 * math.sqrt(mu2) <= 550.0 and gaussian_fits)
     return AllocationPLD(None, None, None, lazy=_Lazy(build), engine=engine, has_lower=True,
                          gaussian_mu2=mu2, log_t=log_c - log_p, log_weight=log_p)
 
@@ -289,13 +302,23 @@ def _checkin_upper_epoch(sigma: float, t: int, k: int, checkin: float, h_loss: f
                 inner = eps + math.log(p) - np.log(np.where(c > 0, c, 1.0))
             add = np.where(c > 0, c * bound(np.maximum(inner, 0.0)), 0.0)
             return np.minimum(np.maximum(remove, add), 1.0)
+        # the grid ends where the profile is below 1e-16 (at most 400), or earlier where the
+        # memory limit ends it: what lies beyond goes to delta(inf), which is valid (looser)
+        eps_max = 0.25
+        while eps_max < 400 and float(profile(np.array([eps_max]))[0]) > 1e-16:
+            eps_max *= 2
+        room = (max(int(memory_limit) // BYTES_PER_COMPONENT_BIN, 16) - 3) * h_loss / 2
         pld = PrivacyLossDistribution.from_privacy_profile(
             profile, symmetric=True, value_discretization_interval=h_loss,
+            epsilon_max=min(eps_max, 400.0, room),
             description=f"{k}-out-of-{t} allocation, p={p:g}, sigma={sigma:g}",
             tail_mass=tail_mass, memory_limit=memory_limit)
         exact = {d: _EXACT for d in ("remove", "add")}
         return ({"remove": pld, "add": pld}, exact, {d: _NONE for d in ("remove", "add")})
-    return AllocationPLD(None, None, None, lazy=_Lazy(build), engine=True, has_lower=False,
+    # a profile grid of more than 2^20 bins below eps = 0.25 (huge noise: a tiny loss step) is
+    # not worth building: the closed form of k Gaussian steps answers such epochs
+    engine = 0.5 / h_loss + 3 <= 2 ** 20
+    return AllocationPLD(None, None, None, lazy=_Lazy(build), engine=engine, has_lower=False,
                          gaussian_mu2=mu2)
 
 

@@ -1336,12 +1336,15 @@ def test_checkin_many_nearly_non_private_passes_have_a_finite_epsilon():
 
 def test_checkin_too_fine_a_grid_is_a_parameter_error():
     """A grid that cannot be allocated (before: OverflowError for 5e-324, MemoryError for
-    1e-9, from the PLD engine) is refused, naming the option and the finest usable grid."""
+    1e-9, from the PLD engine) is refused, naming the option and the finest usable grid.  The
+    passes are amplified (large noise, small check-in probability), so the PLD is needed;
+    unamplified passes are answered without a grid (CheckInAccountant.amplifies)."""
     from dpplugins.errors import ParameterError
 
     for h in (5e-324, 1e-9):
         acc = create("checkin", value_discretization_interval=h)
-        acc.compose(RandomCheckIn(200, 20, 0.5).event(2.0, 2))
+        acc.compose(RandomCheckIn(10**6, 100, 0.01).event(50.0, 2))
+        assert acc.amplifies()
         with pytest.raises(ParameterError, match="value_discretization_interval"):
             acc.get_epsilon_bounds(1e-5)
         with pytest.raises(ParameterError, match="value_discretization_interval"):

@@ -15,9 +15,11 @@ from dpplugins.errors import NumericalError, ParameterError, check_positive
 from dpplugins import mechanisms
 from dpplugins.events import (EpsilonDeltaEvent, Event, GaussianEvent, LaplaceEvent,
                               PoissonSampledEvent, RandomizedResponseEvent)
+from dpplugins.full_batch import full_batch_delta_bounds, full_batch_epsilon_bounds, full_batch_mu
 from dpplugins.mechanisms.pairs import DiscretePair
 from dpplugins.pld import AccuracyWarning, Bounds, PrivacyLossDistribution
-from dpplugins.pld.distribution import BYTES_PER_COMPONENT_BIN, NOISE_RANGE, component_bins
+from dpplugins.pld.distribution import (BYTES_PER_COMPONENT_BIN, NOISE_RANGE, atom_grid_step,
+                                        component_bins, laplace_top_atom)
 
 __all__ = ["PLDAccountant", "poisson_gaussian_pld", "loss_scale", "poisson_gaussian_runs",
            "is_poisson_gaussian", "epsilon_delta_pair", "zero_out_rr_pair"]
@@ -37,6 +39,14 @@ _COARSE_BINS = 4096
 _TAIL_SHARE = 1e-3
 #: the tail certificate is tried for histories with at most this many distinct steps
 _TAIL_MAX_DISTINCT = 16
+#: the largest FFT window a refinement of a non-Gaussian history may move to (the work budget of
+#: one query: a composition costs about 1 s per 2^21 bins on a loaded 2-core machine, and a
+#: query composes upper and lower bounds, each tilted where delta is small)
+_GENERIC_WINDOW_BUDGET = 2 ** 21
+#: after the target is met, one more grid (a half to a tenth of the step) is composed for the
+#: upper bound when its window stays within this many bins (about 100 MiB, 1-2 s): the upper
+#: bound stays as tight as the refinements a loose lower bound used to force
+_BONUS_WINDOW = 2 ** 22
 #: composed PLDs kept per accountant (by history and grid step), reused by later queries: at
 #: most this many, holding at most _PLD_CACHE_BINS composed grid bins (about 40 bytes each, so
 #: about 160 MiB at most; a larger composition is used for its query and not kept)
@@ -388,48 +398,105 @@ class PLDAccountant(Accountant):
             return base
         return None
 
-    def _generic(self, history, evaluate) -> Bounds:
+    def _fit_atoms(self, counts: dict[Event, int], h: float) -> float:
+        """``h`` shrunk (by less than a step in ``ceil(loss / h)``) so that the atom at the
+        largest loss of a Laplace step lies on a grid point
+        (:func:`~dpplugins.pld.distribution.atom_grid_step`): connect-the-dots and the tangent
+        construction are then exact for it (second order in ``h`` for the rest), where an atom
+        between grid points costs the lower bound a first-order error.  The Laplace leaf with
+        the most steps decides; other leaves are valid on any grid."""
+        laplace = [(count, leaf) for leaf, count in counts.items()
+                   if isinstance(leaf, LaplaceEvent)]
+        if not laplace:
+            return h
+        _, leaf = max(laplace, key=lambda item: (item[0], item[1].scale))
+        atom = laplace_top_atom(self._pairs(leaf).pairs["remove"])
+        return h if atom is None else atom_grid_step(atom[0], h)
+
+    def _generic(self, history, evaluate, evaluate_upper=None) -> Bounds:
         """Bounds for histories with Laplace, randomized-response or (eps, delta) steps: one
         PLD component per distinct leaf, composed by FFT, on grids refined until the relative
         gap is within ``eps_tolerance`` (or the best certified bounds reached; a finer grid is
-        tried only while one component stays within ``_MAX_REFINE_BINS`` bins)."""
+        tried only while one component stays within ``_MAX_REFINE_BINS`` bins).
+
+        Bounded work, chosen deterministically (never by the clock, so answers are
+        reproducible): at most four grids, each FFT window at most ``_GENERIC_WINDOW_BUDGET``
+        bins (the refinement step is capped so that the next window fits); once the target is
+        met, one more grid (a half to a tenth of the step, as ``_BONUS_WINDOW`` bins allow) is
+        composed for the upper bound alone (``evaluate_upper(pld) -> Bounds``; both bounds when
+        None): it only intersects, so it can only tighten, and it keeps the upper bound as tight
+        as the longer refinements that a loose lower bound used to force.  Laplace steps get a grid step with their top atom on a grid point
+        (:meth:`_fit_atoms`).  A target that is not met returns the certified bounds with an
+        :class:`~dpplugins.pld.AccuracyWarning` naming what stopped the refinement."""
         counts = self._generic_counts(history)
         lattice = None if self.value_discretization_interval else self._lattice_step(counts)
         scale = min(min(self._max_loss(leaf), 1.0) if math.isfinite(self._max_loss(leaf))
                     else 1.0 for leaf in counts)
-        h = self.value_discretization_interval or lattice or float(
-            np.clip(scale / 40.0, _MIN_H, _MAX_H))
-        best, previous_gap = None, None
+        h = self.value_discretization_interval or lattice or self._fit_atoms(counts, float(
+            np.clip(scale / 40.0, _MIN_H, _MAX_H)))
+        best, previous_gap, reason = None, None, "four grids were tried"
+        bonus = False  # one extra grid within the small-window budget, after the target is met
         for _ in range(4):
             try:
                 pld = self._generic_pld(counts, h)
-                bounds, gap = evaluate(pld)
-            except NumericalError:
+                if bonus and evaluate_upper is not None:
+                    upper_only = evaluate_upper(pld)
+                    bounds, gap = Bounds(0.0, upper_only.upper), 1.0
+                else:
+                    bounds, gap = evaluate(pld)
+            except NumericalError as error:
                 if best is not None:
-                    return best
+                    reason = f"a finer grid could not be evaluated ({getattr(error, 'what', error)})"
+                    break
                 raise
             if best is not None:
                 bounds = Bounds(max(bounds.lower, best.lower), min(bounds.upper, best.upper))
                 bounds = Bounds(min(bounds.lower, bounds.upper), bounds.upper)
                 gap = (bounds.upper - bounds.lower) / bounds.upper if bounds.upper > 0 else 0.0
             best = bounds
-            if self.value_discretization_interval is not None or lattice is not None \
-                    or gap <= self.eps_tolerance:
+            if self.value_discretization_interval is not None or lattice is not None or bonus:
                 return bounds
             width = bounds.upper - bounds.lower
             if not (math.isfinite(width) and math.isfinite(gap)):
                 return bounds
-            if previous_gap is not None and width > 0.75 * previous_gap:
-                break  # refining stopped narrowing the gap (error terms, not the grid, limit it)
-            previous_gap = width
-            # the connect-the-dots gap is second order in h (Doroshenko et al. 2022, Sec. 4)
-            ratio = float(np.clip(0.8 * math.sqrt(self.eps_tolerance / gap), 0.1, 0.8))
-            h = max(h * ratio, _MIN_H)
+            window = pld.largest_window()
+            if gap <= self.eps_tolerance:
+                # target met: one more grid for the upper bound (a half to a tenth of the step,
+                # as the window allows) if its window stays within the bonus budget -- a
+                # deterministic work budget, not the clock
+                bonus_budget = min(_BONUS_WINDOW, self.memory_limit // 48, _MAX_REFINE_WINDOW)
+                if 2 * window > bonus_budget or width <= 0:
+                    return bounds
+                bonus, ratio = True, float(np.clip(window / bonus_budget, 0.1, 0.5))
+            else:
+                if previous_gap is not None and width > 0.75 * previous_gap:
+                    reason = "refining the grid stopped narrowing it"
+                    break
+                previous_gap = width
+                # the connect-the-dots gap is second order in h (Doroshenko et al. 2022, Sec. 4);
+                # the next window is at most _GENERIC_WINDOW_BUDGET bins (time bounded by work,
+                # not by the clock, so answers are reproducible)
+                ratio = float(np.clip(0.8 * math.sqrt(self.eps_tolerance / gap), 0.1, 0.8))
+                budget = min(self.memory_limit // 48, _MAX_REFINE_WINDOW, _GENERIC_WINDOW_BUDGET)
+                if window > 0 and window / ratio > budget:
+                    ratio = window / budget
+                    if ratio > 0.8:
+                        reason = (f"a finer grid needs an FFT window above {budget:,} bins "
+                                  "(the work budget of a query)")
+                        break
+            h = self._fit_atoms(counts, max(h * ratio, _MIN_H))
             bins = max(component_bins(self._pairs(leaf), h) for leaf in counts)
             if not bins <= min(self.memory_limit // BYTES_PER_COMPONENT_BIN, _MAX_REFINE_BINS):
+                if bonus:
+                    return best
+                reason = f"a finer grid needs more than {_MAX_REFINE_BINS:,} bins per component"
                 break
-            if pld.largest_window() / ratio > min(self.memory_limit // 48, _MAX_REFINE_WINDOW):
-                break  # the next FFT window would be too large
+        if best.upper > 0 and (best.upper - best.lower) > self.eps_tolerance * best.upper:
+            warnings.warn(
+                f"pld: certified bounds [{best.lower:.6g}, {best.upper:.6g}] have a relative gap "
+                f"of {(best.upper - best.lower) / best.upper:.3g}, above eps_tolerance="
+                f"{self.eps_tolerance:g}: {reason}. The bounds are valid; the upper one is the "
+                "certified value", AccuracyWarning, stacklevel=4)
         return best
 
     # -- grid ---------------------------------------------------------------------------------
@@ -593,6 +660,14 @@ class PLDAccountant(Accountant):
     def _only_gaussian(self, history) -> bool:
         return all(is_poisson_gaussian(leaf) for leaf, _ in private_leaves(history))
 
+    def _full_batch_mu(self, runs) -> tuple[float, float] | None:
+        """The exact ``G_mu`` of a history whose every step has sample rate 1 (plain Gaussian
+        steps; :mod:`dpplugins.full_batch`: sensitivity 1 under add/remove, 2 under replace-one,
+        as :func:`~dpplugins.mechanisms.poisson_subsampled_gaussian` at ``q = 1``), or None.
+        Such histories need no PLD, at any number of steps."""
+        return full_batch_mu(runs, sensitivity_factor=2.0 if self.neighbouring == "replace_one"
+                             else 1.0)
+
     def _epsilon_bounds(self, history, delta: float) -> Bounds:
         if delta == 0:
             return self._pure_epsilon_bounds(history)
@@ -601,14 +676,18 @@ class PLDAccountant(Accountant):
             # where delta is below what the PLD can certify
             pure = self._pure_epsilon_bounds(history)
             try:
-                bounds = self._generic(history,
-                                       lambda pld: _with_gap(pld.epsilon_for_delta(delta)))
+                bounds = self._generic(
+                    history, lambda pld: _with_gap(pld.epsilon_for_delta(delta)),
+                    evaluate_upper=lambda pld: pld.epsilon_for_delta(delta, lower=False))
             except NumericalError:
                 if math.isinf(pure.upper):
                     raise
                 return Bounds(0.0, pure.upper)
             return Bounds(min(bounds.lower, pure.lower), min(bounds.upper, pure.upper))
         runs = poisson_gaussian_runs(history)
+        mus = self._full_batch_mu(runs)
+        if mus is not None:
+            return full_batch_epsilon_bounds(mus, delta)
         return self._refine(runs, lambda pld: _with_gap(pld.epsilon_for_delta(delta)))
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
@@ -629,6 +708,9 @@ class PLDAccountant(Accountant):
                 ("generic",) + tuple(sorted(((repr(leaf), k) for leaf, k in counts.items())))),
                 epsilon)
         runs = poisson_gaussian_runs(history)
+        mus = self._full_batch_mu(runs)
+        if mus is not None:
+            return full_batch_delta_bounds(mus, epsilon)
         if self.value_discretization_interval is None:
             low, high = NOISE_RANGE
             pairs = [mechanisms.poisson_subsampled_gaussian(sigma, q,
@@ -667,6 +749,9 @@ class PLDAccountant(Accountant):
             return 0.0
         if any(sigma == 0 for sigma, _, _ in history):
             return math.inf
+        mus = self._full_batch_mu(history)
+        if mus is not None:
+            return full_batch_epsilon_bounds(mus, delta).upper
         h = self.initial_grid_step(history)
         if coarsen != 1.0 and self.value_discretization_interval is None:
             h = self._on_ladder(history, h * float(coarsen))

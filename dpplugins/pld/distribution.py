@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -28,6 +29,7 @@ import numpy as np
 from dpplugins import mechanisms
 from dpplugins.errors import (NumericalError, ParameterError, check_count, check_nonnegative,
                               check_open_unit, check_positive)
+from dpplugins.mechanisms.distributions import Laplace
 from dpplugins.mechanisms.pairs import MAX_ABS_LOSS, grid_range
 from dpplugins.mechanisms.types import MechanismPairs
 from dpplugins.pld.compose import (LAMBDA_GRID, ComposedPLD, _CumulantSum, compose_grid_pmfs,
@@ -101,6 +103,74 @@ def check_grid_size(pairs: MechanismPairs, h: float, memory_limit: int) -> None:
             f"{int(memory_limit)} bytes allows {limit:,})")
 
 
+def laplace_top_atom(pair) -> tuple[Fraction, float] | None:
+    """``(loss, Q-mass)`` of the atom at the largest privacy loss of a Laplace pair, or None.
+
+    For ``P = Lap(m_P, b)``, ``Q = Lap(m_Q, b)`` with ``m_P > m_Q`` the loss ``log(dP/dQ) = (|x -
+    m_Q| - |x - m_P|) / b`` is the constant ``(m_P - m_Q) / b`` on ``x >= m_P`` and smaller
+    elsewhere (Dwork & Roth 2014, Thm 3.6; Koskela et al. 2021, Sec. 6), so ``L = (m_P - m_Q) /
+    b`` with Q-probability ``e^(-(m_P - m_Q) / b) / 2``.  The loss is returned as an exact
+    rational (of the stored floats), the mass rounded down by a relative ``(2 |loss| + 8) u``.
+    Read from the pair's two distributions, not from its loss function (our derivation from the
+    densities)."""
+    P, Q = getattr(pair, "P", None), getattr(pair, "Q", None)
+    if not (isinstance(P, Laplace) and isinstance(Q, Laplace)) or P.scale != Q.scale:
+        return None
+    if not (P.mean > Q.mean and P.scale > 0 and math.isfinite(P.mean - Q.mean)):
+        return None
+    loss = (Fraction(P.mean) - Fraction(Q.mean)) / Fraction(P.scale)
+    # float(loss) is within u |loss| of the rational, exp adds a few u: rounded down by both
+    q_mass = 0.5 * math.exp(-float(loss)) * (1 - (2 * abs(float(loss)) + 8) * _U)
+    return (loss, q_mass) if q_mass > 0 else None
+
+
+def atom_grid_step(loss: float, h: float) -> float:
+    """The largest float step ``h' <= h`` with ``j h'`` (as computed) at most ``loss`` and within
+    a few ulps of it for ``j = ceil(loss / h)``: an atom of the loss at ``loss`` (the top of a
+    Laplace mechanism's loss, :func:`laplace_top_atom`) then sits on the top grid point, where
+    both constructions are exact for it (:func:`~dpplugins.pld.grid.optimistic_from_bins`,
+    ``top_q``).  ``h`` unchanged when ``loss / h`` is above 10^6."""
+    exact = Fraction(loss)
+    j = max(1, math.ceil(float(exact) / h - 1e-9))
+    if j > 10 ** 6:
+        return h
+    step = float(exact / j)
+    for _ in range(64):
+        if Fraction(j * step) <= exact:
+            return step
+        step = math.nextafter(step, 0.0)
+    return h
+
+
+def _top_q(pair, h: float, hi: int) -> float:
+    """Certified lower bound on ``Q(L >= eps_hi)`` from a known top atom (0 if none applies):
+    the atom counts when its exact loss is at or above the stored grid point ``hi * h``."""
+    atom = laplace_top_atom(pair)
+    if atom is None:
+        return 0.0
+    loss, q_mass = atom
+    return q_mass if Fraction(float(hi) * h) <= loss else 0.0
+
+
+def _lower_top(pair, h: float, lo: int, hi: int) -> int:
+    """Top grid index for the tangent construction: the largest ``j <= hi`` whose stored grid
+    point ``j * h`` is at most the exact loss of a known top atom and within ``1e-9 h`` of it
+    (``hi`` when there is none).  The connect-the-dots bins keep ``hi`` (their top bin must hold
+    the atom, which the mechanism places with its own rounded loss); the tangent construction
+    needs the atom at or above its top point to credit it (:func:`_top_q`).  Both grids have
+    the same step, so the compositions are unchanged otherwise."""
+    atom = laplace_top_atom(pair)
+    if atom is None:
+        return hi
+    loss = atom[0]
+    j = min(hi, math.floor(loss / Fraction(h)))
+    while j > lo and Fraction(float(j) * h) > loss:
+        j -= 1
+    if j >= lo + 2 and loss - Fraction(float(j) * h) <= Fraction(1e-9) * Fraction(h):
+        return j
+    return hi
+
+
 def _discretise(pairs: MechanismPairs, h: float,
                 memory_limit: int = 1 << 30) -> dict[str, _Component]:
     check_grid_size(pairs, h, memory_limit)
@@ -108,7 +178,10 @@ def _discretise(pairs: MechanismPairs, h: float,
     for direction, pair in pairs.pairs.items():
         lo, hi = grid_range(*pair.loss_range(SINGLE_TAIL), h)
         bins = pair.loss_bins(h, lo, hi)
-        out[direction] = _Component(pessimistic_from_bins(bins), optimistic_from_bins(bins))
+        top = _lower_top(pair, h, lo, hi)
+        lower_bins = bins if top == hi else pair.loss_bins(h, lo, top)
+        out[direction] = _Component(pessimistic_from_bins(bins),
+                                    optimistic_from_bins(lower_bins, top_q=_top_q(pair, h, top)))
     if pairs.symmetric:
         out["add"] = out["remove"]
     return out
@@ -412,7 +485,24 @@ class PrivacyLossDistribution:
         """Composed PLDs of increasing accuracy (and cost), lazily: untilted double or extended
         precision (:meth:`_accurate`), then tilted towards the query (``tilt_of()``; see
         :func:`~dpplugins.pld.compose.compose_grid_pmfs`) in double and in extended precision.
-        A level that needs more memory than allowed is skipped when an earlier one exists."""
+        A level that needs more memory than allowed is skipped when an earlier one exists.
+
+        When even the extended-precision untilted composition cannot reach the accuracy, it is
+        not computed (the tilted levels come first; the untilted one only if none of them can be
+        computed): its floating-point bound is at least ``count * c u_ld log2 N`` at frequency
+        0 (:func:`~dpplugins.pld.compose.compose_grid_pmfs`; ``N >= 2^12`` whenever the window
+        is truncated), which for ``count = 685,161`` is 4e-12, above ``FP_SHARE`` of a delta of
+        1e-9.  Skipping a level that cannot meet the target never changes validity."""
+        total = sum(k for _, k in self._directions[direction])
+        u_ld = float(np.finfo(np.longdouble).eps) / 2
+        if total * 10 * u_ld * 12 > FP_SHARE * scale:
+            produced = False
+            for composed in self._tilted_levels(direction, kind, tilt_of):
+                produced = True
+                yield composed
+            if not produced:
+                yield self._accurate(direction, kind, scale)
+            return
         yield self._accurate(direction, kind, scale)
         yield from self._tilted_levels(direction, kind, tilt_of)
 

@@ -506,3 +506,20 @@ def test_inadmissible_delta0_states_the_bound():
         C.fixed_window_epsilon(0.5, 1e-5, 10, 0.5, delta0=1e-12)
     with pytest.raises(ParameterError, match="delta0"):
         C.sliding_window_epsilon(2.0, 1e-5, 10, delta0=0.5)
+
+
+def test_admissible_delta0_at_a_subnormal_eps0_is_a_number():
+    """eps0 = 5e-324 (valid: > 0): e^(-5 eps0) rounds to 1, and log1p(-1) raised a math domain
+    error from supports().  Reference: the hypothesis of Balle et al. 2020, Thm 3.2, in 50-digit
+    arithmetic."""
+    import mpmath
+    from dpplugins.accountants import create
+    from dpplugins.events import EpsilonDeltaEvent, RandomCheckInEvent
+    with mpmath.workdps(50):
+        e, d1 = mpmath.mpf(5e-324), mpmath.mpf(1e-3)
+        k = -mpmath.log(-mpmath.expm1(-5 * e))
+        exact = float(-mpmath.expm1(-e) * d1
+                      / (4 * mpmath.exp(e) * (2 + mpmath.log(2 / d1) / k)))
+    assert C.admissible_delta0(5e-324, 1e-3) == pytest.approx(exact, rel=1e-9, abs=0.0)
+    event = RandomCheckInEvent(200, EpsilonDeltaEvent(5e-324, 1e-9), "fixed", 20, None, 0.5)
+    assert isinstance(create("checkin").supports(event), bool)

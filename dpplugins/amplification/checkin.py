@@ -164,7 +164,10 @@ def admissible_delta0(eps0: float, delta1: float) -> float:
 
 
 def _admissible(eps0: float, delta1: float) -> float:
-    k = -math.log1p(-math.exp(-5.0 * eps0)) if 5.0 * eps0 < 745 else 0.0
+    # k = log(1 / (1 - e^(-5 eps0))), with 1 - e^(-x) = -expm1(-x): exact for a subnormal eps0,
+    # where e^(-5 eps0) rounds to 1 and log1p(-1) is a domain error
+    x = 5.0 * eps0
+    k = -math.log(-math.expm1(-x)) if x < 745 else 0.0
     if k == 0.0:
         return 0.0
     return -math.expm1(-eps0) * delta1 / (4.0 * _exp(eps0) * (2.0 + math.log(2.0 / delta1) / k))

@@ -592,22 +592,23 @@ OPTION_VARIANTS = {
 }
 
 #: numeric constructor options (events mode) with a valid value and their domain
+#: (None is the documented default of the grid options and of smoothness: "choose for me")
 CONSTRUCTOR_OPTIONS = {
     "pld": {"eps_tolerance": (1e-3, "positive"), "value_discretization_interval":
-            (1e-3, "positive"), "tail_mass": (1e-15, "positive"),
+            (1e-3, "positive_or_none"), "tail_mass": (1e-15, "positive"),
             "memory_limit": (1 << 30, "count1")},
     "fdp": {"eps_tolerance": (1e-3, "positive"), "value_discretization_interval":
-            (1e-3, "positive"), "tail_mass": (1e-15, "positive"),
+            (1e-3, "positive_or_none"), "tail_mass": (1e-15, "positive"),
             "memory_limit": (1 << 30, "count1")},
     "balls_and_bins": {"eps_tolerance": (1e-2, "positive"), "memory_limit": (1 << 30, "count1")},
     "checkin": {"checkin_probability": (1.0, "unit_open_closed"), "delta0": (0.0, "delta"),
-                "value_discretization_interval": (1e-3, "positive"),
+                "value_discretization_interval": (1e-3, "positive_or_none"),
                 "per_example_noise": (False, "flag")},
-    "pnsgd": {"contraction": (1.0, "positive"), "smoothness": (1.0, "positive"),
+    "pnsgd": {"contraction": (1.0, "positive"), "smoothness": (1.0, "positive_or_none"),
               "value_discretization_interval": (1e-3, "positive")},
-    "shuffle": {"value_discretization_interval": (1e-3, "positive"),
+    "shuffle": {"value_discretization_interval": (1e-3, "positive_or_none"),
                 "lower_bound": (True, "flag")},
-    "swap": {"value_discretization_interval": (1e-3, "positive"),
+    "swap": {"value_discretization_interval": (1e-3, "positive_or_none"),
              "lower_bound": (True, "flag")},
 }
 

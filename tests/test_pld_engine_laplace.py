@@ -183,3 +183,16 @@ def test_two_laplace_steps_are_bracketed_by_exact_quadrature(scale):
         lower, upper = acc.get_epsilon_bounds(delta)
         assert _two_laplace_steps_delta(lower, scale) >= delta * (1 - 1e-6)
         assert _two_laplace_steps_delta(upper, scale) <= delta * (1 + 1e-6)
+
+
+def test_round_trip_at_a_tiny_delta_after_an_upper_only_grid():
+    """10^6 Laplace(1) steps, delta 1e-15 (long fuzz profile): the epsilon was certified on the
+    extra upper-only grid, whose composition is not kept, and the delta query's own grids gave
+    1.008e-15 at it.  Delta queries now also use what the epsilon queries certified
+    (``Accountant._with_epsilon_certificates``), so the round trip holds."""
+    acc = create("pld").compose(SelfComposedEvent(LaplaceEvent(1.0), 10**6))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AccuracyWarning)
+        epsilon = acc.get_epsilon(1e-15)
+        lower, upper = acc.get_delta_bounds(epsilon)
+    assert 0.0 <= lower <= upper <= 1e-15

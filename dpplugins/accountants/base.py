@@ -394,8 +394,23 @@ class Accountant:
                 return Bounds(1.0, 1.0)
             check_representable(history)
             with _float_range(self.name):
-                return self._delta_bounds(history, epsilon)
+                return self._with_epsilon_certificates(history, epsilon,
+                                                       self._delta_bounds(history, epsilon))
         return self._cached(("delta", epsilon), compute)
+
+    def _with_epsilon_certificates(self, history: tuple, epsilon: float,
+                                   bounds: Bounds) -> Bounds:
+        """``bounds`` on delta(epsilon) intersected with what the epsilon queries already
+        answered for this history: a certified ``epsilon(d) <= e`` means ``delta(e') <= d`` for
+        every ``e' >= e`` (delta is non-increasing in epsilon).  So ``get_delta(get_epsilon(d))
+        <= d`` holds even where the delta query's own grid is a little looser than the one
+        that certified the epsilon."""
+        lower, upper = bounds
+        for key, answer in list(self._cache.items()):
+            if (len(key) == 3 and key[0] == history and key[1] == "eps" and key[2] > 0
+                    and answer.upper <= epsilon):
+                upper = min(upper, float(key[2]))
+        return Bounds(min(lower, upper), upper)
 
     def get_delta(self, epsilon: float) -> float:
         """Delta at ``epsilon``: a certified upper bound."""

@@ -19,7 +19,6 @@ import itertools
 import json
 import math
 import pickle
-from collections import defaultdict
 
 import numpy as np
 import pytest
@@ -31,71 +30,36 @@ from dpplugins.events import (BoundedLaplaceEvent, ComposedEvent, LaplaceEvent, 
                               RandomizedResponseEvent, SelfComposedEvent, ShuffleEvent,
                               SubsetSelectionEvent, UnaryEncodingEvent, from_dict)
 
+from test_shuffle_model import histogram_law  # brute-force helper, shared
+from test_shuffle_model_families import olh_matrix, subset_matrix, ue_matrix
+
 TOL = 1e-9          # relative float tolerance of the enumerations (sums of < 1e5 products)
 
 
 # -- brute force, from the definitions ------------------------------------------------------------
-def histogram_law(rows):
-    """Law of the histogram (the shuffled multiset) of independent reports, report i ~ rows[i]."""
-    law = {tuple([0] * len(rows[0])): 1.0}
-    for row in rows:
-        nxt = defaultdict(float)
-        for h, pr in law.items():
-            for j, pj in enumerate(row):
-                if pj > 0:
-                    g = list(h)
-                    g[j] += 1
-                    nxt[tuple(g)] += pr * pj
-        law = nxt
-    return law
-
-
 def as_arrays(p, q):
     keys = sorted(set(p) | set(q))
     return (np.array([p.get(k, 0.0) for k in keys]), np.array([q.get(k, 0.0) for k in keys]))
 
 
-def hockey(p, q, eps):
-    return float(np.maximum(p - math.exp(eps) * q, 0.0).sum())
-
-
 def ue_rows(eps0, d, optimized):
+    """Unary encoding's output law per input (SUE: a = e^(eps0/2) / (e^(eps0/2) + 1), b = 1 - a;
+    OUE: a = 1/2, b = 1 / (e^eps0 + 1))."""
     if optimized:
         a, b = 0.5, 1 / (math.exp(eps0) + 1)
     else:
         a = math.exp(eps0 / 2) / (math.exp(eps0 / 2) + 1)
         b = 1 - a
-    rows = []
-    for x in range(d):
-        row = []
-        for y in itertools.product((0, 1), repeat=d):
-            pr = 1.0
-            for j, bit in enumerate(y):
-                t = a if j == x else b
-                pr *= t if bit else 1 - t
-            row.append(pr)
-        rows.append(row)
-    return rows
+    return ue_matrix(d, a, b)
 
 
 def subset_rows(eps0, d, k):
-    subsets = list(itertools.combinations(range(d), k))
-    rows = []
-    for x in range(d):
-        w = [math.exp(eps0) if x in s else 1.0 for s in subsets]
-        rows.append([v / sum(w) for v in w])
-    return rows
+    return subset_matrix(d, k, eps0)
 
 
 def olh_rows(eps0, d, g):
     """A uniformly random function [d] -> [g] (3-wise independent on d = 3), then g-ary RR."""
-    e = math.exp(eps0)
-    hashes = list(itertools.product(range(g), repeat=d))
-    rows = []
-    for x in range(d):
-        rows.append([(e if h[x] == v else 1.0) / (e + g - 1) / len(hashes)
-                     for h in hashes for v in range(g)])
-    return rows
+    return olh_matrix(d, g, eps0)
 
 
 #: bin edges for Laplace reports: they contain the cut points 1/2 +- s, s in {0, 1/4, 1/2}, of
@@ -131,7 +95,10 @@ def dataset_pairs(rows, n):
 
 
 def worst_delta(pairs, eps):
-    return max(max(hockey(p, q, eps), hockey(q, p, eps)) for p, q in pairs)
+    """Largest hockey-stick divergence of the pairs (arrays on a common support), both ways."""
+    x = math.exp(eps)
+    return max(float(max(np.maximum(p - x * q, 0.0).sum(), np.maximum(q - x * p, 0.0).sum()))
+               for p, q in pairs)
 
 
 def worst_epsilon(pairs, delta):

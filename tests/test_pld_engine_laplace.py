@@ -196,3 +196,14 @@ def test_round_trip_at_a_tiny_delta_after_an_upper_only_grid():
         epsilon = acc.get_epsilon(1e-15)
         lower, upper = acc.get_delta_bounds(epsilon)
     assert 0.0 <= lower <= upper <= 1e-15
+
+
+@pytest.mark.parametrize("scale", [1e308, 1e16])
+def test_laplace_with_a_huge_scale_answers(scale):
+    """Scale 1e308 (long fuzz profile): the loss (|x| - |x - 1|) / b at the range ends x = +-inf
+    was inf - inf = NaN, and the grid raised a bare ValueError.  Three steps are (3 / b)-DP
+    (Dwork & Roth 2014, Thm 3.6 and composition), so every bound is at most that."""
+    acc = create("pld").compose(SelfComposedEvent(LaplaceEvent(scale), 3))
+    lower, upper = acc.get_epsilon_bounds(1e-5)
+    assert 0.0 <= lower <= upper <= 3.0 / scale * (1 + 1e-9)
+    assert acc.get_delta_bounds(3.0 / scale * (1 + 1e-9)).upper == 0.0

@@ -411,7 +411,11 @@ class PLDAccountant(Accountant):
             return h
         _, leaf = max(laplace, key=lambda item: (item[0], item[1].scale))
         atom = laplace_top_atom(self._pairs(leaf).pairs["remove"])
-        return h if atom is None else atom_grid_step(atom[0], h)
+        if atom is None or not atom[0] >= h:
+            # (an atom below one grid step, e.g. scale 1e308: fitting would shrink the step to
+            # the atom's loss; the grid stays, valid, only the lower bound is less tight)
+            return h
+        return atom_grid_step(atom[0], h)
 
     def _generic(self, history, evaluate, evaluate_upper=None) -> Bounds:
         """Bounds for histories with Laplace, randomized-response or (eps, delta) steps: one

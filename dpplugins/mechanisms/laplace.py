@@ -24,7 +24,9 @@ def laplace(scale: float, sensitivity: float = 1.0) -> MechanismPairs:
     bound = d / b
 
     def loss(x):
-        return (np.abs(x) - np.abs(x - d)) / b
+        # (|x| - |x - d|) / b written as clip(2x - d, -d, d) / b: the same function, without
+        # the cancellation of two huge terms (x = +-inf at scale 1e308 gave NaN)
+        return np.clip(2.0 * np.asarray(x, dtype=float) - d, -d, d) / b
 
     def loss_inverse(eps):
         eps = np.asarray(eps, dtype=float)

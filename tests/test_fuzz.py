@@ -556,12 +556,13 @@ FAMILIES = [
            {"batch_size": "count1", "sigma": "positive", "rate": "unit_open_closed",
             "count": "count"},
            {"batch_size": 20, "sigma": 2.0, "rate": 0.1, "count": 20}, step=True),
-    # (rate 0 is a no-op for the Poisson accountants that also take these steps, pld and fdp,
-    # and refused by the per-example ones: test_zero_rate_per_example_steps_are_refused)
+    # (rate 0 is a no-op and sigma 0 a non-private step for the Poisson accountants that also
+    # take these steps, pld and fdp; the per-example ones refuse both:
+    # test_zero_rate_or_noise_per_example_steps_are_refused)
     Family("step_per_example", _legacy_per_example,
            lambda p: ({}, {"noise_multiplier": p["sigma"], "sample_rate": p["rate"],
                            "count": p["count"]}),
-           {"sigma": "positive", "rate": "unit_closed", "count": "count"},
+           {"sigma": SIGMA_DOMAIN, "rate": "unit_closed", "count": "count"},
            {"sigma": 8.0, "rate": 0.02, "count": 50, "n": 50}, step=True),
     Family("step_checkin", _legacy_checkin,
            lambda p: ({"num_examples": p["n"], "num_slots": p["slots"],
@@ -1438,12 +1439,17 @@ def test_checkin_slot_count_beyond_float_range_is_a_parameter_error():
 
 
 @pytest.mark.parametrize("name", ["balls_and_bins", "swap"])
-def test_zero_rate_per_example_steps_are_refused(name):
-    """A version-0.1 step of the per-example accountants needs ``sample_rate = 1 / t > 0``; the
-    Poisson accountants (pld, fdp) take 0 as a no-op (the step_per_example family's domain)."""
+def test_zero_rate_or_noise_per_example_steps_are_refused(name):
+    """A version-0.1 step of the per-example accountants needs ``sample_rate = 1 / t > 0`` and
+    noise; the Poisson accountants (pld, fdp) take rate 0 as a no-op and noise 0 as a
+    non-private step (the step_per_example family's domain)."""
     from dpplugins.errors import ParameterError
     with pytest.raises(ParameterError, match="sample_rate"):
         create(name).step(noise_multiplier=1.0, sample_rate=0.0)
+    with pytest.raises(ParameterError, match="noise_multiplier"):
+        create(name).step(noise_multiplier=0.0, sample_rate=0.5)
     poisson = create("fdp")
     poisson.step(noise_multiplier=1.0, sample_rate=0.0)
     assert poisson.get_epsilon(1e-5) == 0.0
+    poisson.step(noise_multiplier=0.0, sample_rate=0.5)
+    assert poisson.get_epsilon(1e-5) == math.inf

@@ -1502,25 +1502,26 @@ def _gaussian_epsilon_bounds(mu: float, delta: float, shift: float,
     if target >= 1.0 or (mu <= _MU_CAP and not math.isfinite(upper)):
         return Bounds(0.0, upper)
     if not mu <= _MU_CAP:  # noise below 1e-150: no finite upper bound in double
-        mu_l = _MU_CAP
-        lo, hi = 0.0, mu_l * (mu_l / 2 + 40.0)
-        for _ in range(100):
-            mid = 0.5 * (lo + hi)
-            if _gaussian_delta_lower(mu_l, mid) > target:
-                lo = mid
-            else:
-                hi = mid
+        lo = _largest_violating(_MU_CAP, target, _MU_CAP * (_MU_CAP / 2 + 40.0))
         return Bounds(max(0.0, lo - shift), math.inf)
     if _gaussian_delta_lower(mu, 0.0) <= target:
         return Bounds(0.0, upper)
-    lo, hi = 0.0, max(upper, 1e-300)
+    lo = _largest_violating(mu, target, max(upper, 1e-300))
+    return Bounds(min(max(0.0, lo - shift), upper), upper)
+
+
+def _largest_violating(mu: float, target: float, hi: float) -> float:
+    """An epsilon in ``[0, hi]`` with ``_gaussian_delta_lower(mu, eps) > target`` (0 when only
+    the start qualifies), by 100 bisection steps: a certified lower end, whatever the steps do,
+    since delta is non-increasing in epsilon."""
+    lo = 0.0
     for _ in range(100):
         mid = 0.5 * (lo + hi)
         if _gaussian_delta_lower(mu, mid) > target:
             lo = mid
         else:
             hi = mid
-    return Bounds(min(max(0.0, lo - shift), upper), upper)
+    return lo
 
 
 def _gaussian_epsilon_upper(mu: float, delta: float) -> float:

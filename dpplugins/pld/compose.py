@@ -630,6 +630,22 @@ def _norm_upper(values: np.ndarray) -> float:
     return math.sqrt(total) * (1 + 4 * _U * (math.log2(max(len(x), 2)) + 2))
 
 
+def _frequency_zero_error(components: Sequence[tuple[GridPMF, int]], u_work: float,
+                          log2n: float) -> float:
+    """Lower bound on the frequency-0 coefficient error term of :func:`compose_grid_pmfs`
+    (``G(0) sum_i k_i eta_i / m_i(0)``; the transform at frequency 0 is the sum of the masses),
+    hence on its ``fp_error`` minus the construction error: computed without any transform."""
+    log_g, ratio = 0.0, 0.0
+    for c, k in components:
+        eta = _C_FFT * u_work * log2n * float(np.sum(np.abs(c.pmf)))
+        magnitude = abs(float(np.sum(c.pmf))) + eta
+        if magnitude <= 0:
+            return 0.0
+        log_g += k * math.log(magnitude)
+        ratio += k * eta / magnitude
+    return math.exp(log_g) * ratio if log_g > -745.0 else 0.0
+
+
 def _tilted(component: GridPMF, tilt: float) -> tuple[GridPMF, float, float, float]:
     """The finite part of ``component`` tilted by ``e^(tilt s)`` and normalised.
 
@@ -659,8 +675,14 @@ def _tilted(component: GridPMF, tilt: float) -> tuple[GridPMF, float, float, flo
 
 def compose_grid_pmfs(components: Sequence[tuple[GridPMF, int]], *, tail_mass: float = 1e-15,
                       memory_limit: int = 1 << 30, extended: bool = False,
-                      extended_inverse: bool = False, tilt: float = 0.0) -> ComposedPLD:
+                      extended_inverse: bool = False, tilt: float = 0.0,
+                      fp_limit: float = math.inf) -> ComposedPLD:
     """Compose ``count`` copies of each grid PLD; returns the composed PLD with error terms.
+
+    ``fp_limit`` (untilted compositions only): raise :class:`NumericalError` before any
+    transform when the floating-point term ``fp_error`` would certainly exceed it (its
+    frequency-0 part, :func:`_frequency_zero_error`, already does).  An epsilon query at
+    ``delta`` passes ``delta``: a composition whose error terms exceed ``delta`` cannot answer it.
 
     ``extended=True`` runs the forward transforms and powers in long double (slower, with a
     floating-point error term about 2000 times smaller on x86); with ``extended_inverse=True`` as
@@ -728,6 +750,16 @@ def compose_grid_pmfs(components: Sequence[tuple[GridPMF, int]], *, tail_mass: f
     # the power k amplifies the forward error k-fold, so this is where digits are lost.
     work = np.longdouble if extended and np.finfo(np.longdouble).eps < 1e-18 else np.float64
     u_work = float(np.finfo(work).eps) / 2
+    if fp_limit < math.inf:
+        floor = _frequency_zero_error(components, u_work, log2n) + construction_error
+        if 0.99 * floor > fp_limit:
+            total = sum(k for _, k in components)
+            precision = "extended" if work is not np.float64 else "double"
+            raise NumericalError(
+                f"delta={fp_limit:.3g} is not above the certified floating-point error term of "
+                f"composing {total:,} steps by FFT in {precision} precision (at least "
+                f"{floor:.3g}; it grows with the number of steps)",
+                f"ask for delta above {floor:.3g}, or account fewer steps")
     half = size // 2 + 1
     # One pass over the components (memory O(size), whatever their number; the spectra are not
     # kept): log-modulus and phase of every spectrum in the working precision, accumulated with

@@ -442,30 +442,42 @@ class PrivacyLossDistribution:
         return ["remove"] if same else list(DIRECTIONS)
 
     def _composed(self, direction: str, kind: str, extended: bool = False,
-                  tilt: float = 0.0) -> ComposedPLD:
+                  tilt: float = 0.0, fp_limit: float = math.inf) -> ComposedPLD:
+        """The composition of one direction (cached); ``fp_limit``: see
+        :func:`~dpplugins.pld.compose.compose_grid_pmfs` (untilted only; nothing is cached when
+        it refuses)."""
         key = (direction, kind, extended) if tilt == 0 else (direction, kind, extended, tilt)
         if key not in self._cache:
             parts = [(getattr(c, kind), k) for c, k in self._directions[direction]]
             self._cache[key] = compose_grid_pmfs(parts, tail_mass=self.tail_mass,
                                                  memory_limit=self.memory_limit,
                                                  extended=extended, extended_inverse=extended,
-                                                 tilt=tilt)
+                                                 tilt=tilt,
+                                                 fp_limit=fp_limit if tilt == 0 else math.inf)
         return self._cache[key]
 
-    def _accurate(self, direction: str, kind: str, scale: float) -> ComposedPLD:
+    def _accurate(self, direction: str, kind: str, scale: float,
+                  fp_limit: float = math.inf) -> ComposedPLD:
         """Composed PLD whose floating-point error term is small next to ``scale`` (a delta):
         double precision unless its error bound would exceed ``FP_SHARE * scale``, then extended
         precision.  The double-precision bound is dominated by ``count * c u log2(N)`` (the power
-        amplifies the forward FFT error), which we check before computing."""
+        amplifies the forward FFT error), which we check before computing.  ``fp_limit``: a
+        composition whose floating-point term certainly exceeds it is not computed (extended
+        precision is tried instead of double; :class:`NumericalError` if it exceeds it too)."""
         key = (direction, kind, False)
         if key not in self._cache:
             total = sum(k for _, k in self._directions[direction])
             predicted = total * 10 * np.finfo(float).eps * 24  # c u log2 N with N <= 2^24
             if predicted > FP_SHARE * scale:
-                return self._composed(direction, kind, extended=True)
-        composed = self._composed(direction, kind)
+                return self._composed(direction, kind, extended=True, fp_limit=fp_limit)
+            try:
+                composed = self._composed(direction, kind, fp_limit=fp_limit)
+            except NumericalError:
+                return self._composed(direction, kind, extended=True, fp_limit=fp_limit)
+        else:
+            composed = self._cache[key]
         if composed.fp_error > FP_SHARE * scale:
-            composed = self._composed(direction, kind, extended=True)
+            composed = self._composed(direction, kind, extended=True, fp_limit=fp_limit)
         return composed
 
 
@@ -481,7 +493,8 @@ class PrivacyLossDistribution:
             except NumericalError:
                 return
 
-    def _levels(self, direction: str, kind: str, scale: float, tilt_of):
+    def _levels(self, direction: str, kind: str, scale: float, tilt_of,
+                fp_limit: float = math.inf):
         """Composed PLDs of increasing accuracy (and cost), lazily: untilted double or extended
         precision (:meth:`_accurate`), then tilted towards the query (``tilt_of()``; see
         :func:`~dpplugins.pld.compose.compose_grid_pmfs`) in double and in extended precision.
@@ -501,9 +514,9 @@ class PrivacyLossDistribution:
                 produced = True
                 yield composed
             if not produced:
-                yield self._accurate(direction, kind, scale)
+                yield self._accurate(direction, kind, scale, fp_limit)
             return
-        yield self._accurate(direction, kind, scale)
+        yield self._accurate(direction, kind, scale, fp_limit)
         yield from self._tilted_levels(direction, kind, tilt_of)
 
     def _tilt(self, direction: str, kind: str, objective) -> float:
@@ -681,8 +694,22 @@ class PrivacyLossDistribution:
         """Smallest certified epsilon over the accuracy levels and the part of it due to the
         error terms (``epsilon - epsilon of the window sum alone``)."""
         best, floor, last_error = math.inf, 0.0, None
+        parts = self._directions[direction]
+        survive = all(c.upper.inf_mass < 1.0 for c, _ in parts)
+        inf_mass = -math.expm1(sum(k * math.log1p(-c.upper.inf_mass) for c, k in parts)) \
+            if survive else 1.0
+        if inf_mass < delta:
+            # every composition's delta is at least delta(inf) plus the construction error of
+            # the grid PMFs (sum of count x error): when that is above delta, no level answers
+            construction = sum(k * c.upper.fp_error for c, k in parts)
+            if inf_mass + construction > delta:
+                total = sum(k for _, k in parts)
+                raise NumericalError(
+                    f"delta={delta:g} is not above the certified error terms (delta(inf)="
+                    f"{inf_mass:.3g}, construction error of the {total:,} composed grid steps="
+                    f"{construction:.3g})", f"ask for delta above {inf_mass + construction:.3g}")
         tilt_of = lambda: self._tilt_for_delta(direction, "upper", delta)  # noqa: E731
-        for composed in self._levels(direction, "upper", delta, tilt_of):
+        for composed in self._levels(direction, "upper", delta, tilt_of, fp_limit=delta):
             try:
                 eps = composed.epsilon_upper(delta)
             except NumericalError as error:

@@ -1,0 +1,104 @@
+"""Queries that no composition can answer are refused before any transform (reliability issue).
+
+An epsilon query at ``delta`` needs every error term of the composed PLD below ``delta``.  Two of
+them are known before composing: the construction error of the grid PMFs (``sum count x
+fp_error``) and the frequency-0 part of the FFT's floating-point term.  The long fuzz profile
+found queries that spent 15-30 s composing (twice: double, then extended precision) only to
+refuse with one of these terms.  The tests forbid the transforms (a monkeypatched FFT that
+raises) and check each early refusal against the outcome of the full composition.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from fractions import Fraction
+
+import dpplugins.pld.compose as compose
+from dpplugins.accountants import create
+from dpplugins.errors import NumericalError
+from dpplugins.events import GaussianEvent, PNSGDEvent
+from dpplugins.pld import PrivacyLossDistribution as PLD
+from dpplugins.pld.compose import _frequency_zero_error, compose_grid_pmfs
+from dpplugins.pld.grid import GridPMF
+
+
+def _no_transform(*args, **kwargs):
+    raise AssertionError("a transform was computed for a query that cannot be answered")
+
+
+def _component(h=1e-3, sigma=2.0, q=0.1):
+    pld = PLD.from_poisson_subsampled_gaussian(sigma, q, value_discretization_interval=h)
+    return pld._directions["remove"][0][0].upper
+
+
+@pytest.mark.parametrize("count", [1, 10, 10_000, 100_000])
+@pytest.mark.parametrize("extended", [False, True])
+def test_the_frequency_zero_floor_is_below_the_computed_term(count, extended):
+    """The floor is a lower bound on the fp_error the full composition certifies."""
+    c = _component()
+    full = compose_grid_pmfs([(c, count)], extended=extended, extended_inverse=extended)
+    size = len(full.pmf)
+    u = float(np.finfo(np.longdouble if extended else float).eps) / 2
+    # the transform size is at least the window: log2 of the window bounds log2 of the size
+    floor = _frequency_zero_error([(c, count)], u, math.log2(max(size, 2))) + count * c.fp_error
+    assert 0 < floor <= full.fp_error
+    if count >= 10_000:
+        assert floor >= 0.1 * full.fp_error  # and it is the dominant part at large counts
+
+
+def test_compose_refuses_only_above_the_floor(monkeypatch):
+    c = _component()
+    full = compose_grid_pmfs([(c, 10_000)])
+    # a limit above the computed term composes as before
+    again = compose_grid_pmfs([(c, 10_000)], fp_limit=2 * full.fp_error)
+    assert again.fp_error == full.fp_error
+    monkeypatch.setattr(compose.sp_fft, "rfft", _no_transform)
+    with pytest.raises(NumericalError, match="floating-point error term of composing 10,000"):
+        compose_grid_pmfs([(c, 10_000)], fp_limit=0.01 * full.fp_error)
+
+
+def test_a_component_without_finite_mass_has_no_floor():
+    c = GridPMF(1e-3, 0, np.zeros(3), 1.0, 0.0)
+    assert _frequency_zero_error([(c, 5)], 1e-16, 10.0) == 0.0
+
+
+@pytest.mark.slow
+def test_fdp_million_steps_refuses_a_delta_below_the_fft_floor(monkeypatch):
+    """Found by the long fuzz profile: fdp (replace-one, Poisson q = 1/e, sigma 0.1, 10^6
+    steps) at delta 1e-12 composed a 22 M-bin window in extended precision (15 s) to refuse
+    with a floating-point term of 2.9e-11.  The floor (1.3e-11 at frequency 0) refuses it
+    before the transforms; without them nothing else is slow."""
+    acc = create("fdp", neighbouring="replace_one")
+    from dpplugins.events import PoissonSampledEvent
+    acc.compose(PoissonSampledEvent(0.36787944117144233, GaussianEvent(0.1)), 10 ** 6)
+    monkeypatch.setattr(compose.sp_fft, "rfft", _no_transform)
+    with pytest.raises(NumericalError, match="ask for delta above 1.3"):
+        acc.get_epsilon_bounds(1e-12)
+
+
+def test_pnsgd_refuses_a_delta_below_the_construction_error(monkeypatch):
+    """Found by the long fuzz profile (25 s): 333,334 composed grid steps each carry a
+    construction error of about 7e-15, so no composition can certify delta = 2.66e-10."""
+    event = PNSGDEvent(3, Fraction(1000000, 3), GaussianEvent(1.0), 36.78794411714425, 1.0,
+                       1.0, "online", 0.11618037990412387, 0.017402369483306455)
+    acc = create("pnsgd")
+    acc.compose(event)
+    monkeypatch.setattr(compose.sp_fft, "rfft", _no_transform)
+    with pytest.raises(NumericalError, match="construction error of the 333,334") as error:
+        acc.get_epsilon_bounds(2.66e-10)
+    floor = float(str(error.value).rsplit("ask for delta above ", 1)[1].rstrip(". "))
+    assert floor > 2.66e-10
+
+
+def test_the_construction_error_is_part_of_every_delta_bound():
+    """Why the construction floor refuses: the certified delta of a composition is never below
+    the summed construction error of its grid PMFs, at any epsilon, tilted or not."""
+    c = _component()
+    c = GridPMF(c.h, c.lo, c.pmf, c.inf_mass, 1e-9)
+    for tilt in (0.0, 2.0):
+        composed = compose_grid_pmfs([(c, 1000)], tilt=tilt)
+        for epsilon in (0.0, 1.0, 10.0, 1e3):
+            assert composed.delta_upper(epsilon) >= 1000 * 1e-9
+        with pytest.raises(NumericalError):
+            composed.epsilon_upper(0.9e-6)

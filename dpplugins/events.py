@@ -125,7 +125,8 @@ def steps_per_epoch_for_rate(name: str, sample_rate: Any) -> int:
         93
     """
     q = check_probability(name, sample_rate)
-    t = round(1.0 / q)
+    inverse = 1.0 / q if q > 0 else math.inf
+    t = round(inverse) if math.isfinite(inverse) else 0
     if t < 1 or abs(t * q - 1.0) > _EPOCH_TOLERANCE:
         raise ParameterError(name, sample_rate, "1/t for a whole number t of steps per epoch",
                              "describe the sampler with its event instead of a sample rate")

@@ -142,3 +142,12 @@ def test_the_composition_count_counts_passes_not_steps():
     acc.compose(SlidingWindowCheckIn(40, 10).event(2.0, 2**53 + 1))
     with pytest.raises(NumericalError, match="compositions"):
         acc.get_epsilon_bounds(1e-5)
+
+
+@pytest.mark.parametrize("rate", [5e-324, 1e-310])
+def test_a_subnormal_sample_rate_is_a_parameter_error(rate):
+    """Found by the long fuzz profile: 1 / 5e-324 is infinite, and ``round`` of it raised a bare
+    OverflowError from ``step`` (shuffle's version-0.1 steps name the epoch by 1 / rate)."""
+    acc = create("shuffle", dataset_size=1000, batch_size=10)
+    with pytest.raises(ParameterError, match="sample_rate"):
+        acc.step(noise_multiplier=2.0, sample_rate=rate, count=20)

@@ -106,11 +106,26 @@ class ComposedPLD:
             return object.__getattribute__(self, name)
         raise AttributeError(name)
 
-    def _prepare(self) -> None:
-        """Suffix sums for evaluating delta (see the module docstring, "Evaluation")."""
+    def _ensure_tables(self, epsilon: float) -> None:
+        """Evaluation tables that cover every grid point above ``epsilon`` (0: the whole stored
+        part, as the epsilon inversions need).  A delta query needs only the points above its
+        epsilon, often a small part of the window: the tables are built from there and rebuilt
+        from lower down only when a later evaluation needs it.  Suffix sums do not depend on the
+        points below their start, so every value is the one the full tables give."""
+        first = self.__dict__.get("_first_index")
+        if first is None or first > 0:
+            needed = int(max(0.0, math.floor(min(epsilon / self.h, 2.0 ** 62)) - 1)) \
+                if epsilon > 0 else 0
+            if first is None or first > needed:
+                self._prepare(needed)
+
+    def _prepare(self, first_index: int = 0) -> None:
+        """Suffix sums for evaluating delta (see the module docstring, "Evaluation"), on the
+        stored grid points with index at least ``first_index >= 0``."""
         index = self.lo + np.arange(len(self.pmf))
         # the stored part: grid points s >= 0 (we never evaluate delta at negative epsilon)
-        start = int(np.searchsorted(index, 0, side="left"))
+        start = int(np.searchsorted(index, first_index, side="left"))
+        object.__setattr__(self, "_first_index", first_index)
         idx = index[start:]
         n = len(idx)
         ld = np.longdouble
@@ -142,8 +157,12 @@ class ComposedPLD:
             carry = tail[b0]  # = D[b0]
         object.__setattr__(self, "_idx", idx)
         object.__setattr__(self, "_svals", idx * self.h)
-        object.__setattr__(self, "_A", np.append(suffix_m, ld(0)))
-        object.__setattr__(self, "_T", np.append(tail, ld(0)))
+        a_table = np.zeros(n + 1, dtype=ld)
+        a_table[:n] = suffix_m
+        t_table = np.zeros(n + 1, dtype=ld)
+        t_table[:n] = tail
+        object.__setattr__(self, "_A", a_table)
+        object.__setattr__(self, "_T", t_table)
         object.__setattr__(self, "_block", block)
         object.__setattr__(self, "_steps", steps)
         object.__setattr__(self, "_unreliable", unreliable)
@@ -172,6 +191,7 @@ class ComposedPLD:
     def _parts(self, epsilon: float) -> tuple[float, float, bool]:
         """``(raw, error, reliable)``: the window sum ``sum_{s > eps} (1 - e^(eps - s)) m(s)``
         and a bound on its rounding error (``2 rho A``), for ``eps >= 0``."""
+        self._ensure_tables(epsilon)
         j = int(np.searchsorted(self._svals, epsilon, side="right"))
         reliable = j > self._unreliable
         if j >= len(self._idx):
@@ -253,6 +273,7 @@ class ComposedPLD:
     def epsilon_upper(self, delta: float) -> float:
         """Smallest certified epsilon: ``delta_upper(eps) <= delta`` (verified at the returned
         value; bisection, so it always ends)."""
+        self._ensure_tables(0.0)
         if self.inf_mass >= delta:
             return float("inf")  # delta(eps) >= delta(inf) >= delta for every eps: no finite eps
         good = lambda e: self.delta_upper(e) <= delta  # noqa: E731
@@ -282,6 +303,7 @@ class ComposedPLD:
     def _lower_on_grid(self) -> np.ndarray:
         """``delta_lower`` at every stored grid point (vectorised, for locating a crossing only;
         every returned value is re-checked with :meth:`delta_lower`)."""
+        self._ensure_tables(0.0)
         n = len(self._idx)
         a_next = self._A[1:].astype(float)
         d_all = np.append(self._T[:n] / np.resize(self._steps, n), np.longdouble(0))
@@ -303,6 +325,7 @@ class ComposedPLD:
         ``delta_lower`` need not be monotone (with a tilt its error weight grows towards small
         epsilon) but the true delta is, so any epsilon where it exceeds ``delta`` is a lower bound;
         we take the largest grid point where it does and refine in the cell above it."""
+        self._ensure_tables(0.0)
         if self.inf_mass - self.abs_error > delta:
             return float("inf")  # delta(eps) >= delta(inf) > delta for every eps
         good = lambda e: self.delta_lower(e) > delta  # noqa: E731
@@ -326,6 +349,7 @@ class ComposedPLD:
     def epsilon_upper_ideal(self, delta: float) -> float:
         """The epsilon of the window sum alone (no error terms): what ``epsilon_upper`` would be
         with exact arithmetic and no truncation.  Diagnostic only, *not* certified."""
+        self._ensure_tables(0.0)
         if self.inf_mass >= delta:
             return float("inf")
         good = lambda e: self._parts(e)[0] + self.inf_mass <= delta  # noqa: E731
@@ -340,6 +364,7 @@ class ComposedPLD:
 
     def epsilon_lower_ideal(self, delta: float) -> float:
         """Counterpart of :meth:`epsilon_upper_ideal` for the lower bound (diagnostic only)."""
+        self._ensure_tables(0.0)
         good = lambda e: self._parts(e)[0] + self.inf_mass > delta  # noqa: E731
         if not good(0.0):
             return 0.0

@@ -647,7 +647,23 @@ class PrivacyLossDistribution:
         return best, floor
 
     def _levels_for_value(self, direction, kind, epsilon, tilt_of):
-        """Like :meth:`_levels` with the scale taken from the first (double) value."""
+        """Like :meth:`_levels` with the scale taken from the first (double) value.
+
+        When even the extended-precision untilted composition's floating-point floor (``count
+        c u_ld log2 N``, as in :meth:`_levels`) is above ``FP_SHARE`` of the Chernoff bound on
+        ``delta(epsilon)`` (:meth:`delta_upper_chernoff`, at least the delta sought), no untilted
+        level can reach the accuracy: the tilted levels come first, and the untilted double one
+        only if none of them can be computed.  Skipping never changes validity."""
+        total = sum(k for _, k in self._directions[direction])
+        u_ld = float(np.finfo(np.longdouble).eps) / 2
+        if total * 10 * u_ld * 12 > FP_SHARE * self.delta_upper_chernoff(epsilon):
+            produced = False
+            for composed in self._tilted_levels(direction, kind, tilt_of):
+                produced = True
+                yield composed
+            if not produced:
+                yield self._composed(direction, kind)
+            return
         first = self._composed(direction, kind)
         yield first
         value = first.delta_upper(epsilon) if kind == "upper" else first.delta_lower(epsilon)

@@ -69,7 +69,7 @@ from dpplugins.samplers import (RandomCheckIn, ShuffledEpochs, SlidingWindowChec
 def _inverse_or_default(n: Any) -> float:
     """1/n for a usable count; a bad count (the value under test) keeps a valid sample rate, so
     the bad value reaches the accountant through ``dataset_size`` alone."""
-    if isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 1:
+    if isinstance(n, (int, np.integer)) and not isinstance(n, bool) and 1 <= n < 1e300:
         return 1.0 / float(n)
     return 0.01
 

@@ -625,8 +625,14 @@ class PrivacyLossDistribution:
             cumulants = _CumulantSum(finite)
 
             def exponent(i: int) -> float:
+                # K - lam eps rounded up by 8 u (M + lam eps); grouped so that an infinite
+                # lam eps (epsilon near the float maximum) gives -inf, not inf - inf
                 lam, value, magnitude = cumulants.at(1.0, i)
-                return value - lam * epsilon + 8 * _U * (magnitude + lam * epsilon) + 1e-12
+                rest = value + 8 * _U * magnitude + 1e-12
+                reduction = lam * epsilon * (1 - 8 * _U)
+                if math.isinf(rest) and math.isinf(reduction):
+                    return math.inf
+                return rest - reduction
             _, mean, variance = cumulants.moments()
             guess = lambda_index((epsilon - mean) / variance) if variance > 0 else None
             best = exponent(grid_minimum(exponent, start=guess))

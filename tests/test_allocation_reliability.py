@@ -209,3 +209,22 @@ def test_gap_that_cannot_be_narrowed_returns_the_certified_bounds_with_a_warning
         bounds = acc.get_epsilon_bounds(0.5)
     assert 0.0 <= bounds.lower <= bounds.upper < math.inf
     assert acc.get_delta_bounds(bounds.upper).upper <= 0.5 * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("sigma", [1e120, 1e308])
+def test_noise_beyond_the_grid_range_is_bracketed_not_nan(sigma):
+    """Found by the long fuzz profile: sigma = 1e308 made the Gaussian loss range NaN (``s * s``
+    overflows) and balls_and_bins raised a bare ValueError.  Above 1e100 the Gaussian PLD is
+    bracketed by dominance (less noise dominates more); the answer must contain the composed
+    Gaussian closed form of the epochs, which dominates random allocation (post-processing)."""
+    from dpplugins.accountants import create
+    from dpplugins.pld import PrivacyLossDistribution
+    acc = create("balls_and_bins")
+    acc.step(noise_multiplier=sigma, sample_rate=0.02, count=50)  # one epoch of 50 steps
+    assert acc.get_epsilon_bounds(1e-5) == (0.0, 0.0)
+    bounds = acc.get_delta_bounds(0.0)
+    assert 0.0 <= bounds.lower <= bounds.upper <= 1e-12  # error floors, not the mechanism
+    pld = PrivacyLossDistribution.from_gaussian(sigma, value_discretization_interval=1e-3)
+    exact = gaussian_delta_exact(0.0, 1.0 / sigma)  # 0 in double: below every float
+    b = pld.delta_for_epsilon(0.0)
+    assert b.lower <= exact <= b.upper <= 1e-12

@@ -35,14 +35,16 @@ from dpplugins import fdp
 from fractions import Fraction
 
 from dpplugins.accountants.base import Accountant, UnsupportedEventError, private_leaves
-from dpplugins.accountants.pld import (PLDAccountant, is_poisson_gaussian, loss_scale,
-                                       poisson_gaussian_pld, poisson_gaussian_runs)
+from dpplugins.accountants.pld import (_FIRST_WINDOW, _MAX_REFINE_WINDOW, PLDAccountant,
+                                       is_poisson_gaussian, loss_scale, poisson_gaussian_pld,
+                                       poisson_gaussian_runs)
 from dpplugins.events import Event, FixedBatchEvent, GaussianEvent
 from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_nonnegative,
                               check_open_unit)
 from dpplugins.fdp import CLTEstimateWarning, TradeoffCurve
 from dpplugins.full_batch import full_batch_delta_bounds, full_batch_epsilon_bounds, full_batch_mu
 from dpplugins.pld import AccuracyWarning, Bounds, PrivacyLossDistribution
+from dpplugins.pld.distribution import within_window_budget
 
 __all__ = ["GDPAccountant", "TradeoffComparison", "CLTEstimateWarning", "fixed_size_gaussian_pld",
            "SAMPLING"]
@@ -319,7 +321,13 @@ class GDPAccountant(Accountant):
         when the first grid cannot be evaluated does :class:`NumericalError` propagate."""
         h = self._uniform_grid_step(history)
         try:
-            value = evaluate(self._uniform_pld(history, h))
+            if self.value_discretization_interval is None:
+                h, first = within_window_budget(lambda step: self._uniform_pld(history, step), h,
+                                                _FIRST_WINDOW)
+            else:
+                first = self._uniform_pld(history, h)
+            value = evaluate(first)
+            window = first.composed_window_bins()
         except NumericalError as error:
             raise NumericalError(
                 f"the fixed-size-batch PLD could not be evaluated ({error.what})",
@@ -333,6 +341,11 @@ class GDPAccountant(Accountant):
             h = h / 2.0
             if h < max(finest, _MIN_H):
                 reason = f"a finer grid needs more than {_MAX_REFINE_BINS:,} bins per component"
+                break
+            window *= 2
+            if window > min(self.memory_limit // 48, _MAX_REFINE_WINDOW):
+                reason = (f"a finer grid needs an FFT window of about {window:,} bins, more "
+                          f"than {min(self.memory_limit // 48, _MAX_REFINE_WINDOW):,}")
                 break
             try:
                 finer = evaluate(self._uniform_pld(history, h))

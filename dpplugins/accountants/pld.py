@@ -19,7 +19,7 @@ from dpplugins.full_batch import full_batch_delta_bounds, full_batch_epsilon_bou
 from dpplugins.mechanisms.pairs import DiscretePair
 from dpplugins.pld import AccuracyWarning, Bounds, PrivacyLossDistribution
 from dpplugins.pld.distribution import (BYTES_PER_COMPONENT_BIN, NOISE_RANGE, atom_grid_step,
-                                        component_bins, laplace_top_atom)
+                                        component_bins, laplace_top_atom, within_window_budget)
 
 __all__ = ["PLDAccountant", "poisson_gaussian_pld", "loss_scale", "poisson_gaussian_runs",
            "is_poisson_gaussian", "epsilon_delta_pair", "zero_out_rr_pair"]
@@ -31,8 +31,13 @@ _REFINE_MIN_H = 1e-9
 #: refinement may use: each bin of a component costs a few microseconds to construct, so these
 #: bound the time of a query (a finer grid is only tried while it fits)
 _FIRST_GRID_BINS, _MAX_REFINE_BINS = 2 ** 17, 2 ** 20
-#: largest FFT window a refinement may compose (the memory limit may be lower; 48 bytes a bin)
-_MAX_REFINE_WINDOW = 2 ** 23
+#: largest FFT window a refinement may compose (the memory limit may be lower; 48 bytes a bin):
+#: about 3 s per composition in extended precision on a loaded 2-core machine
+_MAX_REFINE_WINDOW = 2 ** 22
+#: largest FFT window of the first grid: a coarser step is taken where a huge privacy loss
+#: (10^6 steps at little noise) would need more (:func:`~dpplugins.pld.within_window_budget`);
+#: about 1-2 s per composition in double, 3-4 s in extended precision, on a loaded 2-core machine
+_FIRST_WINDOW = 2 ** 21
 #: bins of one component for the cheap tail certificate (:meth:`PLDAccountant._tail_delta`)
 _COARSE_BINS = 4096
 #: a delta whose cheap certificate is below this share of ``tail_mass`` is answered by it
@@ -51,6 +56,11 @@ _BONUS_WINDOW = 2 ** 22
 #: most this many, holding at most _PLD_CACHE_BINS composed grid bins (about 40 bytes each, so
 #: about 160 MiB at most; a larger composition is used for its query and not kept)
 _PLD_CACHE_SIZE, _PLD_CACHE_BINS = 8, 2 ** 22
+
+
+def _ladder_up(h: float) -> float:
+    """``h`` rounded up (coarser) to a power of ``2^(1/4)``, the grid ladder of the accountant."""
+    return 2.0 ** (math.ceil(4.0 * math.log2(h)) / 4.0)
 
 
 def loss_scale(noise_multiplier: float, sample_rate: float) -> float:
@@ -581,7 +591,12 @@ class PLDAccountant(Accountant):
                           "or more memory than memory_limit allows")
                 break
             try:
-                pld = self._pld(history, h)
+                if best is None and not fixed:
+                    h, pld = within_window_budget(
+                        lambda step: self._pld(history, step), h, _FIRST_WINDOW,
+                        snap=_ladder_up)
+                else:
+                    pld = self._pld(history, h)
                 bounds, _ = evaluate(pld)
             except (NumericalError, MemoryError) as error:
                 if best is None:
@@ -610,11 +625,20 @@ class PLDAccountant(Accountant):
             target = tolerance * best.upper
             finer = h * float(np.clip(0.8 * math.sqrt(target / refinable), 0.1, 0.8))
             window = pld.largest_window() * h / finer
-            if window > min(self.memory_limit // 48, _MAX_REFINE_WINDOW):
-                reason = (f"a finer grid needs an FFT window of about {window:,.0f} bins, more "
-                          f"than {min(self.memory_limit // 48, _MAX_REFINE_WINDOW):,}")
-                break
-            if finer >= _MIN_H or self._grid_bins(history, finer) > _MAX_REFINE_BINS:
+            limit = min(self.memory_limit // 48, _MAX_REFINE_WINDOW)
+            if window > limit:
+                # the finest grid whose window fits, if it is still a useful step finer
+                within = _ladder_up(h * 1.05 * pld.largest_window() / limit)
+                if within > 0.8 * h:
+                    reason = (f"a finer grid needs an FFT window of about {window:,.0f} bins, "
+                              f"more than {limit:,}")
+                    break
+                h = within  # on the ladder already (and maybe coarser than _MAX_H: not clipped)
+                continue
+            if finer > _MAX_H:
+                # a first grid coarser than _MAX_H (the window budget): down the ladder, unclipped
+                finer = 2.0 ** (math.floor(4.0 * math.log2(finer)) / 4.0)
+            elif finer >= _MIN_H or self._grid_bins(history, finer) > _MAX_REFINE_BINS:
                 # the finest grid within the bin budget, if the wanted one is beyond it
                 finer = self._on_ladder(history, finer, _MAX_REFINE_BINS)
                 if finer >= 0.8 * h:

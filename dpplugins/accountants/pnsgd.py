@@ -21,6 +21,7 @@ from dpplugins.amplification.iteration import (NOISES, PNSGDSetting, epsilon_for
                                                privacy_profile)
 from dpplugins.errors import ParameterError, check_choice, check_count, check_positive
 from dpplugins.pld import Bounds, PrivacyLossDistribution
+from dpplugins.pld.distribution import within_window_budget
 
 __all__ = ["PNSGDAccountant", "split_into_passes", "pass_runs"]
 
@@ -32,6 +33,9 @@ EVALUATION_BUDGET = 4_000_000
 #: passes whose profile stays above 1e-16 far out (little noise) would otherwise need 10^5 to
 #: 4 x 10^5 points per pass and minutes of FFT work for bounds in the hundreds
 MAX_PASS_GRID_POINTS = 100_000
+#: the largest FFT window of the composed passes (a coarser grid is taken beyond it; the PLD
+#: accountant's first-grid budget)
+FIRST_WINDOW = 2 ** 21
 #: the PLD engine's rule for where a profile ends (``from_privacy_profile``'s default)
 _PROFILE_FLOOR, _PROFILE_END_LIMIT = 1e-16, 400.0
 Pass = tuple  # ((noise_multiplier, steps), ...), steps summing to at most dataset_size
@@ -351,22 +355,28 @@ class PNSGDAccountant(Accountant):
         return max(self.value_discretization_interval, max(ends) / MAX_PASS_GRID_POINTS)
 
     def _pld(self, passes: list[tuple[Pass, int]]) -> PrivacyLossDistribution:
+        """The composed PLD of the passes, on :meth:`grid_step`'s grid, or a coarser one where
+        the composed window would exceed ``FIRST_WINDOW`` bins
+        (:func:`~dpplugins.pld.distribution.within_window_budget`: hundreds of thousands of
+        passes with little noise compose a privacy loss tens of thousands wide)."""
         counts: dict[Pass, int] = {}
         for p, count in passes:
             counts[p] = counts.get(p, 0) + count
         profiles = {runs: self.pass_profile(runs) for runs in counts}
         ends = {runs: self._profile_end(profile) for runs, profile in profiles.items()}
-        h = self.grid_step(ends.values())
-        total = None
-        for runs, k in counts.items():
-            profile = profiles[runs]
-            one = PrivacyLossDistribution.from_privacy_profile(
-                profile, epsilon_max=ends[runs], value_discretization_interval=h,
-                profile_step=self.profile_step(runs, profile, h), symmetric=True,
-                description=f"one pass of {self.variant} PNSGD")
-            part = one.self_compose(k)
-            total = part if total is None else total.compose(part)
-        return total
+
+        def build(h: float) -> PrivacyLossDistribution:
+            total = None
+            for runs, k in counts.items():
+                profile = profiles[runs]
+                one = PrivacyLossDistribution.from_privacy_profile(
+                    profile, epsilon_max=ends[runs], value_discretization_interval=h,
+                    profile_step=self.profile_step(runs, profile, h), symmetric=True,
+                    description=f"one pass of {self.variant} PNSGD")
+                part = one.self_compose(k)
+                total = part if total is None else total.compose(part)
+            return total
+        return within_window_budget(build, self.grid_step(ends.values()), FIRST_WINDOW)[1]
 
     def _epsilon_bounds(self, history, delta: float) -> Bounds:
         acc, runs = self._configured(history)

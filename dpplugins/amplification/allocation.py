@@ -183,7 +183,7 @@ from dpplugins.mechanisms.distributions import Gaussian
 from dpplugins.mechanisms.pairs import DiscretePair
 from dpplugins.mechanisms.types import MechanismPairs
 from dpplugins.mechanisms.gaussian import gaussian as _gaussian_pairs
-from dpplugins.pld.distribution import (BYTES_PER_COMPONENT_BIN, Bounds,
+from dpplugins.pld.distribution import (BYTES_PER_COMPONENT_BIN, NOISE_RANGE, Bounds,
                                         PrivacyLossDistribution, component_bins)
 
 __all__ = ["AllocationPair", "AllocationPLD", "allocation_pairs", "random_allocation_pld",
@@ -262,7 +262,8 @@ def _gaussian_grid_fits(sigma: float, h_loss: float, memory_limit: int) -> bool:
     accounted in closed form instead of refused with an error about a grid step the user never
     chose (reliability issue 21)."""
     try:
-        bins = component_bins(_gaussian_pairs(sigma), h_loss)
+        # above NOISE_RANGE the engine builds the grid of sigma = 1e100 (a dominating pair)
+        bins = component_bins(_gaussian_pairs(min(sigma, NOISE_RANGE[1])), h_loss)
     except (ArithmeticError, ValueError):
         return False
     return bins <= max(int(memory_limit) // BYTES_PER_COMPONENT_BIN, 16)
@@ -298,7 +299,9 @@ def default_summand_step(noise_multiplier: float, steps_per_epoch: int,
     sigma, t = _check_protocol(noise_multiplier, steps_per_epoch)
     s2 = _inv_sq(sigma)
     log_mean = s2 / 2
-    log_sd = 0.5 * (s2 + math.log(-math.expm1(-s2))) + log_mean  # log(sqrt(e^s2 - 1) e^(s2/2))
+    # log(sqrt(e^s2 - 1) e^(s2/2)); e^s2 - 1 = s2 = 1/sigma^2 where s2 underflows to 0
+    log_excess = math.log(-math.expm1(-s2)) if s2 > 0 else -2.0 * math.log(sigma)
+    log_sd = 0.5 * (s2 + log_excess) + log_mean
     log_h = math.log(accuracy) + min(log_sd - math.log(20.0),
                                      math.log(t) + log_mean - math.log(2000.0))
     return math.exp(min(log_h, math.log(1e300)))

@@ -621,6 +621,16 @@ def _window(components: Sequence[tuple[GridPMF, int]], tail_mass: float, max_bin
     return w_lo, w_hi, tail_above, tail_below
 
 
+def window_bins(components: Sequence[tuple[GridPMF, int]], tail_mass: float) -> int:
+    """Bins of the FFT window :func:`compose_grid_pmfs` would use for ``components`` (from the
+    components' cumulants: no transform; 1 when there is no finite part)."""
+    components = [(c, int(k)) for c, k in components if k > 0]
+    if not components or any(not np.any(c.pmf > 0) for c, _ in components):
+        return 1
+    w_lo, w_hi, _, _ = _window(components, tail_mass, max_bins=2 ** 62)
+    return max(w_hi - w_lo + 1, 1)
+
+
 def _exp_linear(first: float, slope: float, n: int) -> tuple[np.ndarray, int]:
     """``exp(first + slope * i)`` for ``i < n`` in long double, as an outer product of two short
     tables of exponentials (one multiplication per entry instead of one exponential; relative

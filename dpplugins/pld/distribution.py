@@ -33,11 +33,12 @@ from dpplugins.mechanisms.distributions import Laplace
 from dpplugins.mechanisms.pairs import MAX_ABS_LOSS, grid_range
 from dpplugins.mechanisms.types import MechanismPairs
 from dpplugins.pld.compose import (LAMBDA_GRID, ComposedPLD, _CumulantSum, compose_grid_pmfs,
-                                   grid_minimum, lambda_index)
+                                   grid_minimum, lambda_index, window_bins)
 from dpplugins.pld.grid import (GridPMF, optimistic_from_bins, pessimistic_from_bins,
                                 pessimistic_from_profile)
 
-__all__ = ["Bounds", "PrivacyLossDistribution", "DIRECTIONS", "AccuracyWarning"]
+__all__ = ["Bounds", "PrivacyLossDistribution", "DIRECTIONS", "AccuracyWarning",
+           "within_window_budget"]
 
 DIRECTIONS = ("remove", "add")
 #: probability left outside the loss range of a single mechanism (goes to delta(inf) or is
@@ -50,6 +51,29 @@ NOISE_RANGE = (1e-100, 1e100)
 #: in extended precision, then tilted towards the query (:func:`compose_grid_pmfs`)
 FP_SHARE = 1e-3
 _U = np.finfo(float).eps / 2
+
+
+def within_window_budget(build: Callable[[float], "PrivacyLossDistribution"], h: float,
+                         max_bins: int, snap: Callable[[float], float] = lambda h: h,
+                         ) -> tuple[float, "PrivacyLossDistribution"]:
+    """``(h, build(h))`` for the given grid step, or a coarser one, whose composed FFT window
+    (:meth:`PrivacyLossDistribution.composed_window_bins`) has at most ``max_bins`` bins: the
+    time of a query grows with its window, and a history with a huge privacy loss (10^6 steps
+    at little noise) would otherwise compose tens of millions of bins on the first grid.  The
+    window's edges are Chernoff bounds in loss units, so its bins scale like ``1 / h``: the
+    step is raised by the excess (``snap`` rounds it, e.g. up to the accountant's ladder), at
+    most three times.  Any grid step gives certified bounds; a coarser one is only looser."""
+    pld = build(h)
+    for _ in range(3):
+        bins = pld.composed_window_bins()
+        if bins <= max_bins:
+            break
+        coarser = snap(h * 1.05 * bins / max_bins)
+        if not coarser > h:
+            break
+        h = coarser
+        pld = build(h)
+    return h, pld
 
 
 class AccuracyWarning(UserWarning):
@@ -246,14 +270,27 @@ class PrivacyLossDistribution:
         upper = _discretise(dominating, h, memory_limit)
         lower = _discretise(dominated, h, memory_limit)
         comps = {d: _Component(upper[d].upper, lower[d].lower) for d in DIRECTIONS}
+        if upper["add"] is upper["remove"] and lower["add"] is lower["remove"]:
+            # both pairs symmetric: one component object, so that queries evaluate one
+            # direction (:meth:`_directions_to_evaluate`), not the same composition twice
+            comps["add"] = comps["remove"]
         return cls({d: ((comps[d], 1),) for d in DIRECTIONS}, h,
                    description=description or dominating.description,
                    tail_mass=tail_mass, memory_limit=memory_limit)
 
     @classmethod
     def from_gaussian(cls, standard_deviation: float, sensitivity: float = 1.0, **options):
-        """Gaussian mechanism (:func:`dpplugins.mechanisms.gaussian`)."""
-        return cls.from_mechanism(mechanisms.gaussian(standard_deviation, sensitivity), **options)
+        """Gaussian mechanism (:func:`dpplugins.mechanisms.gaussian`); a noise multiplier
+        ``standard_deviation / sensitivity`` outside :data:`NOISE_RANGE` is bracketed by
+        dominance, as in :meth:`_bracketed_gaussian` (the Gaussian is the subsampled one at
+        ``q = 1``)."""
+        s = check_positive("standard_deviation", standard_deviation)
+        d = check_positive("sensitivity", sensitivity)
+        with np.errstate(over="ignore", under="ignore"):
+            ratio = s / d
+        if not NOISE_RANGE[0] <= ratio <= NOISE_RANGE[1]:
+            return cls._bracketed_gaussian(ratio, 1.0, "add_remove", **options)
+        return cls.from_mechanism(mechanisms.gaussian(s, d), **options)
 
     @classmethod
     def from_laplace(cls, scale: float, sensitivity: float = 1.0, **options):
@@ -424,6 +461,15 @@ class PrivacyLossDistribution:
         """Grid bins held by the compositions computed so far (each costs about 40 bytes: the
         masses and two long-double suffix sums)."""
         return sum(len(c.pmf) for c in list(self._cache.values()))
+
+    def composed_window_bins(self) -> int:
+        """Bins of the largest FFT window a query would compose (untilted; from the components'
+        cumulants, before any transform): what a grid step ``r`` times coarser divides by
+        about ``r``."""
+        kinds = ("upper", "lower") if self.has_lower_bound else ("upper",)
+        return max(window_bins([(getattr(c, kind), k) for c, k in self._directions[d]],
+                               self.tail_mass)
+                   for d in self._directions_to_evaluate() for kind in kinds)
 
     def largest_window(self) -> int:
         """Bins of the largest FFT window composed so far (0 before any query): what a grid
@@ -640,15 +686,22 @@ class PrivacyLossDistribution:
             worst = max(worst, min(1.0, inf_mass + tail))
         return worst
 
+    def _construction_error(self, direction: str, kind: str) -> float:
+        """``sum count x fp_error`` of the grid PMFs: the part of every composition's additive
+        error that no accuracy level (extended precision, tilting) removes.  The levels stop
+        once the part they could remove is below ``FP_SHARE`` of the value."""
+        return sum(k * getattr(c, kind).fp_error for c, k in self._directions[direction])
+
     def _delta_upper_certified(self, direction: str, epsilon: float) -> tuple[float, float]:
         """Smallest certified upper bound over the accuracy levels, and its additive error."""
         best, floor = math.inf, 0.0
+        fixed = self._construction_error(direction, "upper")
         tilt_of = lambda: self._tilt_for_epsilon(direction, "upper", epsilon)  # noqa: E731
         for composed in self._levels_for_value(direction, "upper", epsilon, tilt_of):
             value = composed.delta_upper(epsilon)
             if value < best:
                 best, floor = value, max(value - composed.delta_ideal(epsilon), 0.0)
-            if composed.additive_error(epsilon) <= FP_SHARE * value:
+            if composed.additive_error(epsilon) - fixed <= FP_SHARE * value:
                 break
         return best, floor
 
@@ -673,7 +726,8 @@ class PrivacyLossDistribution:
         first = self._composed(direction, kind)
         yield first
         value = first.delta_upper(epsilon) if kind == "upper" else first.delta_lower(epsilon)
-        if first.additive_error(epsilon, kind) <= FP_SHARE * max(value, 0.0):
+        if first.additive_error(epsilon, kind) - self._construction_error(direction, kind) \
+                <= FP_SHARE * max(value, 0.0):
             return
         yield self._composed(direction, kind, extended=True)
         yield from self._tilted_levels(direction, kind, tilt_of)
@@ -681,13 +735,14 @@ class PrivacyLossDistribution:
     def _delta_lower_certified(self, direction: str, epsilon: float,
                                upper: float) -> tuple[float, float]:
         best, floor = 0.0, 0.0
+        fixed = self._construction_error(direction, "lower")
         tilt_of = lambda: self._tilt_for_epsilon(direction, "lower", epsilon)  # noqa: E731
         for composed in self._levels_for_value(direction, "lower", epsilon, tilt_of):
             value = composed.delta_lower(epsilon)
             error = composed.delta_ideal(epsilon) - value
             if value > best or best == 0.0:
                 best, floor = max(value, best), max(error, 0.0)
-            if composed.additive_error(epsilon, "lower") <= FP_SHARE * max(upper, 1e-300):
+            if composed.additive_error(epsilon, "lower") - fixed <= FP_SHARE * max(upper, 1e-300):
                 break
         return best, floor
 
@@ -720,10 +775,10 @@ class PrivacyLossDistribution:
         survive = all(c.upper.inf_mass < 1.0 for c, _ in parts)
         inf_mass = -math.expm1(sum(k * math.log1p(-c.upper.inf_mass) for c, k in parts)) \
             if survive else 1.0
+        construction = self._construction_error(direction, "upper")
         if inf_mass < delta:
             # every composition's delta is at least delta(inf) plus the construction error of
             # the grid PMFs (sum of count x error): when that is above delta, no level answers
-            construction = sum(k * c.upper.fp_error for c, k in parts)
             if inf_mass + construction > delta:
                 total = sum(k for _, k in parts)
                 raise NumericalError(
@@ -742,7 +797,8 @@ class PrivacyLossDistribution:
                 best = eps
                 floor = max(eps - ideal, 0.0) if math.isfinite(eps) and math.isfinite(ideal) \
                     else 0.0
-            if not math.isfinite(eps) or composed.additive_error(eps) <= FP_SHARE * delta:
+            if not math.isfinite(eps) or composed.additive_error(eps) - construction \
+                    <= FP_SHARE * delta:
                 break
         if best == math.inf and last_error is not None:
             raise NumericalError(
@@ -754,13 +810,14 @@ class PrivacyLossDistribution:
 
     def _epsilon_lower_certified(self, direction: str, delta: float) -> tuple[float, float]:
         best, floor = 0.0, 0.0
+        fixed = self._construction_error(direction, "lower")
         tilt_of = lambda: self._tilt_for_delta(direction, "lower", delta)  # noqa: E731
         for composed in self._levels(direction, "lower", delta, tilt_of):
             eps = composed.epsilon_lower(delta)
             if eps >= best:
                 ideal = composed.epsilon_lower_ideal(delta)
                 best, floor = eps, max(ideal - eps, 0.0)
-            if composed.additive_error(eps, "lower") <= FP_SHARE * delta:
+            if composed.additive_error(eps, "lower") - fixed <= FP_SHARE * delta:
                 break
         return best, floor
 

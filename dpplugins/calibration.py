@@ -179,13 +179,13 @@ def find_noise_multiplier(*, target_epsilon: float, delta: float,
                 x0, g0, step = x1, g1, 2 * step
             else:
                 root = x0 if g0 <= 0 else root
-    certified: dict[float, float] = {}
+    certified_epsilon: dict[float, float] = {}
 
     def certified_gap(x: float) -> float:
-        if x not in certified:
-            certified[x] = _log_gap(_epsilon_for(accountant, options, record, math.exp(x),
-                                                 delta, fast=False), target)
-        return certified[x]
+        if x not in certified_epsilon:
+            certified_epsilon[x] = _epsilon_for(accountant, options, record, math.exp(x), delta,
+                                                fast=False)
+        return _log_gap(certified_epsilon[x], target)
 
     g = certified_gap(root)
     if g < math.log1p(-1e-2):
@@ -203,6 +203,9 @@ def find_noise_multiplier(*, target_epsilon: float, delta: float,
             x0, g0, step = x1, g1, 2 * step
     sigma = math.exp(root)
     # verify with the accountant's full (accuracy-checked) certified epsilon; move up if needed
+    # (at the root itself that epsilon was just computed: certified_gap(root) is its log gap)
+    if certified_epsilon.get(root, math.inf) <= target:
+        return sigma
     for _ in range(200):
         eps = _epsilon_for(accountant, options, record, sigma, delta, fast=False)
         if eps <= target:

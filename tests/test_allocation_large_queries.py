@@ -190,3 +190,29 @@ def test_delta_near_the_error_terms_is_not_refined(monkeypatch):
     assert levels == [0]
     exact = gaussian_delta_exact(100.0, math.sqrt(steps / 2) / sigma)
     assert lower == 0.0 < upper <= max(exact * (1 + 1e-4), 1e-300)
+
+
+def test_an_engine_that_does_not_fit_leaves_the_cheap_bounds_and_is_built_once(monkeypatch):
+    """Found by the long fuzz profile (t = 104665, sigma 0.65, delta 1e-15: over 10 s, then a
+    NumericalError): the cheap certificates answered, the accuracy loop then built the FFT
+    engine for its diagnostics, the summand FFT did not fit the memory limit, and every level
+    retried the build (seconds each).  Now the build is tried once and the cheap certified
+    bounds are the answer; they are at most the composed Gaussian closed form (random
+    allocation is a post-processing of one Gaussian step per epoch; Balle & Wang 2018, Thm 8)."""
+    from dpplugins.samplers import balls_and_bins
+    calls = []
+    original = allocation.allocation_pairs
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return original(*args, **kwargs)
+    monkeypatch.setattr(allocation, "allocation_pairs", counted)
+    acc = create("balls_and_bins", memory_limit=1 << 20)
+    acc.compose(balls_and_bins(10_000, 1000).event(0.65, epochs=3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        bounds = acc.get_epsilon_bounds(1e-10)
+    mu = math.sqrt(3) / 0.65
+    gaussian = brentq(lambda e: gaussian_delta_exact(e, mu) - 1e-10, 0.0, 200.0, xtol=1e-12)
+    assert 0.0 <= bounds.lower <= bounds.upper <= gaussian * (1 + 1e-4)
+    assert len(calls) == 1

@@ -201,3 +201,19 @@ def test_within_window_budget_keeps_a_small_window_as_it_is():
         return PLD.from_gaussian(1.0, value_discretization_interval=h).self_compose(100)
     h, _ = within_window_budget(build, 1e-3, 2 ** 21)
     assert h == 1e-3 and built == [1e-3]
+
+
+def test_pnsgd_passes_are_composed_within_the_window_budget():
+    """The long-fuzz PNSGD history (333,334 online passes at sigma 1): on the default grid
+    (1e-3) its composed window has about 19 M bins (47 s per query); the grid is coarsened
+    until it has at most 2^21 (no transform is needed to check this)."""
+    from dpplugins.accountants.pnsgd import FIRST_WINDOW
+    event = PNSGDEvent(3, Fraction(1000000, 3), GaussianEvent(1.0), 36.78794411714425, 1.0,
+                       1.0, "online", 0.11618037990412387, 0.017402369483306455)
+    acc = create("pnsgd")
+    acc.compose(event)
+    configured, runs = acc._configured(tuple(acc.history))
+    passes = configured.passes_of(runs)
+    pld = configured._pld(passes)
+    assert pld.value_discretization_interval > configured.value_discretization_interval
+    assert pld.composed_window_bins() <= FIRST_WINDOW

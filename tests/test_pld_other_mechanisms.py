@@ -132,3 +132,33 @@ def test_laplace_replace_one_doubles_the_sensitivity():
     # delta(eps) = 1 - exp((eps - 2/b) / 2) for the sensitivity-2 Laplace pair
     lower, upper = acc.get_delta_bounds(0.5)
     assert lower <= 1 - math.exp((0.5 - 1.0) / 2) <= upper
+
+
+def _hockey_stick(p, q, epsilon):
+    return float(np.sum(np.maximum(p - math.exp(epsilon) * q, 0.0)))
+
+
+def test_asymmetric_privacy_profile_dominates_each_direction_and_beats_their_maximum():
+    """``from_privacy_profile(remove, add_delta_for_epsilon=add)``: each direction's PLD is built
+    from its own profile (the other mirrored for negative epsilon).  Against exact enumeration of
+    three compositions of an asymmetric pair (P = (0.6, 0.4), Q = (0.3, 0.7)): never below the
+    exact delta of either direction, and never above the PLD of the two profiles' maximum."""
+    import itertools
+    from dpplugins.pld import PrivacyLossDistribution as PLD
+    p1, q1 = np.array([0.6, 0.4]), np.array([0.3, 0.7])
+
+    def profile(a, b):
+        return lambda eps: np.array([_hockey_stick(a, b, float(e)) for e in np.atleast_1d(eps)])
+    remove, add = profile(p1, q1), profile(q1, p1)
+    both = PLD.from_privacy_profile(remove, add_delta_for_epsilon=add,
+                                    value_discretization_interval=1e-3).self_compose(3)
+    symmetric = PLD.from_privacy_profile(lambda e: np.maximum(remove(e), add(e)),
+                                         value_discretization_interval=1e-3).self_compose(3)
+    outcomes = list(itertools.product(range(2), repeat=3))
+    p3 = np.array([np.prod([p1[i] for i in o]) for o in outcomes])
+    q3 = np.array([np.prod([q1[i] for i in o]) for o in outcomes])
+    for epsilon in (0.0, 0.3, 1.0, 2.0):
+        exact = max(_hockey_stick(p3, q3, epsilon), _hockey_stick(q3, p3, epsilon))
+        upper = both.delta_for_epsilon(epsilon).upper
+        assert exact <= upper <= symmetric.delta_for_epsilon(epsilon).upper * (1 + 1e-9) + 1e-13
+        assert upper <= exact + 2e-3

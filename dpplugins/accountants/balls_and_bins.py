@@ -244,9 +244,15 @@ class RandomAllocationAccountant(Accountant):
             gap = (upper - full.lower) / upper if upper > 0 else 0.0
             if gap <= self.eps_tolerance:
                 return bounds
-            if delta is not None:
-                slack_share = composed.slack_at(upper) / delta
-            elif full.lower <= 0.0 and upper <= 1.25 * composed.upper_floor():
+            try:
+                # (builds the FFT engine if the cheap certificates answered without it)
+                slack_share = composed.slack_at(upper) / delta if delta is not None else None
+                floor = composed.upper_floor() if delta is None else 0.0
+            except NumericalError as error:
+                # the engine does not fit (finer grids would not either): the cheap bounds stand
+                why_stopped = f"the FFT engine cannot be built ({getattr(error, 'what', error)})"
+                break
+            if delta is None and full.lower <= 0.0 and upper <= 1.25 * floor:
                 # a delta query whose upper bound is (nearly) the additive error terms of the
                 # construction and whose lower bound is 0: a finer grid (several times the cost)
                 # could shave at most a fifth of the bound

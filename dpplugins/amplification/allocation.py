@@ -1398,12 +1398,19 @@ def allocation_pairs(noise_multiplier: float, steps_per_epoch: int, *, method: s
 def sum_observation_lower_pair(noise_multiplier: float, steps_per_epoch: int,
                                participations: int, *, summand_step: float | None = None,
                                truncation_mass: float = 1e-14, tail_mass: float = 1e-24,
-                               memory_limit: int = 1 << 30) -> AllocationPair:
+                               memory_limit: int = 1 << 30,
+                               checkin_probability: float = 1.0) -> AllocationPair:
     """A pair dominated by one epoch of ``k``-out-of-``t`` random allocation (each example in
     ``participations = k`` distinct uniformly random steps): the law of the rounded-down sum
     ``R`` of the ``t`` summands under P (``k`` of them shifted) and under Q, by FFT powers
     (module docstring, "Several participations").  Only its remove direction carries a lower
-    bound.  ``k = 1`` gives the dominated pair of :func:`allocation_pairs`."""
+    bound.  ``k = 1`` gives the dominated pair of :func:`allocation_pairs`.
+
+    ``checkin_probability = p < 1``: the example takes part in the epoch (in all ``k`` steps)
+    with probability ``p``, so the epoch's law with it is ``(1 - p) Q + p P`` against ``Q``
+    (:mod:`dpplugins.amplification.allocation_participations`, "Check-in probability"); the
+    same post-processing (the rounded-down sum) of that mixture is the mixture of the two
+    post-processed laws, which is what is returned (our derivation: a kernel is linear)."""
     sigma, t = _check_protocol(noise_multiplier, steps_per_epoch)
     k = check_count("participations", participations, minimum=1)
     if k > t:
@@ -1413,7 +1420,10 @@ def sum_observation_lower_pair(noise_multiplier: float, steps_per_epoch: int,
     _, h, k0, k1, _ = _summand_grid(sigma, t, "fft", summand_step, truncation_mass)
     _check_cells(sigma, t, k1 - k0, memory_limit)
     grid = _uniform_cells(1.0 / sigma, h, k0, k1)
-    return _lower_fft(sigma, t, h, k0, k1, tail_mass, memory_limit, grid, 1.0, k)
+    p = check_probability("checkin_probability", checkin_probability)
+    if not p > 0:
+        raise ParameterError("checkin_probability", checkin_probability, "in (0, 1]")
+    return _lower_fft(sigma, t, h, k0, k1, tail_mass, memory_limit, grid, p, k)
 
 
 def _check_cells(sigma: float, t: int, cells: int, memory_limit: int) -> None:
@@ -1569,10 +1579,19 @@ class _Lazy:
     def __init__(self, build) -> None:
         self._build = build
         self._value = None
+        self._error: NumericalError | None = None
 
     def get(self):
+        if self._error is not None:
+            # a build that does not fit fails the same way every time: once is enough (it can
+            # cost seconds before the FFT size is known)
+            raise self._error
         if self._build is not None:
-            self._value = self._build()
+            try:
+                self._value = self._build()
+            except NumericalError as error:
+                self._error = error
+                raise
             self._build = None
         return self._value
 

@@ -61,10 +61,15 @@ Doroshenko et al. 2022, arXiv:2207.04380) dominates the epoch in both directions
 capped by the closed form of ``k`` Gaussian steps per epoch (taking part in all ``k`` steps is
 the worst case of the mixture).
 
-*Lower bound.*  ``P_p >= p P_1`` as measures, so over ``n`` epochs ``H_x(P_p^n || Q^n) >= p^n
-H_{x p^-n}(P_1^n || Q^n)``: the dominated construction of p = 1 (below) with its certificate's
-factor multiplied by ``p`` and its shift raised by ``-log p`` per epoch, and the Gaussian lower
-bound weighted the same way (as for ``k = 1`` in
+*Lower bound.*  The sum observation of the adversary above is a post-processing ``T`` of the
+epoch; a kernel is linear, so ``T P_p = (1 - p) T Q + p T P_1``: the dominated pair of the p < 1
+epoch is the mixture of the two post-processed laws
+(:func:`~dpplugins.amplification.allocation.sum_observation_lower_pair` with
+``checkin_probability``; its certificate is that of the mixed vector, as for ``k = 1``), and
+epochs compose it by FFT like any dominated pair.  Where the summands do not fit and only the
+Gaussian lower bound is left, ``P_p >= p P_1`` as measures gives, over ``n`` epochs,
+``H_x(P_p^n || Q^n) >= p^n H_{x p^-n}(P_1^n || Q^n)``: its certificate's factor is multiplied
+by ``p`` and its shift raised by ``-log p`` per epoch (as for ``k = 1`` in
 :mod:`dpplugins.amplification.allocation`, "Check-in probability").  The add direction has no
 lower construction here (its lower bound is 0).
 
@@ -199,8 +204,10 @@ def _lower_epoch(sigma: float, t: int, k: int, h_loss: float, *, tail_mass: floa
     """The dominated construction of one k-out-of-t epoch (module docstring): the PLD of the
     sum-observation pair where the summands fit, the Gaussian lower bound always.  Only its
     lower bounds are used (its upper slots hold the same pair and mean nothing here).  With a
-    check-in probability ``p < 1`` the remove certificate is weighted by ``p`` and shifted by
-    ``-log p`` (module docstring, "Check-in probability")."""
+    check-in probability ``p < 1`` the sum-observation pair is that of the mixture ``(1 - p) Q
+    + p P`` (a post-processing of the epoch itself, so epochs compose without a factor ``p``
+    each); the Gaussian fallback's certificate is weighted by ``p`` and shifted by ``-log p``
+    (module docstring, "Check-in probability")."""
     log_c = _log_binomial(t, k)
     mu2 = k * _inv_sq(sigma)
     log_p = math.log(checkin)
@@ -221,7 +228,8 @@ def _lower_epoch(sigma: float, t: int, k: int, h_loss: float, *, tail_mass: floa
         if not gaussian_only:
             try:
                 pair = sum_observation_lower_pair(sigma, t, k, summand_step=summand_step,
-                                                  memory_limit=memory_limit)
+                                                  memory_limit=memory_limit,
+                                                  checkin_probability=checkin)
             except NumericalError:
                 # the summands do not fit the memory limit (small noise, many steps): the
                 # Gaussian lower bound alone, or none (a lower bound of 0 is certified)
@@ -243,7 +251,7 @@ def _lower_epoch(sigma: float, t: int, k: int, h_loss: float, *, tail_mass: floa
             pair.direction_pair(d, f"{description} ({d})"),
             value_discretization_interval=h_loss, tail_mass=tail_mass,
             memory_limit=memory_limit) for d in ("remove", "add")}
-        return plds, {d: _EXACT for d in ("remove", "add")}, weighted(dict(pair.slack))
+        return plds, {d: _EXACT for d in ("remove", "add")}, dict(pair.slack)
 
     engine = not gaussian_only or (mu2 / 2 + 10 * math.sqrt(mu2) <= 550.0 and gaussian_fits)
     return AllocationPLD(None, None, None, lazy=_Lazy(build), engine=engine, has_lower=True,
@@ -252,6 +260,44 @@ def _lower_epoch(sigma: float, t: int, k: int, h_loss: float, *, tail_mass: floa
 
 #: points at which the p = 1 epoch's certified profile is evaluated for a p < 1 epoch
 _PROFILE_POINTS = 401
+#: rounds of adaptive refinement of those points, and the points each round adds
+_PROFILE_ROUNDS, _PROFILE_ADDED = 3, 400
+
+
+def _profile_nodes(full, top: float) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes in ``[0, top]`` and certified upper bounds ``full(node)`` of a privacy profile,
+    for :func:`_chord_profile`: ``_PROFILE_POINTS`` uniform nodes, then ``_PROFILE_ROUNDS``
+    rounds that each split the ``_PROFILE_ADDED`` intervals where the chord may be furthest
+    above the profile, relative to its value.  The estimate (ours, for placement only) compares
+    the chord at the midpoint with the larger of the neighbouring chords extended into the
+    interval, a lower bound on a convex function; any nodes give a valid bound.  Returns the
+    nodes and the running minimum of the values (a profile decreases, so it is an upper bound
+    too)."""
+    nodes = np.linspace(0.0, top, _PROFILE_POINTS)
+    values = np.array([full(float(e)) for e in nodes])
+    for _ in range(_PROFILE_ROUNDS):
+        v = np.minimum.accumulate(np.minimum(values, 1.0))
+        x = np.exp(nodes)
+        slope = np.diff(v) / np.diff(x)
+        mid = 0.5 * (nodes[:-1] + nodes[1:])
+        xm = np.exp(mid)
+        chord = v[:-1] + slope * (xm - x[:-1])
+        envelope = np.full(len(mid), -np.inf)
+        envelope[1:] = v[1:-1] + slope[:-1] * (xm[1:] - x[1:-1])         # left neighbour
+        envelope[:-1] = np.maximum(envelope[:-1], v[1:-1] + slope[1:] * (xm[:-1] - x[1:-1]))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            excess = np.where(chord > 1e-17, (chord - np.maximum(envelope, 0.0)) / chord, 0.0)
+        excess = np.nan_to_num(excess, nan=0.0, posinf=0.0)
+        split = np.sort(np.argsort(excess)[::-1][:_PROFILE_ADDED])
+        split = split[excess[split] > 1e-6]
+        if not len(split):
+            break
+        added = mid[split]
+        nodes = np.concatenate([nodes, added])
+        values = np.concatenate([values, [full(float(e)) for e in added]])
+        order = np.argsort(nodes)
+        nodes, values = nodes[order], values[order]
+    return nodes, np.minimum.accumulate(np.minimum(values, 1.0))
 
 
 def _chord_profile(nodes: np.ndarray, values: np.ndarray):
@@ -288,20 +334,23 @@ def _checkin_upper_epoch(sigma: float, t: int, k: int, checkin: float, h_loss: f
         top = 1.0
         while full(top) > 1e-17 and top < 2.0 ** 12:
             top *= 2.0
-        nodes = np.linspace(0.0, top, _PROFILE_POINTS)
-        values = np.minimum.accumulate(np.minimum([full(float(e)) for e in nodes], 1.0))
-        # (a profile decreases: the running minimum of upper bounds is an upper bound)
+        nodes, values = _profile_nodes(full, top)
         bound = _chord_profile(nodes, values)
         log_1mp = math.log1p(-p)
 
-        def profile(eps):
+        def remove_profile(eps):
             eps = np.asarray(eps, dtype=float)
-            remove = p * bound(np.log1p(np.expm1(eps) / p))
+            return np.minimum(p * bound(np.log1p(np.expm1(eps) / p)), 1.0)
+
+        def add_profile(eps):
+            eps = np.asarray(eps, dtype=float)
             with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
                 c = -np.expm1(eps + log_1mp)            # 1 - e^eps (1 - p)
                 inner = eps + math.log(p) - np.log(np.where(c > 0, c, 1.0))
-            add = np.where(c > 0, c * bound(np.maximum(inner, 0.0)), 0.0)
-            return np.minimum(np.maximum(remove, add), 1.0)
+            return np.minimum(np.where(c > 0, c * bound(np.maximum(inner, 0.0)), 0.0), 1.0)
+
+        def profile(eps):
+            return np.maximum(remove_profile(eps), add_profile(eps))
         # the grid ends where the profile is below 1e-16 (at most 400), or earlier where the
         # memory limit ends it: what lies beyond goes to delta(inf), which is valid (looser)
         eps_max = 0.25
@@ -309,7 +358,7 @@ def _checkin_upper_epoch(sigma: float, t: int, k: int, checkin: float, h_loss: f
             eps_max *= 2
         room = (max(int(memory_limit) // BYTES_PER_COMPONENT_BIN, 16) - 3) * h_loss / 2
         pld = PrivacyLossDistribution.from_privacy_profile(
-            profile, symmetric=True, value_discretization_interval=h_loss,
+            remove_profile, add_delta_for_epsilon=add_profile, value_discretization_interval=h_loss,
             epsilon_max=min(eps_max, 400.0, room),
             description=f"{k}-out-of-{t} allocation, p={p:g}, sigma={sigma:g}",
             tail_mass=tail_mass, memory_limit=memory_limit)

@@ -359,7 +359,8 @@ class PrivacyLossDistribution:
                              epsilon_max: float | None = None, symmetric: bool = True,
                              value_discretization_interval: float = 1e-4,
                              profile_step: float | None = None, description: str = "privacy profile",
-                             tail_mass: float = 1e-15, memory_limit: int = 1 << 30
+                             tail_mass: float = 1e-15, memory_limit: int = 1 << 30,
+                             add_delta_for_epsilon: Callable[[np.ndarray], np.ndarray] | None = None
                              ) -> "PrivacyLossDistribution":
         """Dominating PLD of a mechanism known through an upper bound ``delta(eps)`` (eps >= 0).
 
@@ -372,6 +373,11 @@ class PrivacyLossDistribution:
         ``E_g(P||Q) = 1 - g + g E_{1/g}(Q||P)``).  Otherwise the profile is used only for the
         remove direction and the add direction is taken as the same bound (which is then an
         assumption the caller makes explicit by passing ``symmetric=False`` only when it holds).
+        ``add_delta_for_epsilon``: a separate upper bound for the add direction (``H_x(Q||P)``,
+        eps >= 0) of the same pair; the remove PLD then uses it for negative eps in the identity
+        above, and the add PLD is built from it with the remove bound mirrored (each direction
+        dominated by its own profile instead of both by their maximum; ``symmetric`` is then
+        ignored).
         ``epsilon_max`` (default: where the bound falls below 1e-16, at most 400) ends the grid;
         the remaining ``delta(epsilon_max)`` goes to ``delta(inf)``.  ``profile_step`` evaluates
         the profile on a coarser sub-grid to save calls (default: the grid step, or coarser so
@@ -399,19 +405,26 @@ class PrivacyLossDistribution:
         stride = (max(1, round(profile_step / h)) if profile_step is not None
                   else max(1, math.ceil((hi - lo + 1) / 20_000)))
 
-        def full_profile(eps):
-            eps = np.asarray(eps, dtype=float)
-            out = np.empty_like(eps)
-            pos = eps >= 0
-            out[pos] = np.asarray(delta_for_epsilon(eps[pos]), dtype=float)
-            neg = ~pos
-            if np.any(neg):
-                mirrored = np.asarray(delta_for_epsilon(-eps[neg]), dtype=float)
-                out[neg] = -np.expm1(eps[neg]) + np.exp(eps[neg]) * np.minimum(mirrored, 1.0)
-            return out
+        def full_profile(primary, mirror):
+            def profile(eps):
+                eps = np.asarray(eps, dtype=float)
+                out = np.empty_like(eps)
+                pos = eps >= 0
+                out[pos] = np.asarray(primary(eps[pos]), dtype=float)
+                neg = ~pos
+                if np.any(neg):
+                    mirrored = np.asarray(mirror(-eps[neg]), dtype=float)
+                    out[neg] = -np.expm1(eps[neg]) + np.exp(eps[neg]) * np.minimum(mirrored, 1.0)
+                return out
+            return _Component(pessimistic_from_profile(profile, h, lo, hi, stride), None)
 
-        comp = _Component(pessimistic_from_profile(full_profile, h, lo, hi, stride), None)
-        return cls({d: ((comp, 1),) for d in DIRECTIONS}, h, description=description,
+        if add_delta_for_epsilon is None:
+            comp = full_profile(delta_for_epsilon, delta_for_epsilon)
+            comps = {d: comp for d in DIRECTIONS}
+        else:
+            comps = {"remove": full_profile(delta_for_epsilon, add_delta_for_epsilon),
+                     "add": full_profile(add_delta_for_epsilon, delta_for_epsilon)}
+        return cls({d: ((comps[d], 1),) for d in DIRECTIONS}, h, description=description,
                    tail_mass=tail_mass, memory_limit=memory_limit)
 
     # -- composition ------------------------------------------------------------------------

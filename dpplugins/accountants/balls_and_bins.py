@@ -223,25 +223,35 @@ class RandomAllocationAccountant(Accountant):
         why_stopped = "finer grids stopped narrowing it"
         h0 = _loss_step(upper_epochs)
         best, last_gap, slack_share = None, None, None
+        # with several participations the lower construction is what limits the gap (it
+        # observes only the sum of the summands) and finer grids barely move it, at seconds
+        # each for few steps per epoch: it is built on the first grid only, and finer grids
+        # refine the upper bound (any grid's bounds are certified: they are intersected)
+        several = any(epoch_kind(key)[2] > 1 for key in upper_epochs)
         for level, (grid_factor, _) in enumerate(_LEVELS):
             h_loss = h0 * grid_factor
+            with_lower = level == 0 or not several
             try:
-                composed = self._composed(upper_epochs, h_loss, level)
+                composed = self._composed(upper_epochs, h_loss, level, lower=with_lower)
                 full = query(composed)
                 lower = float(full.lower)
                 if lower_epochs != upper_epochs:  # a partial epoch: lower bound without it
-                    lower = (float(query(self._composed(lower_epochs, h_loss, level)).lower)
+                    lower = (float(query(self._composed(lower_epochs, h_loss, level,
+                                                        lower=with_lower)).lower)
                              if lower_epochs else 0.0)
             except NumericalError as error:
                 if best is not None:
                     break
                 raise error
             upper = float(full.upper)
+            full_lower = float(full.lower)
+            if best is not None:  # every grid certifies: intersect
+                upper = min(upper, best.upper)
+                lower, full_lower = max(lower, best.lower), max(full_lower, best.lower)
             bounds = Bounds(min(lower, upper), upper)
-            if best is None or bounds.upper < best.upper:
-                best = bounds
+            best = bounds
             # the numerical gap is that of the full composition (a partial epoch adds a real one)
-            gap = (upper - full.lower) / upper if upper > 0 else 0.0
+            gap = (upper - full_lower) / upper if upper > 0 else 0.0
             if gap <= self.eps_tolerance:
                 return bounds
             try:
@@ -252,7 +262,7 @@ class RandomAllocationAccountant(Accountant):
                 # the engine does not fit (finer grids would not either): the cheap bounds stand
                 why_stopped = f"the FFT engine cannot be built ({getattr(error, 'what', error)})"
                 break
-            if delta is None and full.lower <= 0.0 and upper <= 1.25 * floor:
+            if delta is None and full_lower <= 0.0 and upper <= 1.25 * floor:
                 # a delta query whose upper bound is (nearly) the additive error terms of the
                 # construction and whose lower bound is 0: a finer grid (several times the cost)
                 # could shave at most a fifth of the bound
@@ -261,7 +271,7 @@ class RandomAllocationAccountant(Accountant):
             if last_gap is not None and gap > 0.8 * last_gap:
                 break  # finer grids do not help: the slack (or the method) limits the gap
             last_gap = gap
-        if any(epoch_kind(key)[2] > 1 for key in upper_epochs):
+        if several:
             # several participations: the gap is that of the two constructions (module
             # docstring of allocation_participations), which finer grids do not close
             warnings.warn(AccuracyWarning(

@@ -88,8 +88,8 @@ import numpy as np
 
 from dpplugins.amplification.allocation import (AllocationPLD, _Cert, _EXACT, _Lazy, _NONE,
                                                 _gaussian_accounted, _gaussian_grid_fits,
-                                                _inv_sq,
-                                                default_loss_step, random_allocation_pld,
+                                                _inv_sq, _log_y_max, default_loss_step,
+                                                default_summand_step, random_allocation_pld,
                                                 sum_observation_lower_pair)
 from dpplugins.errors import (NumericalError, ParameterError, check_count, check_positive,
                               check_probability)
@@ -198,6 +198,23 @@ def _log_binomial(t: int, k: int) -> float:
     return max(0.0, min(bounds)) + 1e-12
 
 
+#: summand cells of the lower construction at most (a coarser summand grid is still a
+#: post-processing, so still a lower bound): few steps per epoch would otherwise need millions
+#: (t = 3, sigma = 1: 2.3 M cells, 7 s; 2^18 cells: 0.7 s, the lower bound 0.09 % lower)
+_LOWER_CELLS = 2 ** 18
+
+
+def _lower_summand_step(sigma: float, t: int, summand_step: float | None) -> float | None:
+    """The summand grid step of the lower construction: the given (or default) step, coarser
+    where the summands up to their truncation point would need more than ``_LOWER_CELLS``."""
+    try:
+        cap = math.exp(_log_y_max(sigma, 1e-14, t)) / _LOWER_CELLS
+        step = default_summand_step(sigma, t) if summand_step is None else summand_step
+    except (ArithmeticError, ValueError, ParameterError):
+        return summand_step
+    return max(step, cap) if math.isfinite(cap) and cap > step else summand_step
+
+
 def _lower_epoch(sigma: float, t: int, k: int, h_loss: float, *, tail_mass: float,
                  memory_limit: int, summand_step: float | None,
                  checkin: float = 1.0) -> AllocationPLD:
@@ -227,9 +244,9 @@ def _lower_epoch(sigma: float, t: int, k: int, h_loss: float, *, tail_mass: floa
         pair = None
         if not gaussian_only:
             try:
-                pair = sum_observation_lower_pair(sigma, t, k, summand_step=summand_step,
-                                                  memory_limit=memory_limit,
-                                                  checkin_probability=checkin)
+                pair = sum_observation_lower_pair(
+                    sigma, t, k, summand_step=_lower_summand_step(sigma, t, summand_step),
+                    memory_limit=memory_limit, checkin_probability=checkin)
             except NumericalError:
                 # the summands do not fit the memory limit (small noise, many steps): the
                 # Gaussian lower bound alone, or none (a lower bound of 0 is certified)

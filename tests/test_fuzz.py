@@ -344,6 +344,13 @@ def _allocation(data):
             "_period": t}
 
 
+def _allocation_participations(data):
+    p = _allocation(data)
+    p["k"] = data.draw(log_int(1, min(p["t"], 16)), "participations")
+    p["p"] = data.draw(with_edges(log_uniform(1e-3, 1.0), 1.0), "checkin_probability")
+    return p
+
+
 def _allocation_sampler(data):
     p = _allocation(data)
     p["n"] = data.draw(SIZE, "num_examples")
@@ -502,6 +509,13 @@ FAMILIES = [
            lambda p: Call.of(RandomAllocationEvent, p["t"], p["epochs"], G(p["sigma"])),
            {"t": "count1", "sigma": SIGMA_DOMAIN, "epochs": "epochs"},
            {"t": 10, "sigma": 2.0, "epochs": 2, "_period": 10}, _protocol_dominate),
+    Family("allocation_participations", _allocation_participations,
+           lambda p: Call.of(RandomAllocationEvent, p["t"], p["epochs"], G(p["sigma"]),
+                             participations=p["k"], checkin_probability=p["p"]),
+           {"t": "count1", "sigma": SIGMA_DOMAIN, "epochs": "epochs", "k": "count1",
+            "p": "unit_open_closed"},
+           {"t": 10, "sigma": 2.0, "epochs": 2, "k": 2, "p": 0.5, "_period": 10},
+           _protocol_dominate),
     Family("balls_and_bins_sampler", _allocation_sampler,
            lambda p: Call.of(method, Call.of(balls_and_bins, p["n"], p["t"]), "event",
                              p["sigma"], p["epochs"]),

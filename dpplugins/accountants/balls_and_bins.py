@@ -262,7 +262,8 @@ class RandomAllocationAccountant(Accountant):
             try:
                 # (builds the FFT engine if the cheap certificates answered without it)
                 slack_share = composed.slack_at(upper) / delta if delta is not None else None
-                floor = composed.upper_floor() if delta is None else 0.0
+                floor = (composed.upper_floor() if delta is None and full_lower <= 0.0
+                         else 0.0)
             except NumericalError as error:
                 # the engine does not fit (finer grids would not either): the cheap bounds stand
                 why_stopped = f"the FFT engine cannot be built ({getattr(error, 'what', error)})"

@@ -575,8 +575,18 @@ class PrivacyLossDistribution:
             if not produced:
                 yield self._accurate(direction, kind, scale, fp_limit)
             return
-        yield self._accurate(direction, kind, scale, fp_limit)
-        yield from self._tilted_levels(direction, kind, tilt_of)
+        try:
+            untilted = self._accurate(direction, kind, scale, fp_limit)
+        except NumericalError:
+            untilted = None  # above fp_limit (or memory): the tilted levels may still answer
+        if untilted is not None:
+            yield untilted
+        produced = untilted is not None
+        for composed in self._tilted_levels(direction, kind, tilt_of):
+            produced = True
+            yield composed
+        if not produced:
+            yield self._accurate(direction, kind, scale, fp_limit)  # raises the reason
 
     def _tilt(self, direction: str, kind: str, objective) -> float:
         """``lam`` in ``[1e-3, 1e6]`` approximately minimising ``objective(lam, K(lam))`` (``K``

@@ -216,3 +216,30 @@ def test_an_engine_that_does_not_fit_leaves_the_cheap_bounds_and_is_built_once(m
     gaussian = brentq(lambda e: gaussian_delta_exact(e, mu) - 1e-10, 0.0, 200.0, xtol=1e-12)
     assert 0.0 <= bounds.lower <= bounds.upper <= gaussian * (1 + 1e-4)
     assert len(calls) == 1
+
+
+@pytest.mark.slow
+def test_a_delta_below_the_engines_slack_is_not_refined(monkeypatch):
+    """Found by the long fuzz profile (t = 2914, 3 steps, delta 5e-15: 16.5 s, timeout): the
+    engine's certified numerical slack was 2.5e4 times delta, so no grid could certify
+    anything there, yet a second, finer grid was built.  One build now; the answer is the
+    cheap Gaussian bound, at most the closed form of one Gaussian step (Balle & Wang 2018,
+    Thm 8; the partial epoch is charged as a full one)."""
+    from fractions import Fraction
+    from dpplugins.events import GaussianEvent, RandomAllocationEvent
+    calls = []
+    original = allocation.allocation_pairs
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return original(*args, **kwargs)
+    monkeypatch.setattr(allocation, "allocation_pairs", counted)
+    acc = create("balls_and_bins")
+    acc.compose(RandomAllocationEvent(300, Fraction(3, 300), GaussianEvent(0.72)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        bounds = acc.get_epsilon_bounds(5e-15)
+    gaussian = brentq(lambda e: gaussian_delta_exact(e, 1 / 0.72) - 5e-15, 0.0, 200.0,
+                      xtol=1e-12)
+    assert 0.0 <= bounds.lower <= bounds.upper <= gaussian * (1 + 1e-4)
+    assert len(calls) == 1

@@ -268,6 +268,11 @@ class RandomAllocationAccountant(Accountant):
                 # the engine does not fit (finer grids would not either): the cheap bounds stand
                 why_stopped = f"the FFT engine cannot be built ({getattr(error, 'what', error)})"
                 break
+            if slack_share is not None and slack_share >= 1.0:
+                # the engine's certified numerical slack is above delta itself: finer grids
+                # (seconds each) cannot certify anything at this delta
+                why_stopped = "the engine's numerical slack exceeds delta"
+                break
             if delta is None and full_lower <= 0.0 and upper <= 1.25 * floor:
                 # a delta query whose upper bound is (nearly) the additive error terms of the
                 # construction and whose lower bound is 0: a finer grid (several times the cost)

@@ -192,6 +192,18 @@ def test_delta_near_the_error_terms_is_not_refined(monkeypatch):
     assert lower == 0.0 < upper <= max(exact * (1 + 1e-4), 1e-300)
 
 
+def _count_epoch_pair_builds(monkeypatch) -> list:
+    """The arguments of every call of ``allocation_pairs`` (one per built epoch engine)."""
+    calls = []
+    original = allocation.allocation_pairs
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return original(*args, **kwargs)
+    monkeypatch.setattr(allocation, "allocation_pairs", counted)
+    return calls
+
+
 def test_an_engine_that_does_not_fit_leaves_the_cheap_bounds_and_is_built_once(monkeypatch):
     """Found by the long fuzz profile (t = 104665, sigma 0.65, delta 1e-15: over 10 s, then a
     NumericalError): the cheap certificates answered, the accuracy loop then built the FFT
@@ -200,13 +212,7 @@ def test_an_engine_that_does_not_fit_leaves_the_cheap_bounds_and_is_built_once(m
     bounds are the answer; they are at most the composed Gaussian closed form (random
     allocation is a post-processing of one Gaussian step per epoch; Balle & Wang 2018, Thm 8)."""
     from dpplugins.samplers import balls_and_bins
-    calls = []
-    original = allocation.allocation_pairs
-
-    def counted(*args, **kwargs):
-        calls.append(args)
-        return original(*args, **kwargs)
-    monkeypatch.setattr(allocation, "allocation_pairs", counted)
+    calls = _count_epoch_pair_builds(monkeypatch)
     acc = create("balls_and_bins", memory_limit=1 << 20)
     acc.compose(balls_and_bins(10_000, 1000).event(0.65, epochs=3))
     with warnings.catch_warnings():
@@ -227,13 +233,7 @@ def test_a_delta_below_the_engines_slack_is_not_refined(monkeypatch):
     Thm 8; the partial epoch is charged as a full one)."""
     from fractions import Fraction
     from dpplugins.events import GaussianEvent, RandomAllocationEvent
-    calls = []
-    original = allocation.allocation_pairs
-
-    def counted(*args, **kwargs):
-        calls.append(args)
-        return original(*args, **kwargs)
-    monkeypatch.setattr(allocation, "allocation_pairs", counted)
+    calls = _count_epoch_pair_builds(monkeypatch)
     acc = create("balls_and_bins")
     acc.compose(RandomAllocationEvent(300, Fraction(3, 300), GaussianEvent(0.72)))
     with warnings.catch_warnings():

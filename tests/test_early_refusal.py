@@ -207,7 +207,7 @@ def test_pnsgd_passes_are_composed_within_the_window_budget():
     """The long-fuzz PNSGD history (333,334 online passes at sigma 1): on the default grid
     (1e-3) its composed window has about 19 M bins (47 s per query); the grid is coarsened
     until it has at most 2^21 (no transform is needed to check this)."""
-    from dpplugins.accountants.pnsgd import FIRST_WINDOW
+    from dpplugins.pld.distribution import FIRST_WINDOW_BINS as FIRST_WINDOW
     event = PNSGDEvent(3, Fraction(1000000, 3), GaussianEvent(1.0), 36.78794411714425, 1.0,
                        1.0, "online", 0.11618037990412387, 0.017402369483306455)
     acc = create("pnsgd")

@@ -35,9 +35,8 @@ from dpplugins import fdp
 from fractions import Fraction
 
 from dpplugins.accountants.base import Accountant, UnsupportedEventError, private_leaves
-from dpplugins.accountants.pld import (_FIRST_WINDOW, _MAX_REFINE_WINDOW, PLDAccountant,
-                                       is_poisson_gaussian, loss_scale, poisson_gaussian_pld,
-                                       poisson_gaussian_runs)
+from dpplugins.accountants.pld import (_MAX_REFINE_WINDOW, PLDAccountant, is_poisson_gaussian,
+                                       loss_scale, poisson_gaussian_pld, poisson_gaussian_runs)
 from dpplugins.events import Event, FixedBatchEvent, GaussianEvent
 from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_nonnegative,
                               check_open_unit)
@@ -322,8 +321,7 @@ class GDPAccountant(Accountant):
         h = self._uniform_grid_step(history)
         try:
             if self.value_discretization_interval is None:
-                h, first = within_window_budget(lambda step: self._uniform_pld(history, step), h,
-                                                _FIRST_WINDOW)
+                h, first = within_window_budget(lambda step: self._uniform_pld(history, step), h)
             else:
                 first = self._uniform_pld(history, h)
             value = evaluate(first)

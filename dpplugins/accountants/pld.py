@@ -34,10 +34,6 @@ _FIRST_GRID_BINS, _MAX_REFINE_BINS = 2 ** 17, 2 ** 20
 #: largest FFT window a refinement may compose (the memory limit may be lower; 48 bytes a bin):
 #: about 3 s per composition in extended precision on a loaded 2-core machine
 _MAX_REFINE_WINDOW = 2 ** 22
-#: largest FFT window of the first grid: a coarser step is taken where a huge privacy loss
-#: (10^6 steps at little noise) would need more (:func:`~dpplugins.pld.within_window_budget`);
-#: about 1-2 s per composition in double, 3-4 s in extended precision, on a loaded 2-core machine
-_FIRST_WINDOW = 2 ** 21
 #: bins of one component for the cheap tail certificate (:meth:`PLDAccountant._tail_delta`)
 _COARSE_BINS = 4096
 #: a delta whose cheap certificate is below this share of ``tail_mass`` is answered by it
@@ -61,6 +57,11 @@ _PLD_CACHE_SIZE, _PLD_CACHE_BINS = 8, 2 ** 22
 def _ladder_up(h: float) -> float:
     """``h`` rounded up (coarser) to a power of ``2^(1/4)``, the grid ladder of the accountant."""
     return 2.0 ** (math.ceil(4.0 * math.log2(h)) / 4.0)
+
+
+def _ladder_down(h: float) -> float:
+    """``h`` rounded down (finer) to a power of ``2^(1/4)``."""
+    return 2.0 ** (math.floor(4.0 * math.log2(h)) / 4.0)
 
 
 def loss_scale(noise_multiplier: float, sample_rate: float) -> float:
@@ -544,12 +545,9 @@ class PLDAccountant(Accountant):
         ``2^(1/4)``, so that queries after more steps share grids, and with them the cached
         per-step PLDs; but no finer than needed to keep one component within ``max_bins`` bins (a run with a long loss tail and a tiny loss scale, e.g.
         q = 1e-5, would otherwise need millions)."""
-        h = float(np.clip(h, _MIN_H, _MAX_H))
-        h = 2.0 ** (math.floor(4.0 * math.log2(h)) / 4.0)
+        h = _ladder_down(float(np.clip(h, _MIN_H, _MAX_H)))
         cap = max(self._grid_bins(history, 1.0) - 4.0, 0.0) / (max_bins - 4)
-        if cap > h:
-            h = 2.0 ** (math.ceil(4.0 * math.log2(cap)) / 4.0)
-        return h
+        return _ladder_up(cap) if cap > h else h
 
     def _history_key(self, history) -> tuple:
         counts: dict[tuple[float, float], int] = {}
@@ -592,9 +590,8 @@ class PLDAccountant(Accountant):
                 break
             try:
                 if best is None and not fixed:
-                    h, pld = within_window_budget(
-                        lambda step: self._pld(history, step), h, _FIRST_WINDOW,
-                        snap=_ladder_up)
+                    h, pld = within_window_budget(lambda step: self._pld(history, step), h,
+                                                  snap=_ladder_up)
                 else:
                     pld = self._pld(history, h)
                 bounds, _ = evaluate(pld)
@@ -637,7 +634,7 @@ class PLDAccountant(Accountant):
                 continue
             if finer > _MAX_H:
                 # a first grid coarser than _MAX_H (the window budget): down the ladder, unclipped
-                finer = 2.0 ** (math.floor(4.0 * math.log2(finer)) / 4.0)
+                finer = _ladder_down(finer)
             elif finer >= _MIN_H or self._grid_bins(history, finer) > _MAX_REFINE_BINS:
                 # the finest grid within the bin budget, if the wanted one is beyond it
                 finer = self._on_ladder(history, finer, _MAX_REFINE_BINS)

@@ -33,9 +33,6 @@ EVALUATION_BUDGET = 4_000_000
 #: passes whose profile stays above 1e-16 far out (little noise) would otherwise need 10^5 to
 #: 4 x 10^5 points per pass and minutes of FFT work for bounds in the hundreds
 MAX_PASS_GRID_POINTS = 100_000
-#: the largest FFT window of the composed passes (a coarser grid is taken beyond it; the PLD
-#: accountant's first-grid budget)
-FIRST_WINDOW = 2 ** 21
 #: the PLD engine's rule for where a profile ends (``from_privacy_profile``'s default)
 _PROFILE_FLOOR, _PROFILE_END_LIMIT = 1e-16, 400.0
 Pass = tuple  # ((noise_multiplier, steps), ...), steps summing to at most dataset_size
@@ -356,7 +353,7 @@ class PNSGDAccountant(Accountant):
 
     def _pld(self, passes: list[tuple[Pass, int]]) -> PrivacyLossDistribution:
         """The composed PLD of the passes, on :meth:`grid_step`'s grid, or a coarser one where
-        the composed window would exceed ``FIRST_WINDOW`` bins
+        the composed window would exceed ``FIRST_WINDOW_BINS``
         (:func:`~dpplugins.pld.distribution.within_window_budget`: hundreds of thousands of
         passes with little noise compose a privacy loss tens of thousands wide)."""
         counts: dict[Pass, int] = {}
@@ -376,7 +373,7 @@ class PNSGDAccountant(Accountant):
                 part = one.self_compose(k)
                 total = part if total is None else total.compose(part)
             return total
-        return within_window_budget(build, self.grid_step(ends.values()), FIRST_WINDOW)[1]
+        return within_window_budget(build, self.grid_step(ends.values()))[1]
 
     def _epsilon_bounds(self, history, delta: float) -> Bounds:
         acc, runs = self._configured(history)

@@ -1417,12 +1417,10 @@ def sum_observation_lower_pair(noise_multiplier: float, steps_per_epoch: int,
         raise ParameterError("participations", k, f"<= steps_per_epoch={t}")
     truncation_mass = check_open_unit("truncation_mass", truncation_mass)
     tail_mass = check_open_unit("tail_mass", tail_mass)
+    p = check_probability("checkin_probability", checkin_probability)
     _, h, k0, k1, _ = _summand_grid(sigma, t, "fft", summand_step, truncation_mass)
     _check_cells(sigma, t, k1 - k0, memory_limit)
     grid = _uniform_cells(1.0 / sigma, h, k0, k1)
-    p = check_probability("checkin_probability", checkin_probability)
-    if not p > 0:
-        raise ParameterError("checkin_probability", checkin_probability, "in (0, 1]")
     return _lower_fft(sigma, t, h, k0, k1, tail_mass, memory_limit, grid, p, k)
 
 

@@ -38,7 +38,7 @@ from dpplugins.pld.grid import (GridPMF, optimistic_from_bins, pessimistic_from_
                                 pessimistic_from_profile)
 
 __all__ = ["Bounds", "PrivacyLossDistribution", "DIRECTIONS", "AccuracyWarning",
-           "within_window_budget"]
+           "within_window_budget", "FIRST_WINDOW_BINS"]
 
 DIRECTIONS = ("remove", "add")
 #: probability left outside the loss range of a single mechanism (goes to delta(inf) or is
@@ -53,8 +53,14 @@ FP_SHARE = 1e-3
 _U = np.finfo(float).eps / 2
 
 
+#: the largest FFT window of an accountant's first grid (:func:`within_window_budget`): about
+#: 1-2 s per composition in double, 3-4 s in extended precision, on a loaded 2-core machine
+FIRST_WINDOW_BINS = 2 ** 21
+
+
 def within_window_budget(build: Callable[[float], "PrivacyLossDistribution"], h: float,
-                         max_bins: int, snap: Callable[[float], float] = lambda h: h,
+                         max_bins: int = FIRST_WINDOW_BINS,
+                         snap: Callable[[float], float] = lambda h: h,
                          ) -> tuple[float, "PrivacyLossDistribution"]:
     """``(h, build(h))`` for the given grid step, or a coarser one, whose composed FFT window
     (:meth:`PrivacyLossDistribution.composed_window_bins`) has at most ``max_bins`` bins: the
@@ -565,28 +571,35 @@ class PrivacyLossDistribution:
         0 (:func:`~dpplugins.pld.compose.compose_grid_pmfs`; ``N >= 2^12`` whenever the window
         is truncated), which for ``count = 685,161`` is 4e-12, above ``FP_SHARE`` of a delta of
         1e-9.  Skipping a level that cannot meet the target never changes validity."""
-        total = sum(k for _, k in self._directions[direction])
-        u_ld = float(np.finfo(np.longdouble).eps) / 2
-        if total * 10 * u_ld * 12 > FP_SHARE * scale:
-            produced = False
-            for composed in self._tilted_levels(direction, kind, tilt_of):
-                produced = True
-                yield composed
-            if not produced:
-                yield self._accurate(direction, kind, scale, fp_limit)
+        untilted = lambda: self._accurate(direction, kind, scale, fp_limit)  # noqa: E731
+        if self._untilted_cannot_reach(direction, scale):
+            yield from self._tilted_first(direction, kind, tilt_of, untilted)
             return
         try:
-            untilted = self._accurate(direction, kind, scale, fp_limit)
+            first = untilted()
         except NumericalError:
-            untilted = None  # above fp_limit (or memory): the tilted levels may still answer
-        if untilted is not None:
-            yield untilted
-        produced = untilted is not None
+            # above fp_limit (or memory): the tilted levels may still answer; if none can be
+            # computed, the untilted one is asked again and raises the reason
+            yield from self._tilted_first(direction, kind, tilt_of, untilted)
+            return
+        yield first
+        yield from self._tilted_levels(direction, kind, tilt_of)
+
+    def _untilted_cannot_reach(self, direction: str, scale: float) -> bool:
+        """True when even the extended-precision untilted composition's floating-point floor
+        (``count c u_ld log2 N`` at frequency 0, ``N >= 2^12``) is above ``FP_SHARE * scale``."""
+        total = sum(k for _, k in self._directions[direction])
+        u_ld = float(np.finfo(np.longdouble).eps) / 2
+        return total * 10 * u_ld * 12 > FP_SHARE * scale
+
+    def _tilted_first(self, direction: str, kind: str, tilt_of, untilted):
+        """The tilted levels, and ``untilted()`` only if none of them can be computed."""
+        produced = False
         for composed in self._tilted_levels(direction, kind, tilt_of):
             produced = True
             yield composed
         if not produced:
-            yield self._accurate(direction, kind, scale, fp_limit)  # raises the reason
+            yield untilted()
 
     def _tilt(self, direction: str, kind: str, objective) -> float:
         """``lam`` in ``[1e-3, 1e6]`` approximately minimising ``objective(lam, K(lam))`` (``K``
@@ -736,15 +749,9 @@ class PrivacyLossDistribution:
         ``delta(epsilon)`` (:meth:`delta_upper_chernoff`, at least the delta sought), no untilted
         level can reach the accuracy: the tilted levels come first, and the untilted double one
         only if none of them can be computed.  Skipping never changes validity."""
-        total = sum(k for _, k in self._directions[direction])
-        u_ld = float(np.finfo(np.longdouble).eps) / 2
-        if total * 10 * u_ld * 12 > FP_SHARE * self.delta_upper_chernoff(epsilon):
-            produced = False
-            for composed in self._tilted_levels(direction, kind, tilt_of):
-                produced = True
-                yield composed
-            if not produced:
-                yield self._composed(direction, kind)
+        if self._untilted_cannot_reach(direction, self.delta_upper_chernoff(epsilon)):
+            yield from self._tilted_first(direction, kind, tilt_of,
+                                          lambda: self._composed(direction, kind))
             return
         first = self._composed(direction, kind)
         yield first

@@ -207,3 +207,19 @@ def test_laplace_with_a_huge_scale_answers(scale):
     lower, upper = acc.get_epsilon_bounds(1e-5)
     assert 0.0 <= lower <= upper <= 3.0 / scale * (1 + 1e-9)
     assert acc.get_delta_bounds(3.0 / scale * (1 + 1e-9)).upper == 0.0
+
+
+def test_subsampled_laplace_at_the_largest_scale():
+    """Scale 1e308: the pair's x range was ``scale * log(1 / tail)``, which overflowed to inf,
+    and the loss range became NaN (a bare ValueError from the grid).  The loss is constant
+    outside [0, 1], so the range is capped; the answer is (about) no privacy loss: the
+    largest loss of a step is ``log(1 + q (e^(1/b) - 1))``, below 1e-307."""
+    from dpplugins.events import PoissonSampledEvent
+    acc = create("pld")
+    acc.compose(PoissonSampledEvent(0.5, LaplaceEvent(1e308)), 5)
+    lower, upper = acc.get_epsilon_bounds(1e-5)
+    assert lower == 0.0 and 0.0 <= upper <= 5 * math.log1p(0.5 * math.expm1(1e-308)) + 1e-300
+    pair = mechanisms.poisson_subsampled_laplace(1e308, 0.5)
+    for direction in ("remove", "add"):
+        lo, hi = pair.pairs[direction].loss_range(1e-15)
+        assert math.isfinite(lo) and math.isfinite(hi)

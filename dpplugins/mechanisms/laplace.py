@@ -34,7 +34,8 @@ def laplace(scale: float, sensitivity: float = 1.0) -> MechanismPairs:
         return np.where(eps < -bound, -np.inf, np.where(eps >= bound, np.inf, inner))
 
     def x_range(tail):
-        t = b * math.log(1.0 / tail)
+        # (at most 1e300: the loss is constant beyond [0, d], and b = 1e308 overflowed)
+        t = min(float(b) * math.log(1.0 / tail), 1e300)
         return -t, d + t
 
     pair = MonotoneLossPair(Laplace(d, b), Laplace(0.0, b), loss, loss_inverse, x_range)

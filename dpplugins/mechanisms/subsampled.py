@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from dpplugins.errors import check_choice, check_positive, check_probability
@@ -151,7 +153,8 @@ def poisson_subsampled_laplace(scale: float, sampling_probability: float,
             return np.where((arg <= 0) | (m < -bound), np.inf, y)
 
     def x_range(tail):
-        t = b * np.log(1.0 / tail)
+        # (at most 1e300: the loss is constant beyond [0, d], and b = 1e308 overflowed)
+        t = min(float(b) * math.log(1.0 / tail), 1e300)
         return -t, d + t
 
     mix = Mixture((q, 1 - q), (Laplace(d, b), Laplace(0.0, b)))

@@ -17,6 +17,7 @@ from dpplugins.events import (EpsilonDeltaEvent, Event, GaussianEvent, LaplaceEv
                               PoissonSampledEvent, RandomizedResponseEvent)
 from dpplugins.full_batch import full_batch_delta_bounds, full_batch_epsilon_bounds, full_batch_mu
 from dpplugins.mechanisms.pairs import DiscretePair
+from dpplugins.mechanisms.randomized_response import zero_out_rr_pair
 from dpplugins.pld import AccuracyWarning, Bounds, PrivacyLossDistribution
 from dpplugins.pld.distribution import (BYTES_PER_COMPONENT_BIN, NOISE_RANGE, atom_grid_step,
                                         component_bins, laplace_top_atom, within_window_budget)
@@ -112,21 +113,6 @@ def epsilon_delta_pair(epsilon: float, delta: float) -> tuple[list[float], list[
     a = (1 - delta) / (1 + math.exp(-epsilon)) if epsilon < 700 else 1 - delta
     b = (1 - delta) - a
     return [delta, a, b, 0.0], [0.0, b, a, delta]
-
-
-def zero_out_rr_pair(epsilon0: float, num_buckets: int) -> tuple[list[float], list[float]]:
-    """Randomized response under add/remove, read as *zero-out* (dp_accounting's
-    REPLACE_SPECIAL): the example is replaced by a special one whose report is uniform.  ``P``:
-    the report of the true bucket (``e^eps0 / (e^eps0 + k - 1)`` on it, ``1 / (e^eps0 + k - 1)``
-    on each other bucket; Kairouz, Oh, Viswanath 2016 for k > 2), ``Q``: uniform ``1/k``; the
-    other buckets are merged (a post-processing that keeps the loss, which is equal on them)."""
-    k = num_buckets
-    if epsilon0 > 700:
-        top, other = 1.0, 0.0
-    else:
-        e = math.exp(epsilon0)
-        top, other = e / (e + k - 1), 1.0 / (e + k - 1)
-    return [top, (k - 1) * other], [1.0 / k, (k - 1) / k]
 
 
 def poisson_gaussian_pld(history, h: float, *, neighbouring: str = "add_remove",

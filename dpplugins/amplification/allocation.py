@@ -824,18 +824,41 @@ def _upper_fft(sigma: float, t: int, h: float, k0: int, k1: int, tail: float,
     low, up = _end_weights(s, edges, mass, partial)
     low[tiny] = 0.0
     up[tiny] = 0.0
-    n = k1 - k0
-    summand = np.zeros(n + 1)
-    summand[:-1] += low
-    summand[1:] += up
-    summand *= 1 + 4 * _U  # the additions above round by at most u
+    summand = _point_weights(low, up)
     tau_q = _tail_below(0.0, s, edges[0]) + _tail_above(0.0, s, edges[-1]) + q_tiny
     tau_p = _tail_below(s * s, s, edges[0]) + _tail_above(s * s, s, edges[-1]) + p_tiny
-    q_trunc, p_trunc = _truncation_masses(t, tau_q, tau_p)
+    return upper_pair_of_summands(
+        summand, t, h, k0, a, _ratio_error(s), _truncation_masses(t, tau_q, tau_p), tail,
+        memory_limit, f"random allocation at noise_multiplier={sigma:g}, steps_per_epoch={t}",
+        checkin)
+
+
+def _point_weights(low: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """The weights of the grid points ``k0 .. k1`` of a spread: cell ``k``'s lower end weight on
+    point ``k``, its upper end weight on point ``k + 1``, rounded up (the additions round by at
+    most ``u``)."""
+    summand = np.zeros(len(low) + 1)
+    summand[:-1] += low
+    summand[1:] += up
+    return summand * (1 + 4 * _U)
+
+
+def upper_pair_of_summands(summand: np.ndarray, t: int, h: float, k0: int, a: float,
+                           ratio_rel: float, truncated: tuple[float, float], tail: float,
+                           memory_limit: int, what: str, checkin: float = 1.0) -> AllocationPair:
+    """The dominating pair of one epoch from a summand measure on the grid points ``(k0 + j) h``,
+    ``0 <= j < len(summand)`` (module docstring, "Upper bound"; ``k0 >= 0`` need not be an
+    integer: the sums are the points ``(t k0 + J) h``): ``summand`` holds upper
+    bounds on the spread weights of the summand ``Y`` under Q, the epoch's likelihood ratio is
+    ``a S`` for the sum ``S`` of ``t`` summands (``ratio_rel`` bounds the relative error of the
+    computed ``a s``), ``truncated = (Q-mass, P-mass)`` bounds the probability that some summand
+    is off the grid.  The t-fold sum by FFT powers in long double, its window by Chernoff
+    bounds; ``what`` names the protocol in a memory error."""
+    q_trunc, p_trunc = truncated
+    n = len(summand) - 1
     mgf = _LogMGF(summand)
     w_lo, w_hi, above, below, lam = _chernoff_window([(mgf, t)], tail, t * n)
-    size = _fft_size(w_hi - w_lo + 1, memory_limit,
-                     f"random allocation at noise_multiplier={sigma:g}, steps_per_epoch={t}")
+    size = _fft_size(w_hi - w_lo + 1, memory_limit, what)
     spec = _spectrum(summand, size)
     x, l1, l2 = _inverse(_Product(size // 2 + 1).times(spec, t), size)
     q = np.maximum(_window_of(x, w_lo), 0.0)
@@ -849,7 +872,7 @@ def _upper_fft(sigma: float, t: int, h: float, k0: int, k1: int, tail: float,
         p_above = a * h * (t * k0 * above + math.exp(min(log_moment, 0.0))) * (1 + 1e-9)
     p_below = a * h * (t * k0 + w_lo) * below * (1 + 1e-9)
     ratio, p_only, ratio_rel = _mixed_upper(a * support, p_trunc + p_above + p_below,
-                                            q_trunc + above + below, _ratio_error(s), checkin)
+                                            q_trunc + above + below, ratio_rel, checkin)
     remove_error = _weighted(ratio * (1 + 8 * _U), l1, l2)
     return _finish_upper(q, ratio, p_only, q_trunc + above + below, l1, remove_error, support,
                          ratio_rel)
@@ -866,21 +889,40 @@ def _lower_fft(sigma: float, t: int, h: float, k0: int, k1: int, tail: float,
     by Maclaurin's inequality, so the band on the outcome ``R`` is ``[0, (a (R + t h))^k]``.
     With no positive lower end the add direction gets no lower bound, and outcomes whose band
     exceeds ``_BAND_CAP`` are dropped (module docstring, "Several participations")."""
-    k = participations
     s = 1.0 / sigma
     a = math.exp(-s * s / 2) / t
     plain, special_ = cells.plain, cells.shifted
     # tiny cells are dropped (the branch "some summand there" is observed and dropped)
     plain = np.where(plain < _TINY_CELL, 0.0, plain)
     special_ = np.where(special_ < _TINY_CELL, 0.0, special_)
-    n = k1 - k0
+    good_q, good_s = plain > 0, special_ > 0
+    r = max(float(np.max(_cell_accuracy(0.0, s, cells.edges)[good_q], initial=_REL_MASS)),
+            float(np.max(_cell_accuracy(s * s, s, cells.edges)[good_s], initial=_REL_MASS)))
+    return lower_pair_of_summands(
+        plain, special_, r, t, h, k0, a, _ratio_error(s), tail, memory_limit,
+        f"random allocation at noise_multiplier={sigma:g}, steps_per_epoch={t}", checkin,
+        participations)
+
+
+def lower_pair_of_summands(plain: np.ndarray, special_: np.ndarray, r: float, t: int, h: float,
+                           k0: int, a: float, ratio_rel: float, tail: float, memory_limit: int,
+                           what: str, checkin: float = 1.0,
+                           participations: int = 1) -> AllocationPair:
+    """The dominated pair of one epoch from the summand's cell masses (module docstring, "Lower
+    bound"): ``plain[i]`` and ``special_[i]`` are the masses of cell ``i`` (a summand ``Y`` in
+    ``[(k0 + i) h, (k0 + i + 1) h]``, ``k0 >= 0`` real) under Q and under P for the summand
+    holding the example, each within
+    relative ``r`` of the exact one (0 for a dropped cell); the likelihood ratio of the epoch is
+    ``a S`` (``ratio_rel`` bounds the relative error of the computed ``a s``).  ``k =
+    participations``: :func:`_lower_fft`.  The t-fold sums by FFT powers in long double."""
+    k = participations
+    n = len(plain)
     mgf_q, mgf_s = _LogMGF(plain), _LogMGF(special_)
     top = t * (n - 1)
     wq = _chernoff_window([(mgf_q, t)], tail, top)
     wp = _chernoff_window([(mgf_s, k), (mgf_q, t - k)], tail, top)
     w_lo, w_hi = min(wq[0], wp[0]), max(wq[1], wp[1])
-    size = _fft_size(w_hi - w_lo + 1, memory_limit,
-                     f"random allocation at noise_multiplier={sigma:g}, steps_per_epoch={t}")
+    size = _fft_size(w_hi - w_lo + 1, memory_limit, what)
     spec_q, spec_s = _spectrum(plain, size), _spectrum(special_, size)
     half = size // 2 + 1
     prod = _Product(half)
@@ -897,14 +939,11 @@ def _lower_fft(sigma: float, t: int, h: float, k0: int, k1: int, tail: float,
     p = _window_of(xp, w_lo)
     index = t * k0 + w_lo + np.arange(size, dtype=float)
     support = index * h
-    good_q, good_s = plain > 0, special_ > 0
-    r = max(float(np.max(_cell_accuracy(0.0, s, cells.edges)[good_q], initial=_REL_MASS)),
-            float(np.max(_cell_accuracy(s * s, s, cells.edges)[good_s], initial=_REL_MASS)))
     up, down = _rel_powers(r, t)
     # exact band of dP/dQ on the outcome R: [a R, a (R + t h)]; the convolutions of the stored
     # masses have ratios within (up / down) of it, and the projection endpoints are widened by a
     # few ulps so that the computed interval contains the exact one
-    factor = up / down * (1 + 8 * _U + 2 * k * _ratio_error(s))
+    factor = up / down * (1 + 8 * _U + 2 * k * ratio_rel)
     if k == 1:
         lo = (a * support / factor * (1 - 8 * _U)).astype(_LD)
         hi_d = a * (support + t * h) * factor * (1 + 8 * _U)
@@ -930,7 +969,10 @@ def _lower_fft(sigma: float, t: int, h: float, k0: int, k1: int, tail: float,
     # after the projection |p - C_P| <= |f_P - C_P| + hi |q - C_Q| entrywise
     eps_pp = eps_p + _weighted(hi_k, eps_q, e2_q)
     e2_pp = e2_p + float(np.max(hi_k)) * e2_q
-    alpha = a * support[keep] * (1 - 8 * _U) if k == 1 else np.ones(int(np.sum(keep)))
+    # the smallest ratio P/Q of an outcome, exact or computed: the projection's lower end
+    # (below the exact band's a R by the factor up / down and a few ulps)
+    alpha = (lo[keep].astype(float) * (1 - 4 * _U) if k == 1
+             else np.ones(int(np.sum(keep))))
     if checkin < 1.0:
         # the mixed vector is within (1 - p) |q - C_Q| + p |p - C_P| of its exact counterpart,
         # and its ratios lie in the mixed band [(1 - p) + p lo, (1 - p) + p hi]
@@ -939,7 +981,7 @@ def _lower_fft(sigma: float, t: int, h: float, k0: int, k1: int, tail: float,
         hi_k = ((1 - checkin) + checkin * hi_k) * (1 + 8 * _U)
         alpha = ((1 - checkin) + checkin * alpha) * (1 - 8 * _U)
     # remove: sum (|dA| + 2 rho |dB|), the computed ratio rho <= hi (over up / down <= 1);
-    # add: first = Q, the computed ratio Q/P at most 1 / alpha, alpha = a R (module docstring)
+    # add: first = Q, every ratio Q/P at most 1 / alpha (module docstring)
     remove_extra = eps_pp + 2 * _weighted(hi_k, eps_q, e2_q) / down
     inv_alpha = (1 + 1e-9) / alpha
     add_extra = eps_q + 2 * _weighted(inv_alpha, eps_pp, e2_pp) / down
@@ -1603,7 +1645,9 @@ class AllocationPLD:
     ``exp(L) H(eps + shift) + A`` (upper) and at least ``exp(L) H(eps + shift) - A`` (lower) in
     terms of the PLD's certified bounds ``H``.  ``gaussian_mu2`` (sum of ``1/sigma^2``) and
     ``log_t`` (sum of ``log t``) over the epochs give the Gaussian bounds of the module
-    docstring, used where they are tighter and where the composed loss is beyond the PLD grid;
+    docstring, used where they are tighter and where the composed loss is beyond the PLD grid
+    (``gaussian_mu2=None``: some epoch has another base mechanism, no Gaussian bounds;
+    :mod:`dpplugins.amplification.allocation_mechanisms`);
     ``log_weight`` (sum of ``log p`` over the epochs, 0 for ``p = 1``) weights the Gaussian lower
     bound (module docstring, "Check-in probability").
     Epochs are built lazily, on the first query that needs the PLD engine.  Queries return
@@ -1611,7 +1655,7 @@ class AllocationPLD:
     """
 
     def __init__(self, plds: dict | None, upper_slack: dict | None, lower_slack: dict | None, *,
-                 has_lower: bool = True, gaussian_mu2: float = 0.0, log_t: float = 0.0,
+                 has_lower: bool = True, gaussian_mu2: float | None = 0.0, log_t: float = 0.0,
                  engine: bool | None = None, lazy: "_Lazy | None" = None,
                  log_weight: float = 0.0) -> None:
         #: the parts ``(plds, upper_slack, lower_slack)``, built on first use
@@ -1640,10 +1684,14 @@ class AllocationPLD:
     def _derived(self, build, other: "AllocationPLD | None" = None, count: int = 1
                  ) -> "AllocationPLD":
         engine = self.engine and (other is None or other.engine)
+        mu2 = self.gaussian_mu2
+        if mu2 is not None:
+            mu2 *= count
+            if other is not None:
+                mu2 = None if other.gaussian_mu2 is None else mu2 + other.gaussian_mu2
         return AllocationPLD(None, None, None, lazy=_Lazy(build), engine=engine,
                              has_lower=self.has_lower and (other is None or other.has_lower),
-                             gaussian_mu2=count * self.gaussian_mu2
-                             + (other.gaussian_mu2 if other is not None else 0.0),
+                             gaussian_mu2=mu2,
                              log_t=count * self.log_t + (other.log_t if other is not None else 0.0),
                              log_weight=count * self.log_weight
                              + (other.log_weight if other is not None else 0.0))
@@ -1669,6 +1717,14 @@ class AllocationPLD:
             return plds, scale(self.upper_slack), scale(self.lower_slack)
         return self._derived(build, count=count)
 
+    def composed_window_bins(self) -> int:
+        """The largest FFT window a query composes over the directions
+        (:meth:`~dpplugins.pld.PrivacyLossDistribution.composed_window_bins`; 0 where the
+        closed-form Gaussian bounds answer)."""
+        if self._closed_form() or self.plds is None:
+            return 0
+        return max(pld.composed_window_bins() for pld in self.plds.values())
+
     def _mu(self) -> float:
         """The Gaussian bound's ``mu``; at least 1e-150 (a larger ``mu`` is still a valid upper
         bound, and ``mu^2`` must not underflow)."""
@@ -1676,6 +1732,8 @@ class AllocationPLD:
 
     def _closed_form(self) -> bool:
         mu2 = self.gaussian_mu2
+        if mu2 is None:  # no closed form: the engine answers
+            return False
         return not self.engine or mu2 / 2 + 20 * math.sqrt(mu2) > _CLOSED_FORM_LOSS
 
     def slack_at(self, epsilon: float) -> float:
@@ -1709,6 +1767,8 @@ class AllocationPLD:
         return Bounds(min(lower, upper), upper)
 
     def _gaussian_delta(self, epsilon: float) -> Bounds:
+        if self.gaussian_mu2 is None:
+            return Bounds(0.0, 1.0)
         mu = self._mu()
         upper = _gaussian_delta_upper(mu, epsilon)
         lower = (_exp(self.log_weight) * _gaussian_delta_lower(mu, epsilon + self.log_t)
@@ -1784,9 +1844,11 @@ class AllocationPLD:
         cert = self.lower_slack[direction]
         if not (self.has_lower and pld.has_lower_bound) or cert.log_factor == -math.inf:
             return 0.0
-        target = (delta + cert.extra()) / _exp(cert.log_factor) * (1 + 8 * _U)
-        if target >= 1.0:
+        # in logarithms: the factor (p^n for n epochs at check-in probability p) can underflow
+        log_target = math.log(delta + cert.extra()) - cert.log_factor + 8 * _U
+        if log_target >= 0.0:
             return 0.0
+        target = math.exp(log_target)
         try:
             found = pld.epsilon_for_delta(target).lower
         except NumericalError:
@@ -1798,7 +1860,8 @@ class AllocationPLD:
         maximum over directions of each direction's bounds, intersected with the Gaussian
         bounds of the module docstring."""
         delta = check_open_unit("delta", delta)
-        gauss = _gaussian_epsilon_bounds(self._mu(), delta, self.log_t, self.log_weight)
+        gauss = (Bounds(0.0, math.inf) if self.gaussian_mu2 is None
+                 else _gaussian_epsilon_bounds(self._mu(), delta, self.log_t, self.log_weight))
         if not self.has_lower:
             gauss = Bounds(0.0, gauss.upper)
         if self._closed_form():
@@ -1826,22 +1889,63 @@ def _gaussian_epoch(sigma: float, t: int, h_loss: float, *, tail_mass: float, me
     direction's lower bound ``p`` times the Gaussian's shifted by ``log(t / p)``.  Where the
     Gaussian loss exceeds the PLD grid no PLD is built (closed form only)."""
     mu2 = _inv_sq(sigma)
-    exact = {d: _EXACT for d in ("remove", "add")}
     engine = (mu2 / 2 + 10 * math.sqrt(mu2) <= _ENGINE_LOSS
               and _gaussian_grid_fits(sigma, h_loss, memory_limit))
-    log_p = math.log(checkin)
-    lower_cert = (dict(exact) if t == 1 and checkin == 1.0
-                  else {"remove": _Cert(log_p, math.log(t) - log_p, 0.0, 0.0), "add": _NONE})
 
     def build():
-        if not engine:
-            return None, exact, lower_cert
         one = PrivacyLossDistribution.from_gaussian(
             sigma, value_discretization_interval=h_loss, tail_mass=tail_mass,
             memory_limit=memory_limit)
-        return {"remove": one, "add": one}, exact, lower_cert
-    return AllocationPLD(None, None, None, lazy=_Lazy(build), engine=engine, has_lower=lower,
-                         gaussian_mu2=mu2, log_t=math.log(t) - log_p, log_weight=log_p)
+        return {"remove": one, "add": one}
+    return base_mechanism_epoch(build, t, lower=lower, checkin=checkin, engine=engine,
+                                gaussian_mu2=mu2)
+
+
+def base_mechanism_parts(plds: dict | None, t: int, checkin: float = 1.0) -> tuple:
+    """The parts ``(plds, upper certificates, lower certificates)`` of an epoch accounted by one
+    step of its base mechanism, whose PLDs per direction are ``plds`` (module docstring, "Small
+    and large noise"; the argument holds for any base pair, our derivation): one epoch is a
+    post-processing of one step (reveal the step that holds the example; with ``p < 1`` the
+    epoch is dominated by the ``p = 1`` one), so the upper certificate is exact; under P the
+    example is present with probability ``p`` and then the epoch's loss is at least ``log(p /
+    t)`` plus the loss of the step holding it, so the remove direction's lower bound is ``p``
+    times the step's delta at ``epsilon + log(t / p)`` (exact for ``t = 1``, ``p = 1``); no
+    lower bound for the add direction."""
+    exact = {d: _EXACT for d in ("remove", "add")}
+    log_p = math.log(checkin)
+    lower_cert = (dict(exact) if t == 1 and checkin == 1.0
+                  else {"remove": _Cert(log_p, math.log(t) - log_p, 0.0, 0.0), "add": _NONE})
+    return plds, exact, lower_cert
+
+
+def base_mechanism_epoch(build, t: int, *, lower: bool, checkin: float = 1.0,
+                         engine: bool = True, gaussian_mu2: float | None = None
+                         ) -> AllocationPLD:
+    """An epoch accounted by one step of its base mechanism (:func:`base_mechanism_parts`);
+    ``build()`` returns the step's PLDs ``{"remove": ..., "add": ...}`` on first use (not
+    called when ``engine`` is False: closed-form Gaussian bounds only)."""
+    log_p = math.log(checkin)
+    lazy = _Lazy(lambda: base_mechanism_parts(build() if engine else None, t, checkin))
+    return AllocationPLD(None, None, None, lazy=lazy, engine=engine, has_lower=lower,
+                         gaussian_mu2=gaussian_mu2, log_t=math.log(t) - log_p,
+                         log_weight=log_p)
+
+
+def parts_of_pairs(upper: AllocationPair, dominated: AllocationPair | None, description: str,
+                   h_loss: float, *, tail_mass: float, memory_limit: int) -> tuple:
+    """The parts ``(plds, upper certificates, lower certificates)`` of an epoch given as its
+    dominating and dominated pairs: per direction, the PLD engine's bracketing PLD of the two.
+    Without the dominated pair the upper one stands in for it (its "lower" bounds are unused:
+    the lower certificates say there is none)."""
+    stand_in = dominated if dominated is not None else upper
+    plds = {d: PrivacyLossDistribution.from_bracketing_pairs(
+        upper.direction_pair(d, f"{description} ({d})"),
+        stand_in.direction_pair(d, f"{description} ({d})"),
+        value_discretization_interval=h_loss, tail_mass=tail_mass, memory_limit=memory_limit)
+        for d in ("remove", "add")}
+    lower_slack = (dict(dominated.slack) if dominated is not None
+                   else {d: _NONE for d in ("remove", "add")})
+    return plds, dict(upper.slack), lower_slack
 
 
 def _epoch_pld(sigma: float, t: int, h_loss: float, *, method: str, summand_step,
@@ -1857,18 +1961,8 @@ def _epoch_pld(sigma: float, t: int, h_loss: float, *, method: str, summand_step
                                             geometric_cells=geometric_cells,
                                             memory_limit=memory_limit, lower=lower,
                                             checkin_probability=checkin)
-        # without the dominated pair the upper one stands in for it; its "lower" bounds are
-        # unused
-        stand_in = dominated if dominated is not None else upper
-        plds = {d: PrivacyLossDistribution.from_bracketing_pairs(
-            upper.direction_pair(d, f"{description} ({d})"),
-            stand_in.direction_pair(d, f"{description} ({d})"),
-            value_discretization_interval=h_loss, tail_mass=tail_mass,
-            memory_limit=memory_limit)
-            for d in ("remove", "add")}
-        lower_slack = (dict(dominated.slack) if dominated is not None
-                       else {d: _NONE for d in ("remove", "add")})
-        return plds, dict(upper.slack), lower_slack
+        return parts_of_pairs(upper, dominated, description, h_loss, tail_mass=tail_mass,
+                              memory_limit=memory_limit)
     # parameters are checked now, not at the first query
     check_positive("value_discretization_interval", h_loss)
     if method not in ("auto", "fft", "geometric"):

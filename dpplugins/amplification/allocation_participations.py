@@ -144,6 +144,11 @@ class BracketedPLD:
         """One construction that brackets by itself (``k = 1``)."""
         return cls(pld, pld)
 
+    def composed_window_bins(self) -> int:
+        """The largest FFT window a query composes (both constructions)."""
+        parts = [self.upper] + ([self.lower] if self.lower is not None else [])
+        return max(part.composed_window_bins() for part in parts)
+
     def _query(self, name: str, value: float) -> Bounds:
         up = getattr(self.upper, name)(value)
         if self.lower is self.upper:

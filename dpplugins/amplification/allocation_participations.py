@@ -95,7 +95,8 @@ from dpplugins.errors import (NumericalError, ParameterError, check_count, check
                               check_probability)
 from dpplugins.pld.distribution import BYTES_PER_COMPONENT_BIN, Bounds, PrivacyLossDistribution
 
-__all__ = ["BracketedPLD", "participation_blocks", "k_out_of_t_pld", "k_out_of_t_loss_step"]
+__all__ = ["BracketedPLD", "participation_blocks", "k_out_of_t_pld", "k_out_of_t_loss_step",
+           "checkin_profile_epoch"]
 
 
 def participation_blocks(steps_per_epoch: int, participations: int) -> tuple[tuple[int, int], ...]:
@@ -343,19 +344,40 @@ def _checkin_upper_epoch(sigma: float, t: int, k: int, checkin: float, h_loss: f
     """The dominating construction of one k-out-of-t epoch with check-in probability ``p < 1``
     (module docstring, "Check-in probability"): the p = 1 epoch's certified profile, turned
     into the p < 1 epoch's by the two mixture identities, as a symmetric PLD."""
+    return checkin_profile_epoch(
+        lambda: k_out_of_t_pld(sigma, t, k, 1, value_discretization_interval=h_loss,
+                               method=method, geometric_cells=geometric_cells,
+                               tail_mass=tail_mass, memory_limit=memory_limit,
+                               lower=False).upper,
+        checkin, h_loss, f"{k}-out-of-{t} allocation, p={checkin:g}, sigma={sigma:g}",
+        tail_mass=tail_mass, memory_limit=memory_limit, gaussian_mu2=k * _inv_sq(sigma))
+
+
+def checkin_profile_epoch(full_epoch, checkin: float, h_loss: float, description: str, *,
+                          tail_mass: float, memory_limit: int,
+                          gaussian_mu2: float | None) -> AllocationPLD:
+    """The dominating construction of an epoch with check-in probability ``p < 1`` from the
+    ``p = 1`` epoch's (``full_epoch()``, an :class:`AllocationPLD` whose upper bounds certify
+    both directions): its profile at adaptive nodes, turned into the ``p < 1`` epoch's by the
+    two mixture identities (module docstring, "Check-in probability"), as a PLD.  The identities
+    hold for any mechanism, so any base mechanism's epoch can be passed; ``gaussian_mu2`` is
+    that of the cap by ``k`` Gaussian steps (``None`` for another base mechanism)."""
     p = float(checkin)
-    mu2 = k * _inv_sq(sigma)
 
     def build():
-        one = k_out_of_t_pld(sigma, t, k, 1, value_discretization_interval=h_loss,
-                             method=method, geometric_cells=geometric_cells,
-                             tail_mass=tail_mass, memory_limit=memory_limit, lower=False).upper
+        one = full_epoch()
 
         def full(e: float) -> float:
             return float(one.delta_for_epsilon(e).upper)
-        top = 1.0
-        while full(top) > 1e-17 and top < 2.0 ** 12:
-            top *= 2.0
+        # the nodes reach where the profile is below 1e-17, or stops falling (a certified
+        # floor: a pure-DP epoch's upper bound is its numerical slack beyond its largest loss),
+        # and at most 512 (e^eps of the nodes stays finite; 4096 overflowed into NaN chords)
+        top, value = 1.0, full(1.0)
+        while value > 1e-17 and top < 2.0 ** 9:
+            after = full(2.0 * top)
+            if after >= value:
+                break
+            top, value = 2.0 * top, after
         nodes, values = _profile_nodes(full, top)
         bound = _chord_profile(nodes, values)
         log_1mp = math.log1p(-p)
@@ -381,16 +403,16 @@ def _checkin_upper_epoch(sigma: float, t: int, k: int, checkin: float, h_loss: f
         room = (max(int(memory_limit) // BYTES_PER_COMPONENT_BIN, 16) - 3) * h_loss / 2
         pld = PrivacyLossDistribution.from_privacy_profile(
             remove_profile, add_delta_for_epsilon=add_profile, value_discretization_interval=h_loss,
-            epsilon_max=min(eps_max, 400.0, room),
-            description=f"{k}-out-of-{t} allocation, p={p:g}, sigma={sigma:g}",
+            epsilon_max=min(eps_max, 400.0, room), description=description,
             tail_mass=tail_mass, memory_limit=memory_limit)
         exact = {d: _EXACT for d in ("remove", "add")}
         return ({"remove": pld, "add": pld}, exact, {d: _NONE for d in ("remove", "add")})
     # a profile grid of more than 2^20 bins below eps = 0.25 (huge noise: a tiny loss step) is
-    # not worth building: the closed form of k Gaussian steps answers such epochs
-    engine = 0.5 / h_loss + 3 <= 2 ** 20
+    # not worth building: the closed form of k Gaussian steps answers such epochs (without
+    # one, for another base mechanism, it is built anyway)
+    engine = gaussian_mu2 is None or 0.5 / h_loss + 3 <= 2 ** 20
     return AllocationPLD(None, None, None, lazy=_Lazy(build), engine=engine, has_lower=False,
-                         gaussian_mu2=mu2)
+                         gaussian_mu2=gaussian_mu2)
 
 
 def k_out_of_t_loss_step(noise_multiplier: float, steps_per_epoch: int,

@@ -35,27 +35,3 @@ def test_calibration_bad_input(kwargs, name):
     with pytest.raises(ParameterError, match=name):
         find_noise_multiplier(**kwargs)
 
-
-def test_calibration_polishes_with_one_fine_and_one_certified_evaluation(monkeypatch):
-    """The issue's point (target 8, delta 1e-5, q = 0.01, 10,000 steps): after the coarse
-    search, one evaluation on the accountant's own grid and one certified evaluation at the
-    Newton estimate of the root (performance issue 19; the fine polishing took three
-    evaluations).  The answer is still certified, and 0.5 % less noise is certified to miss
-    the target (by the certified lower bound)."""
-    import dpplugins.calibration as calibration
-    calls = []
-    original = calibration._epsilon_for
-
-    def counting(*args, **kwargs):
-        calls.append((kwargs.get("fast"), kwargs.get("coarsen", 1.0)))
-        return original(*args, **kwargs)
-    monkeypatch.setattr(calibration, "_epsilon_for", counting)
-    sigma = find_noise_multiplier(target_epsilon=8.0, delta=1e-5, sample_rate=0.01, steps=10_000)
-    assert calls.count((True, 1.0)) == 1
-    assert calls.count((False, 1.0)) == 1
-    acc = create("pld")
-    acc.step(noise_multiplier=sigma, sample_rate=0.01, count=10_000)
-    assert acc.get_epsilon(1e-5) <= 8.0
-    acc = create("pld")
-    acc.step(noise_multiplier=sigma * 0.995, sample_rate=0.01, count=10_000)
-    assert acc.get_epsilon_bounds(1e-5).lower > 8.0

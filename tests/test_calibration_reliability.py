@@ -75,7 +75,8 @@ def test_headline_calibration_is_nearly_minimal():
     assert smaller.get_epsilon_bounds(1e-5).lower > 8.0  # within 0.5 % of the optimum
 
 
-def test_the_search_is_bounded_and_uses_the_coarse_bound_first(monkeypatch):
+def _counted_evaluations(monkeypatch) -> list:
+    """The ``(fast, coarsen)`` of every epsilon evaluation the calibration makes, in order."""
     calls = []
     original = calibration._epsilon_for
 
@@ -84,6 +85,21 @@ def test_the_search_is_bounded_and_uses_the_coarse_bound_first(monkeypatch):
         return original(*args, **kwargs)
 
     monkeypatch.setattr(calibration, "_epsilon_for", counting)
+    return calls
+
+
+def test_headline_calibration_polishes_with_one_fine_and_one_certified_evaluation(monkeypatch):
+    """After the coarse search, one evaluation on the accountant's own grid and one certified
+    evaluation at the Newton estimate of the root (performance issue 19; the fine polishing
+    took three evaluations).  Minimality: the test above."""
+    calls = _counted_evaluations(monkeypatch)
+    find_noise_multiplier(target_epsilon=8.0, delta=1e-5, sample_rate=0.01, steps=10_000)
+    assert calls.count((True, 1.0)) == 1
+    assert calls.count((False, 1.0)) == 1
+
+
+def test_the_search_is_bounded_and_uses_the_coarse_bound_first(monkeypatch):
+    calls = _counted_evaluations(monkeypatch)
     find_noise_multiplier(target_epsilon=3.0, delta=1e-5, sample_rate=0.02, steps=2000)
     assert calls[0] == (True, calibration.COARSEN)
     assert calls[-1][0] is False  # the certified check is last

@@ -33,3 +33,13 @@ def report(samples: dict[str, list[float]], baseline: str, unit: str = "s") -> s
         lines.append(f"{name:28s} {med:12.4f} {min(values):9.4f} {max(values):9.4f} "
                      f"{med / base:7.3f}")
     return "\n".join(lines)
+
+
+def dp_accounting_pld_epsilon(event, count: int, delta: float) -> float:
+    """dp-accounting's PLD accountant (its defaults) on ``count`` compositions of the
+    dp-accounting ``event``: epsilon at ``delta`` (the anchor of the Poisson columns)."""
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+    acc = pld_privacy_accountant.PLDAccountant()
+    acc.compose(dp_accounting.SelfComposedDpEvent(event, count))
+    return acc.get_epsilon(delta)

@@ -31,7 +31,7 @@ from dpplugins.accountants import create
 from dpplugins.amplification.allocation import monte_carlo_delta
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _ab import alternate  # noqa: E402
+from _ab import alternate, dp_accounting_pld_epsilon  # noqa: E402
 
 DELTA = 1e-5
 #: (sigma, steps per epoch, epochs); the first row is the target case
@@ -53,11 +53,8 @@ def ours(name: str, sigma: float, t: int, epochs: int):
 
 def dp_accounting_pld(sigma: float, t: int, epochs: int) -> float:
     import dp_accounting
-    from dp_accounting.pld import pld_privacy_accountant
-    acc = pld_privacy_accountant.PLDAccountant()
     event = dp_accounting.PoissonSampledDpEvent(1 / t, dp_accounting.GaussianDpEvent(sigma))
-    acc.compose(dp_accounting.SelfComposedDpEvent(event, t * epochs))
-    return acc.get_epsilon(DELTA)
+    return dp_accounting_pld_epsilon(event, t * epochs, DELTA)
 
 
 def main() -> None:

@@ -564,7 +564,9 @@ class RandomAllocationEvent(ProtocolEvent):
     :func:`dpplugins.samplers.balls_and_bins` (``RandomCheckIn(n, t, 1.0, "averaged")``; with
     ``participations`` or ``checkin_probability`` given, a
     :class:`dpplugins.samplers.allocation.RandomAllocation`).  The ``balls_and_bins`` accountant
-    accounts ``k = 1`` with any ``p`` and any ``k`` with ``p = 1`` (Gaussian noise)."""
+    accounts every ``k`` and ``p`` with Gaussian noise, :class:`LaplaceEvent` or
+    :class:`RandomizedResponseEvent` steps (the latter two:
+    :mod:`dpplugins.amplification.allocation_mechanisms`)."""
 
     steps_per_epoch: int
     epochs: Any

@@ -54,6 +54,7 @@ SLOW_FILES = frozenset({
     "test_flower.py", "test_fdp_accountant.py", "test_properties.py", "test_pld_exact.py",
     "test_opacus_peer.py", "test_reliability_pld.py", "test_allocation_reliability.py",
     "test_fuzz.py", "test_cli.py", "test_fdp.py", "test_iteration.py", "test_pld_performance.py",
+    "test_allocation_mechanisms.py", "test_allocation_mechanisms_participations.py",
 })
 
 

@@ -351,6 +351,35 @@ def _allocation_participations(data):
     return p
 
 
+def _allocation_base(data):
+    """Random allocation with a base mechanism other than the Gaussian (any ``k`` and ``p``)."""
+    p = _allocation(data)
+    del p["sigma"]
+    p["k"] = data.draw(with_edges(log_int(1, min(p["t"], 16)), 1), "participations")
+    p["p"] = data.draw(with_edges(log_uniform(1e-3, 1.0), 1.0), "checkin_probability")
+    return p
+
+
+def _allocation_laplace(data):
+    return {**_allocation_base(data), "scale": data.draw(SIGMA, "scale")}
+
+
+def _allocation_rr(data):
+    return {**_allocation_base(data),
+            "epsilon0": data.draw(log_uniform(1e-3, 10.0), "epsilon0"),
+            "num_buckets": data.draw(st.integers(2, 10), "num_buckets")}
+
+
+def _allocation_base_dominate(data, p):
+    t = p["_period"]
+    out = {**p, "epochs": _epochs(_more_steps(data, int(p["epochs"] * t)), t)}
+    if "scale" in p:
+        out["scale"] = _less_noise(data, p["scale"])
+    else:
+        out["epsilon0"] = min(10.0, p["epsilon0"] * data.draw(st.floats(1.0, 10.0), label="f"))
+    return out
+
+
 def _allocation_sampler(data):
     p = _allocation(data)
     p["n"] = data.draw(SIZE, "num_examples")
@@ -516,6 +545,23 @@ FAMILIES = [
             "p": "unit_open_closed"},
            {"t": 10, "sigma": 2.0, "epochs": 2, "k": 2, "p": 0.5, "_period": 10},
            _protocol_dominate),
+    Family("allocation_laplace", _allocation_laplace,
+           lambda p: Call.of(RandomAllocationEvent, p["t"], p["epochs"],
+                             Call.of(LaplaceEvent, p["scale"]), participations=p["k"],
+                             checkin_probability=p["p"]),
+           {"t": "count1", "scale": SIGMA_DOMAIN, "epochs": "epochs", "k": "count1",
+            "p": "unit_open_closed"},
+           {"t": 10, "scale": 2.0, "epochs": 2, "k": 1, "p": 0.5, "_period": 10},
+           _allocation_base_dominate, noise="scale"),
+    Family("allocation_rr", _allocation_rr,
+           lambda p: Call.of(RandomAllocationEvent, p["t"], p["epochs"],
+                             Call.of(RandomizedResponseEvent, p["epsilon0"], p["num_buckets"]),
+                             participations=p["k"], checkin_probability=p["p"]),
+           {"t": "count1", "epsilon0": "nonneg", "num_buckets": "count2", "epochs": "epochs",
+            "k": "count1", "p": "unit_open_closed"},
+           {"t": 10, "epsilon0": 1.0, "num_buckets": 2, "epochs": 2, "k": 2, "p": 0.5,
+            "_period": 10},
+           _allocation_base_dominate, noise=None),
     Family("balls_and_bins_sampler", _allocation_sampler,
            lambda p: Call.of(method, Call.of(balls_and_bins, p["n"], p["t"]), "event",
                              p["sigma"], p["epochs"]),

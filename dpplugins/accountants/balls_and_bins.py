@@ -10,7 +10,13 @@ in size; a step without examples is run anyway (a noise-only update).  Supported
 ``k >= 1`` and ``p`` in (0, 1]; several participations with ``p < 1`` are accounted by the
 mixture identities of :mod:`dpplugins.amplification.allocation_participations` ("Check-in
 probability", our derivation: an upper bound from the p = 1 epoch's, a lower bound for the
-remove direction only).  The matching samplers are
+remove direction only).  Steps may also run the Laplace mechanism (``LaplaceEvent``, L1
+sensitivity 1) or randomized response (``RandomizedResponseEvent``, read as zero-out), with
+any ``k`` and ``p``: :mod:`dpplugins.amplification.allocation_mechanisms` (the same
+constructions with the base mechanism's own pair, our derivation); an epoch runs one family
+(Laplace epochs at their smallest scale for the upper bound and largest for the lower bound,
+randomized response at its largest and smallest ``epsilon0``), and a ledger that mixes families
+inside an epoch is refused when the event is composed.  The matching samplers are
 ``balls_and_bins(n, t, participations=k, checkin_probability=p)`` and
 ``RandomCheckIn(n, num_slots=t, checkin_probability=p, variant="averaged")``.  Opacus reports
 a step as ``(noise_multiplier, sample_rate)``; here ``sample_rate = 1 / t`` (what Opacus computes
@@ -57,16 +63,23 @@ from typing import ClassVar
 
 from fractions import Fraction
 
-from dpplugins.accountants.base import Accountant, private_leaves
+from dpplugins.accountants.base import Accountant, UnsupportedEventError, private_leaves
 from dpplugins.amplification.allocation import (default_loss_step, default_summand_step,
                                                 random_allocation_pld)
+from dpplugins.amplification.allocation_mechanisms import (default_mechanism_summand_step,
+                                                           k_out_of_t_mechanism_pld,
+                                                           mechanism_k_loss_step,
+                                                           mechanism_loss_step,
+                                                           supported_base)
 from dpplugins.amplification.allocation_participations import (BracketedPLD, k_out_of_t_loss_step,
                                                                k_out_of_t_pld)
 from dpplugins.errors import NumericalError, ParameterError, check_count, check_positive
-from dpplugins.events import (Event, GaussianEvent, RandomAllocationEvent, RandomCheckInEvent,
+from dpplugins.events import (Event, GaussianEvent, LaplaceEvent, RandomAllocationEvent,
+                              RandomCheckInEvent, RandomizedResponseEvent,
                               steps_per_epoch_for_rate)
 from dpplugins.passes import cut_passes
 from dpplugins.pld import AccuracyWarning, Bounds
+from dpplugins.pld.distribution import FIRST_WINDOW_BINS, within_window_budget
 
 __all__ = ["RandomAllocationAccountant", "steps_per_epoch_from_rate", "epochs_of_history",
            "allocation_of", "epoch_kind"]
@@ -82,8 +95,9 @@ def steps_per_epoch_from_rate(sample_rate: float, *, name: str = "sample_rate") 
 
 
 def allocation_of(event: Event) -> RandomAllocationEvent | str:
-    """``event`` as random allocation this accountant can account (``k = 1`` with any check-in
-    probability, or ``p = 1`` with any ``k``; Gaussian noise), or the reason it is not.  A
+    """``event`` as random allocation this accountant can account (Gaussian noise, Laplace
+    noise or randomized response, any ``k`` and check-in probability), or the reason it is
+    not.  A
     :class:`~dpplugins.events.RandomCheckInEvent` is that protocol (``k = 1``) when it is
     averaged, no example is dropped from a full slot (no binding ``max_batch_size``), the noise
     is added once to the sum, and empty slots are run as noise-only steps."""
@@ -101,9 +115,49 @@ def allocation_of(event: Event) -> RandomAllocationEvent | str:
     if not isinstance(event, RandomAllocationEvent):
         return ("random allocation (RandomAllocationEvent: every example in uniformly random "
                 "steps of each epoch)")
-    if not isinstance(event.event, GaussianEvent):
-        return f"Gaussian noise on every step (got {type(event.event).__name__})"
+    base = event.event
+    if isinstance(base, GaussianEvent):
+        return event
+    if not supported_base(base):
+        return ("Gaussian or Laplace noise or randomized response on every step (got "
+                f"{type(base).__name__})")
     return event
+
+
+def _pass_bases(events) -> tuple:
+    """The base mechanisms that bound a pass whose steps run ``events``: ``(upper, lower)``
+    with ``upper`` dominating every step and ``lower`` dominated by every step (module
+    docstring: the smallest and the largest noise; for randomized response with one number of
+    buckets the largest and the smallest epsilon0, whose trade-off functions are ordered).
+    Gaussian noise is keyed by its noise multiplier.  Raises :class:`ParameterError` for a pass
+    that mixes mechanisms with no such order."""
+    if all(isinstance(e, GaussianEvent) for e in events):
+        sigmas = [e.noise_multiplier for e in events]
+        return min(sigmas), max(sigmas)
+    if all(isinstance(e, LaplaceEvent) for e in events):
+        scales = [e.scale for e in events]
+        return LaplaceEvent(min(scales)), LaplaceEvent(max(scales))
+    if (all(isinstance(e, RandomizedResponseEvent) for e in events)
+            and len({e.num_buckets for e in events}) == 1):
+        eps = [e.epsilon0 for e in events]
+        k = events[0].num_buckets
+        return RandomizedResponseEvent(max(eps), k), RandomizedResponseEvent(min(eps), k)
+    names = sorted({type(e).__name__ for e in events})
+    raise ParameterError("history", f"an epoch whose steps run {', '.join(names)}",
+                         "one mechanism family per epoch (Gaussian, Laplace, or randomized "
+                         "response with one number of buckets)",
+                         "change the mechanism at an epoch boundary")
+
+
+def _families(event: Event) -> set:
+    """The mechanism families of an event's allocation leaves (``(type, buckets)``)."""
+    out = set()
+    for leaf, _ in private_leaves((event,)):
+        verdict = allocation_of(leaf)
+        if isinstance(verdict, RandomAllocationEvent):
+            base = verdict.event
+            out.add((type(base).__name__, getattr(base, "num_buckets", 0)))
+    return out
 
 
 def epochs_of_history(history) -> tuple[dict, dict]:
@@ -111,35 +165,49 @@ def epochs_of_history(history) -> tuple[dict, dict]:
 
     Returns ``(upper, lower)``: dicts ``(sigma, t) -> number of epochs`` for plain random
     allocation, ``(sigma, t, k, p) -> number of epochs`` otherwise (``k`` the participations,
-    ``p`` the check-in probability; :func:`epoch_kind` reads both); ``upper`` keys every epoch on its smallest
-    noise multiplier and counts a partial last epoch as a full one, ``lower`` keys complete
-    epochs on their largest noise multiplier and leaves partial ones out (module docstring)."""
+    ``p`` the check-in probability; :func:`epoch_kind` reads both; ``sigma`` is the base
+    mechanism's event for Laplace noise and randomized response, :func:`_pass_bases`);
+    ``upper`` keys every epoch on its smallest noise multiplier and counts a partial last epoch
+    as a full one, ``lower`` keys complete epochs on their largest noise multiplier and leaves
+    partial ones out (module docstring)."""
     runs = [(allocation_of(leaf), count) for leaf, count in private_leaves(history)]
-    upper: dict[tuple[float, int, int, float], int] = {}
-    lower: dict[tuple[float, int, int, float], int] = {}
+    upper: dict[tuple, int] = {}
+    lower: dict[tuple, int] = {}
     for p, count in cut_passes(runs):
-        sigmas = [e.noise_multiplier for e in p.events]
+        most, least = _pass_bases(p.events)
         proto = p.protocol
         shape = (proto.steps_per_epoch,)
         if (proto.participations, proto.checkin_probability) != (1, 1.0):
             shape += (proto.participations, proto.checkin_probability)
-        key = (min(sigmas),) + shape
+        key = (most,) + shape
         upper[key] = upper.get(key, 0) + count
         if p.complete:
-            key = (max(sigmas),) + shape
+            key = (least,) + shape
             lower[key] = lower.get(key, 0) + count
     return upper, lower
 
 
-def epoch_kind(key: tuple) -> tuple[float, int, int, float]:
-    """``(sigma, t, k, p)`` of a key of :func:`epochs_of_history`."""
+def epoch_kind(key: tuple) -> tuple:
+    """``(sigma, t, k, p)`` of a key of :func:`epochs_of_history` (``sigma`` the Gaussian's
+    noise multiplier, or the base mechanism's event for Laplace noise and randomized
+    response)."""
     return tuple(key) if len(key) == 4 else (key[0], key[1], 1, 1.0)
+
+
+def _in_order(epochs: dict) -> list:
+    """The epochs' ``(key, count)`` in a fixed order: Gaussian kinds first, by value."""
+    return sorted(epochs.items(), key=lambda item: (isinstance(item[0][0], Event),
+                                                   repr(item[0]) if isinstance(item[0][0], Event)
+                                                   else item[0]))
 
 
 def _loss_step(epochs: dict) -> float:
     """The finest default PLD loss step over the epochs' kinds."""
-    return min(default_loss_step(sigma, t, p) if k == 1 else k_out_of_t_loss_step(sigma, t, k)
-               for sigma, t, k, p in map(epoch_kind, epochs))
+    def step(sigma, t, k, p):
+        if isinstance(sigma, Event):
+            return mechanism_k_loss_step(sigma, t, k) if k > 1 else mechanism_loss_step(sigma, t, p)
+        return default_loss_step(sigma, t, p) if k == 1 else k_out_of_t_loss_step(sigma, t, k)
+    return min(step(*epoch_kind(key)) for key in epochs)
 
 
 class RandomAllocationAccountant(Accountant):
@@ -179,6 +247,18 @@ class RandomAllocationAccountant(Accountant):
         verdict = allocation_of(event)
         return True if isinstance(verdict, RandomAllocationEvent) else verdict
 
+    def _check_history(self, history: tuple) -> None:
+        """An epoch must run one mechanism family (:func:`_pass_bases`).  The epochs are cut
+        only when the new event's family differs from the last one's (so a long history of one
+        family costs nothing here)."""
+        if len(history) < 2 or _families(history[-2]) == _families(history[-1]):
+            return
+        try:
+            epochs_of_history(history)
+        except ParameterError as error:
+            raise UnsupportedEventError(history[-1], self.name,
+                                        f"{error.value}: must be {error.valid}") from None
+
     def step_event(self, noise_multiplier: float, sample_rate: float) -> Event:
         """Version 0.1: one step of random allocation into ``t = 1 / sample_rate`` steps."""
         sigma = check_positive("noise_multiplier", noise_multiplier)
@@ -189,7 +269,15 @@ class RandomAllocationAccountant(Accountant):
     def _epoch(self, key: tuple, h_loss: float, level: int, lower: bool = True) -> BracketedPLD:
         sigma, t, k, p = epoch_kind(key)
         cache_key = (key, h_loss, level, lower)
-        if cache_key not in self._epoch_cache:
+        if cache_key not in self._epoch_cache and isinstance(sigma, Event):
+            # Laplace noise or randomized response: sigma is the step's event
+            grid_factor = _LEVELS[level][0]
+            summand_step = (None if grid_factor == 1.0
+                            else default_mechanism_summand_step(sigma, t, grid_factor))
+            self._epoch_cache[cache_key] = k_out_of_t_mechanism_pld(
+                sigma, t, k, 1, checkin_probability=p, value_discretization_interval=h_loss,
+                summand_step=summand_step, memory_limit=self.memory_limit, lower=lower)
+        elif cache_key not in self._epoch_cache:
             grid_factor, cell_factor = _LEVELS[level]
             summand_step = None
             if grid_factor != 1.0:
@@ -208,7 +296,7 @@ class RandomAllocationAccountant(Accountant):
     def _composed(self, epochs: dict, h_loss: float, level: int,
                   lower: bool = True) -> BracketedPLD | None:
         total = None
-        for key, count in sorted(epochs.items()):
+        for key, count in _in_order(epochs):
             part = self._epoch(key, h_loss, level, lower).self_compose(count)
             total = part if total is None else total.compose(part)
         return total
@@ -222,6 +310,14 @@ class RandomAllocationAccountant(Accountant):
             return Bounds(0.0, 0.0)
         why_stopped = "finer grids stopped narrowing it"
         h0 = _loss_step(upper_epochs)
+        # Laplace and randomized-response epochs have no closed form to fall back on: a long
+        # history of large losses would compose a huge FFT window on the default grid, so the
+        # first grid is coarsened to the engine's window budget, and no finer grid is tried
+        # from a window already at it (the pld accountant's rule, reliability issue 21)
+        windowed = any(isinstance(epoch_kind(key)[0], Event) for key in upper_epochs)
+        if windowed:
+            h0, _ = within_window_budget(
+                lambda h: self._composed(upper_epochs, h, 0), h0)
         best, last_gap, slack_share = None, None, None
         # with several participations the lower construction is what limits the gap (it
         # observes only the sum of the summands) and finer grids barely move it, at seconds
@@ -281,6 +377,10 @@ class RandomAllocationAccountant(Accountant):
                 break
             if last_gap is not None and gap > 0.8 * last_gap:
                 break  # finer grids do not help: the slack (or the method) limits the gap
+            if windowed and 2 * composed.composed_window_bins() > FIRST_WINDOW_BINS:
+                why_stopped = ("a finer grid would compose a window above the budget of "
+                               f"{FIRST_WINDOW_BINS:,} bins")
+                break
             last_gap = gap
         if several:
             # several participations: the gap is that of the two constructions (module

@@ -221,6 +221,30 @@ def _lower_summand_step(sigma: float, t: int, summand_step: float | None) -> flo
     return max(step, cap) if math.isfinite(cap) and cap > step else summand_step
 
 
+def dominated_parts(pair, description: str, h_loss: float, *, tail_mass: float,
+                    memory_limit: int) -> tuple:
+    """The parts ``(plds, upper certificates, lower certificates)`` of a dominated construction
+    given as one :class:`~dpplugins.amplification.allocation.AllocationPair`: per direction, the
+    PLD of the pair in both of the engine's slots.  Only its lower bounds mean anything; the
+    upper certificates are exact placeholders (a direction without a lower bound has the lower
+    certificate ``_NONE``, whose factor would divide an upper query by zero)."""
+    plds = {d: PrivacyLossDistribution.from_bracketing_pairs(
+        pair.direction_pair(d, f"{description} ({d})"),
+        pair.direction_pair(d, f"{description} ({d})"),
+        value_discretization_interval=h_loss, tail_mass=tail_mass,
+        memory_limit=memory_limit) for d in ("remove", "add")}
+    return plds, {d: _EXACT for d in ("remove", "add")}, dict(pair.slack)
+
+
+def no_lower_parts(h_loss: float, *, tail_mass: float, memory_limit: int) -> tuple:
+    """The parts of a dominated construction that certifies nothing (a lower bound of 0): a
+    one-outcome PLD and no lower certificate."""
+    none = PrivacyLossDistribution.from_pmfs([1.0], [1.0], value_discretization_interval=h_loss,
+                                             tail_mass=tail_mass, memory_limit=memory_limit)
+    return ({"remove": none, "add": none}, {d: _EXACT for d in ("remove", "add")},
+            {d: _NONE for d in ("remove", "add")})
+
+
 def _lower_epoch(sigma: float, t: int, k: int, h_loss: float, *, tail_mass: float,
                  memory_limit: int, summand_step: float | None,
                  checkin: float = 1.0) -> AllocationPLD:
@@ -260,21 +284,14 @@ def _lower_epoch(sigma: float, t: int, k: int, h_loss: float, *, tail_mass: floa
         if pair is None:
             exact = {d: _EXACT for d in ("remove", "add")}
             if not gaussian_fits:
-                none = PrivacyLossDistribution.from_pmfs(
-                    [1.0], [1.0], value_discretization_interval=h_loss, tail_mass=tail_mass,
-                    memory_limit=memory_limit)
-                return {"remove": none, "add": none}, exact, {d: _NONE for d in exact}
+                return no_lower_parts(h_loss, tail_mass=tail_mass, memory_limit=memory_limit)
             one = PrivacyLossDistribution.from_gaussian(
                 sigma / math.sqrt(k), value_discretization_interval=h_loss,
                 tail_mass=tail_mass, memory_limit=memory_limit)
             return ({"remove": one, "add": one}, exact,
                     weighted({"remove": _Cert(0.0, log_c, 0.0, 0.0), "add": _NONE}))
-        plds = {d: PrivacyLossDistribution.from_bracketing_pairs(
-            pair.direction_pair(d, f"{description} ({d})"),
-            pair.direction_pair(d, f"{description} ({d})"),
-            value_discretization_interval=h_loss, tail_mass=tail_mass,
-            memory_limit=memory_limit) for d in ("remove", "add")}
-        return plds, {d: _EXACT for d in ("remove", "add")}, dict(pair.slack)
+        return dominated_parts(pair, description, h_loss, tail_mass=tail_mass,
+                               memory_limit=memory_limit)
 
     engine = not gaussian_only or (mu2 / 2 + 10 * math.sqrt(mu2) <= 550.0 and gaussian_fits)
     return AllocationPLD(None, None, None, lazy=_Lazy(build), engine=engine, has_lower=True,

@@ -843,7 +843,7 @@ def _point_weights(low: np.ndarray, up: np.ndarray) -> np.ndarray:
     return summand * (1 + 4 * _U)
 
 
-def upper_pair_of_summands(summand: np.ndarray, t: int, h: float, k0: int, a: float,
+def upper_pair_of_summands(summand: np.ndarray, t: int, h: float, k0: float, a: float,
                            ratio_rel: float, truncated: tuple[float, float], tail: float,
                            memory_limit: int, what: str, checkin: float = 1.0) -> AllocationPair:
     """The dominating pair of one epoch from a summand measure on the grid points ``(k0 + j) h``,
@@ -905,16 +905,16 @@ def _lower_fft(sigma: float, t: int, h: float, k0: int, k1: int, tail: float,
 
 
 def lower_pair_of_summands(plain: np.ndarray, special_: np.ndarray, r: float, t: int, h: float,
-                           k0: int, a: float, ratio_rel: float, tail: float, memory_limit: int,
-                           what: str, checkin: float = 1.0,
+                           k0: float, a: float, ratio_rel: float, tail: float,
+                           memory_limit: int, what: str, checkin: float = 1.0,
                            participations: int = 1) -> AllocationPair:
     """The dominated pair of one epoch from the summand's cell masses (module docstring, "Lower
     bound"): ``plain[i]`` and ``special_[i]`` are the masses of cell ``i`` (a summand ``Y`` in
     ``[(k0 + i) h, (k0 + i + 1) h]``, ``k0 >= 0`` real) under Q and under P for the summand
-    holding the example, each within
-    relative ``r`` of the exact one (0 for a dropped cell); the likelihood ratio of the epoch is
-    ``a S`` (``ratio_rel`` bounds the relative error of the computed ``a s``).  ``k =
-    participations``: :func:`_lower_fft`.  The t-fold sums by FFT powers in long double."""
+    holding the example, each within relative ``r`` of the exact one (0 for a dropped cell);
+    the likelihood ratio of the epoch is ``a S`` (``ratio_rel`` bounds the relative error of
+    the computed ``a s``).  ``k = participations``: :func:`_lower_fft`.  The t-fold sums by FFT
+    powers in long double."""
     k = participations
     n = len(plain)
     mgf_q, mgf_s = _LogMGF(plain), _LogMGF(special_)

@@ -128,3 +128,23 @@ def test_laplace_k_out_of_t_monotone_in_checkin_probability_and_below_k_steps():
     assert uppers[0] <= uppers[1] <= uppers[2]
     k_steps = k_out_of_t_mechanism_pld(LaplaceEvent(2.0), 3, 3, 2).delta_for_epsilon(eps)
     assert uppers[2] <= k_steps.upper
+
+
+def test_a_million_steps_per_epoch_answers_below_k_base_steps():
+    """Long fuzz: 3-out-of-10^6 with Laplace scale 200.  The loss step suits the tiny
+    per-epoch loss, and the sum-observation pair's loss range needed 5.3 M grid bins: a
+    ParameterError about ``value_discretization_interval``, which the user never set.  Now the
+    lower construction certifies nothing there (0) and the upper bound answers, below 3 steps
+    of the Laplace mechanism (each example is in 3 steps: a post-processing of 3 base steps),
+    as dp-accounting's pessimistic Laplace PLD computes them."""
+    pld_module = pytest.importorskip("dp_accounting.pld.privacy_loss_distribution")
+    delta = 6.608668790624392e-07
+    acc = create("balls_and_bins")
+    acc.compose(RandomAllocationEvent(10**6, 1, LaplaceEvent(200.0), participations=3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the gap is reported with an AccuracyWarning
+        lower, upper = acc.get_epsilon_bounds(delta)
+    three_steps = pld_module.from_laplace_mechanism(
+        200.0, sensitivity=1, pessimistic_estimate=True,
+        value_discretization_interval=1e-5).self_compose(3)
+    assert 0.0 <= lower <= upper <= three_steps.get_epsilon_for_delta(delta)

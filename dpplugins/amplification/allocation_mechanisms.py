@@ -449,11 +449,15 @@ def _epoch(event: Event, t: int, h_loss: float, *, checkin: float, summand_step,
             upper, dominated = mechanism_allocation_pairs(
                 event, t, checkin_probability=checkin, summand_step=summand_step,
                 memory_limit=memory_limit, lower=lower)
+            return parts_of_pairs(upper, dominated, description, h_loss,
+                                  tail_mass=tail_mass, memory_limit=memory_limit)
         except NumericalError:  # the grid does not fit: one step of the subsampled mechanism
-            return base_mechanism_parts(
-                _base_plds(event, checkin, h_loss, tail_mass, memory_limit), t, checkin)
-        return parts_of_pairs(upper, dominated, description, h_loss, tail_mass=tail_mass,
-                              memory_limit=memory_limit)
+            pass
+        except ParameterError as error:  # the pairs' loss range does not fit the PLD grid
+            if error.name != "value_discretization_interval":
+                raise
+        return base_mechanism_parts(
+            _base_plds(event, checkin, h_loss, tail_mass, memory_limit), t, checkin)
     log_p = math.log(checkin)
     return AllocationPLD(None, None, None, lazy=_Lazy(build), engine=True, has_lower=lower,
                          gaussian_mu2=None, log_t=math.log(t) - log_p, log_weight=log_p)

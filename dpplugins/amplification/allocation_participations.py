@@ -228,11 +228,19 @@ def dominated_parts(pair, description: str, h_loss: float, *, tail_mass: float,
     PLD of the pair in both of the engine's slots.  Only its lower bounds mean anything; the
     upper certificates are exact placeholders (a direction without a lower bound has the lower
     certificate ``_NONE``, whose factor would divide an upper query by zero)."""
-    plds = {d: PrivacyLossDistribution.from_bracketing_pairs(
-        pair.direction_pair(d, f"{description} ({d})"),
-        pair.direction_pair(d, f"{description} ({d})"),
-        value_discretization_interval=h_loss, tail_mass=tail_mass,
-        memory_limit=memory_limit) for d in ("remove", "add")}
+    try:
+        plds = {d: PrivacyLossDistribution.from_bracketing_pairs(
+            pair.direction_pair(d, f"{description} ({d})"),
+            pair.direction_pair(d, f"{description} ({d})"),
+            value_discretization_interval=h_loss, tail_mass=tail_mass,
+            memory_limit=memory_limit) for d in ("remove", "add")}
+    except ParameterError as error:
+        if error.name != "value_discretization_interval":
+            raise
+        # the pair's loss range does not fit the memory limit at this loss step (a loss step
+        # sized for tiny per-epoch losses, 10^6 steps per epoch): no lower bound, which is
+        # valid, instead of an error about a grid step the user never chose
+        return no_lower_parts(h_loss, tail_mass=tail_mass, memory_limit=memory_limit)
     return plds, {d: _EXACT for d in ("remove", "add")}, dict(pair.slack)
 
 

@@ -79,7 +79,7 @@ Gaussian -- the random partition into ``k`` blocks with concurrent composition (
 mixture identities for ``p < 1`` (upper), the sum observation with ``k`` summands from the
 P-law (lower, remove direction) -- with this module's summand laws.
 
-**Where the grid does not fit** (a loss above 600, ``t`` times the grid beyond ``2**50``
+**Where the grid does not fit** (a loss above 550, ``t`` times the grid beyond ``2**50``
 indices, or a grid over the memory limit) the epoch is accounted by one step of the base
 mechanism, with the lower bound ``p delta_M(eps + log(t/p))`` of the remove direction
 (:func:`~dpplugins.amplification.allocation.base_mechanism_parts`), which is also the exact
@@ -101,7 +101,7 @@ from typing import NamedTuple
 import numpy as np
 
 from dpplugins import mechanisms
-from dpplugins.amplification.allocation import (_EXACT, AllocationPLD, _Lazy,
+from dpplugins.amplification.allocation import (_ENGINE_LOSS, _NONE, AllocationPLD, _Lazy,
                                                 base_mechanism_parts, lower_pair_of_summands,
                                                 parts_of_pairs, upper_pair_of_summands)
 from dpplugins.amplification.allocation_participations import (BracketedPLD,
@@ -121,8 +121,12 @@ __all__ = ["mechanism_allocation_pairs",
            "mechanism_k_loss_step"]
 
 _U = float(np.finfo(float).eps) / 2
-#: largest base-mechanism loss for which the summand grid is built
-_MAX_GRID_LOSS = 600.0
+#: largest base-mechanism loss for which the summand grid is built, and for which the PLD
+#: engine's lower bounds of one base step are used (the engine's loss grid ends near 600; a
+#: loss beyond it is treated as infinite, which is valid for upper bounds only -- Laplace
+#: scale 1e-3, three steps, gave a "lower bound" of delta(2000) = 1; the Gaussian module's
+#: ``_ENGINE_LOSS``)
+_MAX_GRID_LOSS = _ENGINE_LOSS
 #: largest absolute sum index (t times the grid's last point) kept exact in double
 _MAX_INDEX = 2.0 ** 50
 #: FFT points of the sum that the default summand step aims at (:func:`_default_step`)
@@ -410,6 +414,15 @@ def _base_plds(event: Event, checkin: float, h_loss: float, tail_mass: float,
             "use more noise (a smaller loss per step)") from None
 
 
+def _base_loss(event: Event) -> float:
+    """The largest privacy loss of one base step (either direction; inf for a zero mass)."""
+    if isinstance(event, LaplaceEvent):
+        return 1.0 / event.scale
+    p, q = zero_out_rr_pair(event.epsilon0, event.num_buckets)
+    with np.errstate(divide="ignore"):
+        return float(np.max(np.abs(np.log(np.array(p)) - np.log(np.array(q)))))
+
+
 def mechanism_loss_step(event: Event, steps_per_epoch: int,
                         checkin_probability: float = 1.0, memory_limit: int = 1 << 30) -> float:
     """Default PLD loss step: a 200th of ``min(max loss, p sqrt(chi^2 / t))`` (the chi-square
@@ -440,11 +453,20 @@ def _epoch(event: Event, t: int, h_loss: float, *, checkin: float, summand_step,
            tail_mass: float, memory_limit: int, lower: bool) -> AllocationPLD:
     description = f"random allocation of {event}, {t} steps/epoch, p={checkin:g}"
 
-    def build():
+    def base():
+        """One (subsampled) base step; no lower bound where its loss exceeds the engine's
+        grid (``_MAX_GRID_LOSS``)."""
+        plds, upper, lower_certs = base_mechanism_parts(
+            _base_plds(event, checkin, h_loss, tail_mass, memory_limit), t, checkin)
         if t == 1:  # exactly the base mechanism on a Poisson subsample at rate p
-            exact = {d: _EXACT for d in ("remove", "add")}
-            return (_base_plds(event, checkin, h_loss, tail_mass, memory_limit), exact,
-                    dict(exact))
+            lower_certs = dict(upper)
+        if not _base_loss(event) <= _MAX_GRID_LOSS:
+            lower_certs = {d: _NONE for d in ("remove", "add")}
+        return plds, upper, lower_certs
+
+    def build():
+        if t == 1:
+            return base()
         try:
             upper, dominated = mechanism_allocation_pairs(
                 event, t, checkin_probability=checkin, summand_step=summand_step,
@@ -456,8 +478,7 @@ def _epoch(event: Event, t: int, h_loss: float, *, checkin: float, summand_step,
         except ParameterError as error:  # the pairs' loss range does not fit the PLD grid
             if error.name != "value_discretization_interval":
                 raise
-        return base_mechanism_parts(
-            _base_plds(event, checkin, h_loss, tail_mass, memory_limit), t, checkin)
+        return base()
     log_p = math.log(checkin)
     return AllocationPLD(None, None, None, lazy=_Lazy(build), engine=True, has_lower=lower,
                          gaussian_mu2=None, log_t=math.log(t) - log_p, log_weight=log_p)

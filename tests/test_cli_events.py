@@ -81,7 +81,9 @@ def test_tiny_noise_answers_infinity():
     assert result.returncode == 0, result.stderr
     rows = {r["accountant"]: r for r in json.loads(result.stdout, parse_constant=_reject)}
     assert rows["pld"]["valid"] and rows["pld"]["epsilon"] is None
-    assert set(rows["pld"]["infinite"]) == {"epsilon", "lower"}
+    # the truth is inf (above); the certified lower bound is finite: the engine's grid ends near
+    # loss 600 and its lower constructions round larger losses down to it (valid, loose)
+    assert "epsilon" in rows["pld"]["infinite"]
     assert not rows["shuffle"]["valid"]
 
 

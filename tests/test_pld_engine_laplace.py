@@ -223,3 +223,49 @@ def test_subsampled_laplace_at_the_largest_scale():
     for direction in ("remove", "add"):
         lo, hi = pair.pairs[direction].loss_range(1e-15)
         assert math.isfinite(lo) and math.isfinite(hi)
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1.2e-3, 1 / 700, 1 / 580])
+@pytest.mark.parametrize("step", [1e-2, 0.05])
+def test_laplace_losses_beyond_the_grid_are_bracketed_by_the_closed_form(scale, step):
+    """Losses above the grid's cap (``MAX_ABS_LOSS`` = 600): scale 1e-3 has losses up to 1000
+    with Q-mass ``e^-1000 / 2`` there, which underflows.  The tangent construction ended flat and
+    put that P-mass at loss +inf, a lower bound of 1 - 1e-13 at every epsilon, 2000 included
+    (where the truth is 0); scale 1.2e-3 raised an OverflowError (``v / Q`` overflowed).  Now
+    both constructions bracket the closed-form profile everywhere and the lower bound is 0 above
+    the largest loss ``1 / scale``."""
+    pld = PrivacyLossDistribution.from_laplace(scale, value_discretization_interval=step)
+    epsilon0 = 1.0 / scale
+    for epsilon in (1.0, 300.0, 550.0, 599.0, 601.0, 650.0, 700.0, epsilon0 - 1.0, epsilon0,
+                    epsilon0 + 1.0, 2000.0):
+        exact = _laplace_profile(epsilon, epsilon0)
+        lower, upper = pld.delta_for_epsilon(epsilon)
+        assert 0.0 <= lower <= exact + 1e-12, (epsilon, lower, exact)
+        assert upper >= exact - 1e-12, (epsilon, upper, exact)
+        if epsilon >= epsilon0:
+            assert lower == 0.0
+    lower, upper = pld.epsilon_for_delta(1e-15)
+    assert 0.0 <= lower <= epsilon0 <= upper
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_composed_laplace_beyond_the_grid_has_no_lower_bound_above_pure_dp(count):
+    """``count`` Laplace(1e-3) steps are ``1000 count``-DP (Dwork & Roth 2014, Thm 3.6 and
+    composition): every certified lower delta above that is 0 and the lower epsilon at any delta
+    is at most it.  Before the fix the lower bounds were ``delta(2000) >= 1`` and
+    ``epsilon(1e-15) >= inf``.  The same for Poisson-subsampled Laplace (rate 1/2), whose loss
+    is at most ``log(1 + q (e^1000 - 1))`` per step (Koskela et al. 2021, Sec. 6)."""
+    pure = 1000.0 * count
+    pld = PrivacyLossDistribution.from_laplace(1e-3, value_discretization_interval=1e-2)
+    pld = pld.self_compose(count)
+    for epsilon in (pure, pure + 1.0, 2.0 * pure, 1e4):
+        assert pld.delta_for_epsilon(epsilon).lower == 0.0
+    assert pld.epsilon_for_delta(1e-15).lower <= pure
+    assert pld.delta_for_epsilon(pure * (1 + 1e-9)).upper >= 0.0
+    sampled_loss = 1000.0 + math.log(0.5)  # log(1 + 0.5 (e^1000 - 1)) to double precision
+    sampled = PrivacyLossDistribution.from_mechanism(
+        mechanisms.poisson_subsampled_laplace(1e-3, 0.5), value_discretization_interval=1e-2)
+    sampled = sampled.self_compose(count)
+    for epsilon in (count * sampled_loss + 1e-6, 2.0 * pure):
+        assert sampled.delta_for_epsilon(epsilon).lower == 0.0
+    assert sampled.epsilon_for_delta(1e-15).lower <= count * sampled_loss + 1e-6

@@ -122,10 +122,9 @@ __all__ = ["mechanism_allocation_pairs",
 
 _U = float(np.finfo(float).eps) / 2
 #: largest base-mechanism loss for which the summand grid is built, and for which the PLD
-#: engine's lower bounds of one base step are used (the engine's loss grid ends near 600; a
-#: loss beyond it is treated as infinite, which is valid for upper bounds only -- Laplace
-#: scale 1e-3, three steps, gave a "lower bound" of delta(2000) = 1; the Gaussian module's
-#: ``_ENGINE_LOSS``)
+#: engine's lower bounds of one base step are used (the engine's loss grid ends near 600: its
+#: upper bounds put a loss beyond at +inf, its lower bounds round it down to the grid's top,
+#: both valid but loose there; the Gaussian module's ``_ENGINE_LOSS``)
 _MAX_GRID_LOSS = _ENGINE_LOSS
 #: largest absolute sum index (t times the grid's last point) kept exact in double
 _MAX_INDEX = 2.0 ** 50

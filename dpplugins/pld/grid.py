@@ -272,12 +272,11 @@ def optimistic_from_bins(bins: LossBins, top_q: float = 0.0) -> GridPMF:
         v_low = max(float(v[last] - v_err[last]), 0.0)
         x_low = x[last] * (1 - u * (abs_eps[last] + 8))
         q_high = q_gt_last * (1 + sum_rel)
-        x_star_low = (x_low + v_low / q_high) * (1 - 4 * u)
-        x_star = x[last] + max(float(v[last]), 0.0) / q_gt_last
+        with np.errstate(over="ignore"):
+            x_star_low = (x_low + v_low / q_high) * (1 - 4 * u)
+            x_star = x[last] + max(float(v[last]), 0.0) / q_gt_last
         atom = (x_low * q_gt_last * (1 - sum_rel) + v_low) * (1 - 4 * u)
-        j_star, moved = _round_loss_down(np.log(x_star_low), h,
-                                         slack=max(np.log(x_star) - np.log(x_star_low), 0.0))
-        j_star = max(min(j_star - lo, n - 1), last)
+        j_star, moved = _kink_index(x_star_low, x_star, x, h, lo, last)
         tail_atom = (j_star, atom)
         fp_error += moved * atom
     # Q-masses at the kinks of the polygon 0..last (g raised by its error: Q-mass moves down)
@@ -322,12 +321,32 @@ def optimistic_from_bins(bins: LossBins, top_q: float = 0.0) -> GridPMF:
     pmf[: last + 1] = x_down * np.maximum(m, 0.0)
     if tail_atom is not None:
         pmf[tail_atom[0]] += tail_atom[1]
-    if q_gt_last > 0:
-        inf_mass = bins.p_inf * (1 - 2 * r_b)
-    else:
-        inf_mass = (bins.p_inf * (1 - 2 * r_b) + max(float(v[last] - v_err[last]), 0.0)) \
-            * (1 - 4 * u)
-    return _trimmed(h, lo, pmf, inf_mass, fp_error)
+    if q_gt_last <= 0:
+        pmf[n - 1] += _flat_tail_mass(bins, float(v[last] - v_err[last]))
+    return _trimmed(h, lo, pmf, bins.p_inf * (1 - 2 * r_b), fp_error)
+
+
+def _flat_tail_mass(bins: LossBins, value: float) -> float:
+    """P-mass put at the top grid point ``eps_hi`` when the polygon ends flat (no Q-mass above
+    its last point, as computed) at ``value`` above ``delta(inf)``.
+
+    A flat end would mean P-mass at loss ``+inf``; but a computed ``Q(L > eps_last) = 0`` with
+    ``value > 0`` means that Q's mass there underflowed, not that the loss is infinite: the
+    Laplace mechanism with scale 10^-3 has losses up to 1000, beyond the grid (capped at
+    ``MAX_ABS_LOSS``), with Q-mass ``e^-1000 / 2``.  Putting ``value`` at ``+inf`` claimed
+    ``delta(eps) > 0`` for every eps, above the true profile past the largest loss (an invalid
+    lower bound).  Instead (our derivation): the true profile is ``delta(x) = p_inf + sum_o P(o)
+    (1 - x e^-L(o))_+`` over the outcomes of finite loss, and each outcome with ``L(o) >=
+    eps_hi`` contributes at least ``(1 - x e^-eps_hi)_+``; so P-mass ``A <= P(eps_hi < L <
+    inf)`` (= ``p_above``, rounded down) at loss ``eps_hi`` gives a profile below the true one
+    for ``x >= x_last``.  For ``x < x_last`` its contribution ``A (1 - x e^-eps_hi)_+`` is at
+    most ``A <= value``, the flat tail it replaces, so the polygon stays below the profile there.
+    Lowering the profile keeps every composed delta a lower bound (Blackwell).  The remaining
+    ``value - A`` (mass of losses between the polygon's end and ``eps_hi``, below the polygon's
+    error bound there) is dropped, which also only lowers the profile."""
+    if not value > 0:
+        return 0.0
+    return min(value, bins.p_above * (1 - 2 * FP_ALLOWANCE)) * (1 - 4 * _UNIT_ROUNDOFF)
 
 
 def _optimistic_hull(bins: LossBins, x: np.ndarray, v: np.ndarray, v_err: np.ndarray, last: int,
@@ -350,11 +369,18 @@ def _optimistic_hull(bins: LossBins, x: np.ndarray, v: np.ndarray, v_err: np.nda
     vs = [np.array([top]), v_low]
     slack = 0.0
     if q_gt_last > 0 and v_low[-1] > 0:
-        x_star_low = (x_low[-1] + v_low[-1] / (q_gt_last * (1 + sum_rel))) * (1 - 4 * u)
-        x_star = x[last] + max(float(v[last]), 0.0) / q_gt_last
-        slack = max(math.log(x_star) - math.log(x_star_low), 0.0)
-        xs.append(np.array([x_star_low]))
-        vs.append(np.array([0.0]))
+        with np.errstate(over="ignore"):
+            x_star_low = (x_low[-1] + v_low[-1] / (q_gt_last * (1 + sum_rel))) * (1 - 4 * u)
+            x_star = x[last] + max(float(v[last]), 0.0) / q_gt_last
+        # a kink beyond the top grid point is moved down to it (a smaller x*: the tail line
+        # only gets lower); this also keeps x* finite when v / Q(L > eps_last) overflows
+        # (a kink clamped onto the last vertex is left out: the end is then flat, see below)
+        top_low = float(x[-1]) * (1 - u * (abs(math.log(float(x[-1]))) + 8))
+        x_star_low = min(float(x_star_low), top_low)
+        if x_star_low > x_low[-1]:
+            slack = max(math.log(min(float(x_star), float(x[-1]))) - math.log(x_star_low), 0.0)
+            xs.append(np.array([x_star_low]))
+            vs.append(np.array([0.0]))
     xs_a, vs_a = np.concatenate(xs), np.concatenate(vs)
     keep = lower_convex_hull(xs_a, vs_a)
     hx, hv = xs_a[keep].astype(ld), vs_a[keep].astype(ld)
@@ -378,8 +404,26 @@ def _optimistic_hull(bins: LossBins, x: np.ndarray, v: np.ndarray, v_err: np.nda
         j = min(max(j - lo, last), n - 1)
         fp_error += snapped * mass
         pmf[j] += mass
-    inf_mass = max(bins.p_inf * (1 - 2 * FP_ALLOWANCE) + max(float(hv[-1]), 0.0), 0.0) * (1 - 4 * u)
-    return _trimmed(h, lo, pmf, inf_mass, fp_error)
+    # a flat end (no Q-mass above the last vertex as computed): see _flat_tail_mass
+    pmf[n - 1] += _flat_tail_mass(bins, float(hv[-1]))
+    return _trimmed(h, lo, pmf, bins.p_inf * (1 - 2 * FP_ALLOWANCE), fp_error)
+
+
+def _kink_index(x_star_low: float, x_star: float, x: np.ndarray, h: float, lo: int,
+                last: int) -> tuple[int, float]:
+    """Index (from ``lo``) of the grid point at or below the tail kink ``x*`` of the tangent
+    construction, given a lower estimate ``x_star_low`` and the computed ``x_star`` (either may
+    be ``inf`` when ``v / Q(L > eps_last)`` overflows), and the distance moved up (see
+    :func:`_round_loss_down`).  A kink at or beyond the top grid point ``x[-1]`` goes to it: its
+    loss is then at least ``eps_hi``, and rounding a loss down keeps the construction below the
+    profile."""
+    n = len(x)
+    top_high = float(x[-1]) * (1 + _UNIT_ROUNDOFF * (abs(math.log(float(x[-1]))) + 8))
+    if not x_star_low < top_high:
+        return n - 1, 0.0
+    slack = max(math.log(min(float(x_star), float(x[-1]))) - math.log(float(x_star_low)), 0.0)
+    j, moved = _round_loss_down(math.log(float(x_star_low)), h, slack=slack)
+    return max(min(j - lo, n - 1), last), moved
 
 
 def _round_loss_down(loss: float, h: float, slack: float = 0.0) -> tuple[int, float]:

@@ -480,7 +480,8 @@ class ShuffleAccountant(Accountant):
     # Thm 5.1 for (eps0, delta0) randomizers, or no amplification; the families with exact
     # parameters (UnaryEncodingEvent, SubsetSelectionEvent, LocalHashingEvent,
     # BoundedLaplaceEvent) -- dpplugins.amplification.shuffle_model_families (FMT21 at their
-    # eps0, the FMT23 errata's Lemma 7.3 where it applies).  Replace-one bounds, which
+    # eps0, the FMT23 errata's Lemma 7.3 and a relaxed privacy blanket where they apply).
+    # Replace-one bounds, which
     # cover zero-out ("add_remove").  One round: the direct bounds; several rounds: the rounds'
     # dominating PLDs composed by FFT, beside exact lower-bound pairs composed the same way.  A
     # ledger holds shuffle-model rounds or shuffled epochs, not both.
@@ -497,8 +498,9 @@ class ShuffleAccountant(Accountant):
         "(eps0, delta0) randomizers by Balle et al. 2020 Thm 5.1; unary encoding (SUE: "
         "Erlingsson et al. 2014; OUE: Wang et al. 2017), k-subset selection (Ye & Barg 2018; Wang "
         "et al. 2016), optimized local hashing (Wang et al. 2017) and Laplace on [0, 1] (Dwork et "
-        "al. 2006) by FMT21 Thm 3.1 at their eps0 and the FMT23 errata's Lemma 7.3 "
-        "(arXiv:2208.04591) with their exact (p, q), lower bounds from exact dataset pairs; "
+        "al. 2006) by FMT21 Thm 3.1 at their eps0, the FMT23 errata's Lemma 7.3 "
+        "(arXiv:2208.04591) with their exact (p, q) and a relaxed privacy blanket (Balle et al. "
+        "2019), lower bounds from exact dataset pairs; "
         "rounds composed by PLD/FFT (Doroshenko et al. 2022).")
 
     @staticmethod

@@ -123,7 +123,8 @@ conjecture (not used).  Every other row has a positive blank mass, where the red
 encoding, subset selection and local hashing get a valid family-specific bound from the FMT23
 errata's Lemma 7.3 instead (:mod:`dpplugins.amplification.shuffle_model_families`,
 :mod:`dpplugins.amplification.shuffle_model_errata`; for k-RR that pair *is* the blanket);
-Laplace keeps FMT21.  The exact blankets of those families (a two-dimensional inner sum) are not
+Laplace keeps FMT21.  Those families also get a relaxed privacy blanket (:class:`Blanket`;
+the module there says how); their exact blankets (a four-category count) are not
 implemented.
 
 Numerics (what is certified)
@@ -183,6 +184,10 @@ from dpplugins.errors import (NumericalError, ParameterError, check_count, check
                               check_open_unit, check_positive)
 from dpplugins.numerics import smallest_epsilon
 from dpplugins.pld import Bounds, PrivacyLossDistribution
+
+#: category laws ``(pi, v0, v1)`` of a count pair: the others' law, the differing user's on X0
+#: and on X1, each over the categories (A, B, C)
+Laws = tuple[tuple[float, float, float], tuple[float, float, float], tuple[float, float, float]]
 
 _U = float(np.finfo(float).eps) / 2
 #: the unit round-off of double precision (shared with the sibling shuffle-model modules)
@@ -868,13 +873,25 @@ def _krr_laws(eps0: float, k: int) -> tuple[float, float, float]:
     return e, z, k / z
 
 
-@functools.lru_cache(maxsize=256)
-def _blanket_conditional(eps0: float, k: int, m: int) -> CountPair:
-    """The blanket pair given ``m`` reports from the blanket (the differing user's and ``m - 1``
-    blanket users'): categories a, b, rest; blanket reports are uniform on the k values."""
+def krr_blanket_laws(eps0: float, k: int) -> Laws:
+    """Blanket laws ``(pi, v0, v1)`` of k-RR over the categories a, b, rest: blanket reports
+    are uniform on the k values, the differing user reports a, b, rest w.p. ``(E, 1, k-2)/Z``
+    on X0 (a and b swapped on X1)."""
     e, z, _ = _krr_laws(eps0, k)
-    return CountPair(m, (1.0 / k, 1.0 / k, (k - 2) / k), (e / z, 1 / z, (k - 2) / z),
-                     (1 / z, e / z, (k - 2) / z), description=f"{k}-RR blanket, m={m}")
+    return ((1.0 / k, 1.0 / k, (k - 2) / k), (e / z, 1 / z, (k - 2) / z),
+            (1 / z, e / z, (k - 2) / z))
+
+
+@functools.lru_cache(maxsize=512)
+def _conditional_pair(laws: Laws, m: int) -> CountPair:
+    """The blanket pair given ``m`` reports from the blanket (the differing user's and ``m - 1``
+    blanket users'), over the categories of ``laws``."""
+    return CountPair(m, *laws, description=f"blanket pair, m={m}")
+
+
+def _blanket_conditional(eps0: float, k: int, m: int) -> CountPair:
+    """The k-RR blanket pair given ``m`` reports from the blanket."""
+    return _conditional_pair(krr_blanket_laws(eps0, k), m)
 
 
 class StackedBlanket:
@@ -886,9 +903,7 @@ class StackedBlanket:
     def __init__(self, eps0: float, k: int, blocks: Sequence[tuple[int, float]],
                  laws: tuple | None = None) -> None:
         if laws is None:
-            e, z, _ = _krr_laws(eps0, k)
-            laws = ((1.0 / k, 1.0 / k, (k - 2) / k), (e / z, 1 / z, (k - 2) / z),
-                    (1 / z, e / z, (k - 2) / z))
+            laws = krr_blanket_laws(eps0, k)
         # ``laws = (pi, v0, v1)`` with ``pi_A = pi_B`` (so theta = 1/2) and the pair symmetric
         self.pi, self.v0, self.v1 = (tuple(float(v) for v in law) for law in laws)
         pab = self.pi[0] + self.pi[1]
@@ -943,23 +958,27 @@ class StackedBlanket:
         return value + error * (1 + 1e-12) + self.outside, -x * max(tail, 0.0)
 
 
-class KRRBlanket:
-    """Certified upper bound for shuffled k-RR from its privacy blanket (module docstring,
-    "k-ary randomized response: the blanket").
+class Blanket:
+    """Certified upper bound for a shuffled randomizer from a blanket decomposition (module
+    docstring, "k-ary randomized response: the blanket", which holds verbatim for any laws).
 
-    ``delta(eps) = sum_m P(M = m) delta_m(eps)`` with ``M - 1 ~ Bin(n - 1, gamma)``,
-    ``gamma = k/(e^eps0 + k - 1)``, and ``delta_m`` the divergence of the differing user's report
-    hidden among ``m - 1`` uniform reports (:func:`_blanket_conditional`).  ``delta_m`` does not
-    increase with m (one more uniform report is a post-processing), so a block ``[m1, m2]`` of
-    values of M is bounded by ``P(M in block) delta_{m1}``.  Blocks have relative width ``eta``
-    within 4 standard deviations of the mean of M and ``10 eta`` outside (a lower-tail block
-    stops where the centre begins); M outside the e^-75 window is charged in full.
-    """
+    ``delta(eps) <= sum_m P(M = m) delta_m(eps)`` with ``M - 1 ~ Bin(n - 1, gamma)`` (``gamma``
+    the blanket's total mass) and ``delta_m`` the divergence of the count pair of ``laws =
+    (pi, v0, v1)`` with ``m`` users (:func:`_conditional_pair`; ``pi`` the blanket's law on the
+    categories A, B, C, ``v0``/``v1`` the differing user's on X0/X1, possibly sub-probability
+    after a relaxation, see :mod:`dpplugins.amplification.shuffle_model_families`).  ``delta_m``
+    does not increase with m: adding a blanket report is a post-processing, and for any iid
+    summands ``E[(T_(m+1))_+]/(m+1) <= E[(T_m)_+]/m`` (``T_(m+1)/(m+1)`` is the mean of the
+    ``m + 1`` leave-one-out means, and ``(.)_+`` is convex; our derivation), so a block
+    ``[m1, m2]`` of values of M is bounded by ``P(M in block) delta_{m1}``.  Blocks have relative
+    width ``eta`` within 4 standard deviations of the mean of M and ``10 eta`` outside (a
+    lower-tail block stops where the centre begins); M outside the e^-75 window is charged in
+    full.  Needs ``pi_A = pi_B`` and a pair symmetric under swapping A and B."""
 
-    def __init__(self, eps0: float, n: int, k: int, *, eta: float = 1e-3) -> None:
-        self.eps0, self.n, self.k = eps0, n, k
-        _, _, gamma = _krr_laws(eps0, k)
-        self.gamma = gamma
+    def __init__(self, eps0: float, n: int, gamma: float, laws: Laws, *,
+                 eta: float = 1e-3) -> None:
+        self.eps0, self.n, self.gamma = eps0, n, gamma
+        self.laws = tuple(tuple(float(v) for v in law) for law in laws)
         lo, hi, out = binomial_window(n - 1, gamma)
         self.outside = out
         counts = np.arange(lo, hi + 1)
@@ -981,7 +1000,10 @@ class KRRBlanket:
         self.blocks = [(m, w) for m, w in self.blocks if w > 0]
         small = [(m, w) for m, w in self.blocks if m < 20_000]
         self.large = [(m, w) for m, w in self.blocks if m >= 20_000]
-        self.stack = StackedBlanket(eps0, k, small) if small else None
+        self.stack = StackedBlanket(eps0, 2, small, laws=self.laws) if small else None
+
+    def _pair(self, m: int) -> CountPair:
+        return _conditional_pair(self.laws, m)
 
     def evaluate(self, epsilon: float) -> tuple[Bounds, float]:
         if epsilon >= self.eps0 or self.eps0 == 0:
@@ -992,7 +1014,7 @@ class KRRBlanket:
             total += value
             slope += s
         for m, weight in self.large:
-            b, s = _blanket_conditional(self.eps0, self.k, m).evaluate(epsilon)
+            b, s = self._pair(m).evaluate(epsilon)
             total += weight * b.upper
             slope += weight * s
         return Bounds(0.0, min(total, 1.0)), slope
@@ -1004,15 +1026,24 @@ class KRRBlanket:
         def upper(e):
             b, s = self.evaluate(e)
             return b.upper, s
-        e = math.exp(self.eps0)
-        guess = math.sqrt(2 * math.log(1 / delta) * 2 * (e + self.k - 1) / self.n) * math.tanh(
-            self.eps0 / 2) * 2
+        # the k-RR scale sqrt(2 log(1/delta) 2 (E + k - 1) / n), with k / Z = gamma pi_A
+        guess = math.sqrt(2 * math.log(1 / delta) * 2 / (self.gamma * self.laws[0][0] * self.n)
+                          ) * math.tanh(self.eps0 / 2) * 2
         return newton_smallest_epsilon(upper, delta, self.eps0, min(guess, 0.5 * self.eps0))
 
     def profile(self, epsilons: np.ndarray) -> np.ndarray:
         """The upper bound at each of ``epsilons`` (vectorised over blocks, not over eps)."""
         return np.array([self.delta(float(e)) for e in np.ravel(epsilons)]).reshape(
             np.shape(epsilons))
+
+
+class KRRBlanket(Blanket):
+    """The privacy blanket of k-RR (module docstring): ``gamma = k/(e^eps0 + k - 1)``, blanket
+    reports uniform (:func:`krr_blanket_laws`)."""
+
+    def __init__(self, eps0: float, n: int, k: int, *, eta: float = 1e-3) -> None:
+        self.k = k
+        super().__init__(eps0, n, _krr_laws(eps0, k)[2], krr_blanket_laws(eps0, k), eta=eta)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1091,8 +1122,8 @@ def krr_lower_pairs(eps0: float, n: int, k: int) -> dict[str, CountPair]:
 # --------------------------------------------------------------------------------------------
 # one round: certified upper and lower bounds
 # --------------------------------------------------------------------------------------------
-#: largest number of M-blocks of the k-RR blanket; beyond it the blocks widen (still valid)
-_MAX_BLANKET_BLOCKS = 4000
+#: largest number of M-blocks of a blanket; beyond it the blocks widen (still valid)
+MAX_BLANKET_BLOCKS = _MAX_BLANKET_BLOCKS = 4000
 #: above this n the binary-RR worst case falls back to the clone pair (time)
 _MAX_EXACT_BINARY_N = 1_000_000_000
 #: above this n the binary-RR privacy *profile* (for composition: many cores at many eps) uses
@@ -1106,6 +1137,19 @@ def _check_n_delta(n, delta) -> tuple[int, float]:
 
 def _blanket(eps0: float, n: int, k: int) -> KRRBlanket:
     return _cached_blanket(eps0, n, k)
+
+
+@functools.lru_cache(maxsize=64)
+def cached_blanket(eps0: float, n: int, gamma: float, laws: Laws,
+                   max_blocks: int = MAX_BLANKET_BLOCKS) -> Blanket:
+    """:class:`Blanket` with at most ``max_blocks`` blocks of M (their width doubles until it
+    fits; wider blocks are still valid, only looser)."""
+    eta = 2.5e-3
+    blanket = Blanket(eps0, n, gamma, laws, eta=eta)
+    while len(blanket.blocks) > max_blocks:
+        eta *= 2
+        blanket = Blanket(eps0, n, gamma, laws, eta=eta)
+    return blanket
 
 
 @functools.lru_cache(maxsize=64)

@@ -21,6 +21,12 @@ Which bounds are certified (and why)
   ``(p*, q*)``-monotonicity (``q >= q* + 2 (p* - p)``) would then need
   ``q* = 1/E - 2 p* >= 0``, false for Laplace (``p* = 1/(sqrt(E)(sqrt(E) + 1)) > 1/(2E)``), so
   Laplace keeps FMT21.
+* **The privacy blanket** (Balle, Bell, Gascon, Nissim, CRYPTO 2019, arXiv:1903.02837; the
+  optimal decomposition of Su, Cheng, Wang, arXiv:2504.07414), relaxed to three categories
+  (below): valid for every randomizer, tighter than Lemma 7.3 at large eps0 (OUE, eps0 = 8,
+  n = 1000, delta = 1e-6: 3.34 where Lemma 7.3 and FMT21 give no amplification, with a
+  certified lower bound of 2.84), looser at small eps0 (OUE, eps0 = 2: 0.284 against 0.276);
+  each round takes the smaller.
 * **Not used: the variation-ratio bound** of Wang et al. (VLDB 2024, arXiv:2304.05007).  Its
   reduction puts the differing user's "blank" component among the other users' (the step of the
   withdrawn FMT23 Lemma 3.5), and is false for k-RR
@@ -66,6 +72,46 @@ Laplace on [0, 1], scale ``1/eps0``        ``1 - e^(-eps0/2)`` at           not 
 (Dwork, McSherry, Nissim, Smith, TCC       ``|x0 - x1| = 1`` (depends on
 2006)                                      the pair)
 =========================================  ===============================  =====================
+
+The privacy blanket
+-------------------
+Decompose every input's law as ``R(z) = c + (R(z) - c)`` with one measure ``c <= R(z)`` for
+every z (mass ``gamma``).  Revealing, for each other user, whether they drew from ``c /
+gamma`` and the reports of those who did not is a post-processing that only helps the
+adversary, so ``delta(eps) <= sum_m P(M = m) delta_m(eps)``, ``M - 1 ~ Bin(n - 1, gamma)``,
+with ``delta_m`` the divergence of the differing user's report hidden among ``m - 1`` blanket
+reports (Balle et al. 2019, Sec. 3); equivalently Su et al.'s ``(1/n) E[(sum_{i<=n} G_i)_+]``
+with ``G = (R(x0)(y) - e^eps R(x1)(y)) / c(y)`` w.p. ``c(y)`` and 0 otherwise (the identity
+``E[f(K)] / n = gamma E[f(M) / M]`` for ``K ~ Bin(n, gamma)``, ``f(0) = 0``; our derivation).
+For unary encoding, subset selection and local hashing an output y either supports ``x0``
+(bit x0 set, ``x0 in S``, ``y = h(x0)``) or not, likewise ``x1``, and with the blanket ``c``
+below ``R(x0)(y) / c(y) = e^eps0`` where y supports x0 and 1 elsewhere (likewise ``x1``), so
+the multiset's likelihood ratio depends only on the counts of the four classes 10, 01, 11, 00
+(our derivation from the laws):
+
+========================  ===================================  ============================
+randomizer                blanket ``c(y)``                     class masses ``w10 = w01, w11, w00``
+========================  ===================================  ============================
+unary encoding (a, b)     ``base(y) (1-a)/(1-b)``, base: all   ``(1-a) b``, ``(1-a) b^2/(1-b)``,
+                          bits Bern(b) (the minimum except at  ``(1-a)(1-b)``
+                          the all-ones vector)
+k-subset of [d]           ``1/Z`` (the minimum: some value is  ``C(d-2,k-1)/Z``,
+                          outside S)                           ``C(d-2,k-2)/Z``, ``C(d-2,k)/Z``
+OLH, g buckets            ``1/(|H| (E+g-1))`` (the minimum     ``(1-1/g)/(E+g-1)``,
+                          unless h is constant)                ``1/(g (E+g-1))``,
+                                                               ``(g-2+1/g)/(E+g-1)``
+========================  ===================================  ============================
+
+The exact blanket needs a four-category count.  We relax class 11, whose summand is
+``e^eps0 (1 - e^eps)`` per report, to ``1 - e^eps`` (larger for eps >= 0: the bound can only
+grow) and merge it into 00, which leaves the three-category count pair of
+:class:`~dpplugins.amplification.shuffle_model.Blanket` (:func:`two_class_blanket`).  Lemma
+7.3's pair is the other extreme of the same idea (our observation): the blanket ``c / e^eps0``
+on class 00 makes both classes' ratio ``e^eps0``, with no relaxation but a smaller blanket.
+The blankets in between (``t c`` on class 00, ``1/E <= t <= 1``) were never better than the
+better end (numerically checked: OUE at (eps0, n) = (1, 1e4), (2, 1e3), (2, 1e5), (4, 1e4),
+(8, 1e3), delta 1e-6, t = E^-s for s in {0, 1/4, 1/2, 3/4, 1}), so the two ends are computed
+and the smaller is used.
 
 Lower bounds
 ------------
@@ -116,7 +162,9 @@ class Family:
     ``eps0``: its local privacy level; ``beta``: total variation between two inputs (the largest,
     for Laplace); ``lemma73``: ``(p, q)`` of the errata's eq. (9), the same for every pair of
     inputs, or None where that does not hold; ``lower_laws``: three-category laws of datasets
-    used for lower bounds; ``vr``: Wang et al.'s ``(p, beta, q)`` (for comparison only)."""
+    used for lower bounds; ``vr``: Wang et al.'s ``(p, beta, q)`` (for comparison only);
+    ``blanket``: ``(gamma, laws)`` of the relaxed privacy blanket (:func:`two_class_blanket`),
+    or None where it is not derived (Laplace)."""
 
     name: str
     eps0: float
@@ -124,6 +172,7 @@ class Family:
     lemma73: tuple[float, float] | None
     lower_laws: tuple[Laws, ...] = field(repr=False)
     vr: tuple[float, float, float] = field(repr=False)
+    blanket: tuple[float, Laws] | None = field(default=None, repr=False)
 
 
 def _check_eps0(eps0) -> float:
@@ -137,10 +186,35 @@ def _complete(a: float, b: float) -> tuple[float, float, float]:
     return (a, b, max(0.0, 1.0 - a - b))
 
 
-def _make(name: str, eps0: float, beta: float, symmetric: bool, laws) -> Family:
+def two_class_blanket(eps0: float, w10: float, w11: float, w00: float
+                      ) -> tuple[float, Laws]:
+    """``(gamma, laws)`` of the relaxed privacy blanket of a randomizer whose outputs fall into
+    classes by whether they "support" ``x0`` and ``x1`` (module docstring, "The privacy
+    blanket"): ``w_st`` is the blanket mass of the outputs supporting ``x0`` iff ``s = 1`` and
+    ``x1`` iff ``t = 1`` (``w01 = w10`` by symmetry), and the likelihood ratio of ``R(x0)``
+    (``R(x1)``) to the blanket is ``e^eps0`` on outputs supporting ``x0`` (``x1``), 1 elsewhere.
+    Class 11 (ratio ``e^eps0`` to both) is relaxed into the rest with ratio 1: its summand
+    ``e^eps0 (1 - e^eps)`` becomes the larger ``1 - e^eps``, which can only raise the bound.
+
+    Example::
+
+        >>> import math
+        >>> gamma, (pi, v0, v1) = two_class_blanket(1.0, 0.1, 0.0, 0.5)   # 3-RR: w = 1 / Z
+        >>> round(gamma, 12), round(v0[0] / pi[0] / gamma, 12) == round(math.e, 12)
+        (0.7, True)
+    """
+    e = math.exp(eps0)
+    rest = w11 + w00
+    gamma = 2 * w10 + rest
+    pi = (w10 / gamma, w10 / gamma, rest / gamma)
+    return gamma, (pi, (e * w10, w10, rest), (w10, e * w10, rest))
+
+
+def _make(name: str, eps0: float, beta: float, symmetric: bool, laws,
+          blanket: tuple[float, Laws] | None = None) -> Family:
     e = math.exp(eps0)
     lemma = decomposition_for_total_variation(eps0, beta) if symmetric else None
-    return Family(name, eps0, beta, lemma, tuple(laws), (e, beta, e))
+    return Family(name, eps0, beta, lemma, tuple(laws), (e, beta, e), blanket)
 
 
 def unary_encoding(eps0: float, d: int, *, optimized: bool = False) -> Family:
@@ -167,8 +241,10 @@ def unary_encoding(eps0: float, d: int, *, optimized: bool = False) -> Family:
     v0 = _complete(a * (1 - b), (1 - a) * b)
     v1 = (v0[1], v0[0], v0[2])
     third = _complete(b * (1 - b), b * (1 - b))
-    return _make("oue" if optimized else "sue", eps0, a - b, True, [(v0, v0, v1),
-                                                                    (third, v0, v1)])
+    # blanket c_y = base(y) (1-a)/(1-b) <= R(z)(y) for every z (base: all bits Bern(b))
+    blanket = two_class_blanket(eps0, (1 - a) * b, (1 - a) * b * b / (1 - b), (1 - a) * (1 - b))
+    return _make("oue" if optimized else "sue", eps0, a - b, True,
+                 [(v0, v0, v1), (third, v0, v1)], blanket)
 
 
 def subset_selection(eps0: float, d: int, k: int) -> Family:
@@ -198,14 +274,17 @@ def subset_selection(eps0: float, d: int, k: int) -> Family:
     with_x = comb(d - 3, k - 2) if k >= 2 else 0     # ... that also hold a third value x
     third_a = (e * with_x + comb(d - 3, k - 1)) / z
     third = _complete(third_a, third_a)
+    blanket = two_class_blanket(eps0, only / z, (comb(d - 2, k - 2) if k >= 2 else 0) / z,
+                                comb(d - 2, k) / z)            # c_S = 1/Z (some z is not in S)
     fam = _make(f"subset(d={d},k={k})", eps0, (e - 1) * only / z, True,
-                [(v0, v0, v1), (third, v0, v1)])
+                [(v0, v0, v1), (third, v0, v1)], blanket)
     if k == 1:
         # d-ary randomized response: R(x) >= p Q0 + p Q1 + q W with W uniform on the d - 2
         # values other than x0, x1 and q = (d-2)/Z (our derivation; the privacy blanket)
         p_star = fam.lemma73[0]                      # only / z, rounded up
         q_star = max(0.0, (d - 2) / z * (1 - 1e-12) - 2 * (p_star - only / z))
-        fam = Family(fam.name, eps0, fam.beta, (p_star, q_star), fam.lower_laws, fam.vr)
+        fam = Family(fam.name, eps0, fam.beta, (p_star, q_star), fam.lower_laws, fam.vr,
+                     fam.blanket)
     return fam
 
 
@@ -230,7 +309,10 @@ def local_hashing(eps0: float, g: int) -> Family:
     v0 = _complete(split * e / z, split / z)
     v1 = (v0[1], v0[0], v0[2])
     third = _complete(split / g, split / g)
-    return _make(f"olh(g={g})", eps0, split * (e - 1) / z, True, [(v0, v0, v1), (third, v0, v1)])
+    # blanket c_(h,y) = 1/(|H| Z): collisions h(x0) = h(x1) have probability 1/g
+    blanket = two_class_blanket(eps0, split / z, 1 / (g * z), (g - 2 + 1 / g) / z)
+    return _make(f"olh(g={g})", eps0, split * (e - 1) / z, True,
+                 [(v0, v0, v1), (third, v0, v1)], blanket)
 
 
 def _laplace_sf(t: float, x: float, b: float) -> float:
@@ -293,15 +375,24 @@ def _epsilon_cached(family: Family, n: int, delta: float) -> ShuffleBound:
         p, q = family.lemma73
         cands["errata_lemma73"] = min(errata_pair(family.eps0, n, p, q).epsilon(delta),
                                       family.eps0)
+    if family.blanket is not None:
+        cands["blanket"] = min(_blanket(family, n).epsilon(delta), family.eps0)
     best = min(cands, key=cands.get)
     return ShuffleBound(min(cands[best], family.eps0), delta, best, family.eps0, n, family.name,
                         cands)
 
 
+def _blanket(family: Family, n: int, max_blocks: int | None = None) -> _sm.Blanket:
+    gamma, laws = family.blanket
+    return _sm.cached_blanket(family.eps0, n, gamma, laws,
+                              max_blocks or _sm.MAX_BLANKET_BLOCKS)
+
+
 def epsilon(family: Family, n: int, delta: float) -> ShuffleBound:
-    """Certified upper bound on epsilon(delta) of one shuffled round: the smaller of FMT21 at the
-    family's eps0 (and the closed forms it beats) and, where it applies, the errata's Lemma 7.3
-    pair with the family's ``(p, q)`` (module docstring).  ``.candidates`` lists each.
+    """Certified upper bound on epsilon(delta) of one shuffled round: the smallest of FMT21 at
+    the family's eps0 (and the closed forms it beats) and, where they apply, the errata's Lemma
+    7.3 pair with the family's ``(p, q)`` and the relaxed privacy blanket (module docstring).
+    ``.candidates`` lists each.
 
     Example::
 
@@ -371,6 +462,8 @@ def delta_bounds(family: Family, n: int, epsilon_: float) -> Bounds:
     upper = _sm._fmt21_clone(family.eps0, n).delta(eps).upper
     if family.lemma73 is not None:
         upper = min(upper, errata_pair(family.eps0, n, *family.lemma73).delta(eps))
+    if family.blanket is not None:
+        upper = min(upper, _blanket(family, n).delta(eps))
     lower = 0.0
     for laws in family.lower_laws:
         if _usable(laws):
@@ -397,6 +490,7 @@ def upper_profile(family: Family, n: int):
     family, n, _ = _check(family, n, 0.5)
     fmt21 = _sm._fmt21_clone(family.eps0, n)
     pair = errata_pair(family.eps0, n, *family.lemma73) if family.lemma73 is not None else None
+    blanket = _blanket(family, n, 48) if family.blanket is not None else None
 
     memo = _profile_memo(family, n)   # values per eps (every PLD of (family, n) reuses them)
 
@@ -414,6 +508,8 @@ def upper_profile(family: Family, n: int):
                 v = fmt21.delta(e).upper
                 if pair is not None:
                     v = min(v, pair.delta(e))
+                if blanket is not None:
+                    v = min(v, blanket.delta(e))
             memo[e] = v
             out.append(v)
         return np.array(out).reshape(eps.shape)

@@ -354,3 +354,21 @@ def test_blanket_amplifies_where_lemma73_does_not():
     assert up.candidates["errata_lemma73"] >= 7.9 and up.candidates["fmt21"] >= 7.9
     assert low.epsilon <= up.epsilon < 3.5
     assert low.epsilon > 2.5
+
+
+def test_subset_selection_with_binomials_beyond_float_range():
+    """d = 10^4, k = 5000: C(d-1, k-1) has about 3000 digits and ``e^eps0 * C(...)`` raised an
+    OverflowError.  The laws are ratios of binomials: checked against exact integer binomials
+    (Python's math.comb with Fraction), and the bounds answer."""
+    from fractions import Fraction
+    d, k, eps0 = 10_000, 5000, 1.0
+    family = fam.subset_selection(eps0, d, k)
+    base = math.comb(d - 1, k - 1)
+    ratio = lambda a, b: float(Fraction(math.comb(a, b), base))  # noqa: E731
+    z = math.e + ratio(d - 1, k)
+    assert family.beta == pytest.approx((math.e - 1) * ratio(d - 2, k - 1) / z, rel=1e-12)
+    gamma, (pi, v0, v1) = family.blanket
+    assert gamma == pytest.approx(ratio(d, k) / z, rel=1e-12)
+    assert pi[2] * gamma == pytest.approx((ratio(d - 2, k - 2) + ratio(d - 2, k)) / z, rel=1e-12)
+    up, low = fam.epsilon(family, 10_000, 1e-6), fam.lower_bound(family, 10_000, 1e-6)
+    assert 0 < low.epsilon <= up.epsilon < up.candidates["fmt21"]

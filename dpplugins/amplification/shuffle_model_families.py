@@ -266,16 +266,19 @@ def subset_selection(eps0: float, d: int, k: int) -> Family:
     if k >= d:
         raise ParameterError("k", k, f"in [1, d - 1] = [1, {d - 1}]")
     e = math.exp(eps0)
-    comb = math.comb
-    z = e * comb(d - 1, k - 1) + comb(d - 1, k)
-    only = comb(d - 2, k - 1)                      # subsets holding x0 but not x1
+    # subset counts relative to C(d-1, k-1) (ratios of binomials, so that d = 10^4, k = 5000
+    # does not overflow a float): Z, and the subsets holding x0 not x1, both, neither
+    z = e + (d - k) / k
+    only = (d - k) / (d - 1)
+    both = (k - 1) / (d - 1)
+    neither = (d - k) * (d - k - 1) / (k * (d - 1))
     v0 = _complete(e * only / z, only / z)
     v1 = (v0[1], v0[0], v0[2])
-    with_x = comb(d - 3, k - 2) if k >= 2 else 0     # ... that also hold a third value x
-    third_a = (e * with_x + comb(d - 3, k - 1)) / z
+    # ... holding a third value x as well (C(d-3, k-2)), or x but neither x0 nor x1 (C(d-3, k-1))
+    with_x = (k - 1) * (d - k) / ((d - 1) * (d - 2))
+    third_a = (e * with_x + (d - k) * (d - k - 1) / ((d - 1) * (d - 2))) / z
     third = _complete(third_a, third_a)
-    blanket = two_class_blanket(eps0, only / z, (comb(d - 2, k - 2) if k >= 2 else 0) / z,
-                                comb(d - 2, k) / z)            # c_S = 1/Z (some z is not in S)
+    blanket = two_class_blanket(eps0, only / z, both / z, neither / z)  # c_S = 1/Z
     fam = _make(f"subset(d={d},k={k})", eps0, (e - 1) * only / z, True,
                 [(v0, v0, v1), (third, v0, v1)], blanket)
     if k == 1:

@@ -84,6 +84,41 @@ def test_bad_target():
         smallest_epsilon(lambda e: 0.0, math.nan)
 
 
+@pytest.mark.parametrize("offset", [0.0, 0.9, 0.99])
+def test_newton_with_a_derivative_off_by_half_converges(offset):
+    """An upper bound ``exp(-(e/0.01)^2) + offset * target`` reported with half its true
+    derivative (the shuffle blanket's slope is that of the divergence without its error terms):
+    Newton on log delta then alternates around the root, and before the safeguard it used all
+    1200 iterations and stopped 4e-4 (relative) above it.  Closed form of the root:
+    ``0.01 sqrt(log(1 / ((1 - offset) target)))``."""
+    target, calls = 1e-15, []
+
+    def pair(e):
+        calls.append(e)
+        g = math.exp(-(e / 0.01) ** 2)
+        return g + offset * target, -e / 0.01 ** 2 * g
+
+    x = smallest_epsilon(pair, target, hi=1.0, guess=0.1, newton=True, rtol=1e-7)
+    exact = 0.01 * math.sqrt(math.log(1 / ((1 - offset) * target)))
+    assert exact <= x <= exact * (1 + 1e-7)
+    assert len(calls) <= 60
+
+
+def test_largest_violating_starts_from_a_violated_point():
+    """``violated=``: the search starts there (fewer evaluations) and gives the same answer."""
+    calls = []
+
+    def lower(e):
+        calls.append(e)
+        return math.exp(-e)
+    x = largest_violating_epsilon(lower, 1e-3, 100.0, rtol=1e-10, violated=6.8)
+    assert math.exp(-x) > 1e-3 and math.log(1000) * (1 - 1e-9) <= x <= math.log(1000)
+    assert min(calls) >= 6.8 and len(calls) < 40
+    y = largest_violating_epsilon(lambda e: math.exp(-e), 1e-3, 100.0, rtol=1e-10,
+                                  violated=200.0)   # outside [0, hi]: ignored
+    assert math.exp(-y) > 1e-3 and y == pytest.approx(x, rel=1e-9)
+
+
 # -- largest_violating_epsilon (lower bounds) -------------------------------------------------------
 @pytest.mark.parametrize("target", [0.5, 1e-3, 1e-12])
 def test_largest_violating_is_a_lower_bound(target):

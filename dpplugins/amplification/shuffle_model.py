@@ -182,7 +182,7 @@ from dpplugins.amplification import shuffle as _shuffle
 from dpplugins.amplification.shuffle import ShuffleBound, binomial_window, largest_violated
 from dpplugins.errors import (NumericalError, ParameterError, check_count, check_nonnegative,
                               check_open_unit, check_positive)
-from dpplugins.numerics import smallest_epsilon
+from dpplugins.numerics import largest_violating_epsilon, smallest_epsilon
 from dpplugins.pld import Bounds, PrivacyLossDistribution
 
 #: category laws ``(pi, v0, v1)`` of a count pair: the others' law, the differing user's on X0
@@ -558,8 +558,17 @@ class CountPair:
             def upper(e):
                 b, slope = self.evaluate(e)
                 return b.upper, slope
-            memo[(delta, hi)] = newton_smallest_epsilon(upper, delta, hi, 0.1 * hi)
+            memo[(delta, hi)] = newton_smallest_epsilon(upper, delta, hi,
+                                                        min(self._scale_guess(delta), 0.1 * hi))
         return memo[(delta, hi)]
+
+    def _scale_guess(self, delta: float) -> float:
+        """First Newton point: ``s sqrt(2 log(1/delta))`` with ``s^2 = sum_y (v0_y - v1_y)^2 /
+        (n pi_y)``, the variance of the privacy loss to first order in ``1/n`` (a Gaussian
+        approximation; only where the search starts, never what it returns)."""
+        s2 = sum((a - b) ** 2 / p for a, b, p in zip(self.v0, self.v1, self.pi) if p > 0)
+        guess = math.sqrt(max(s2, 0.0) / self.n * 2 * math.log(1 / delta))
+        return guess if guess > 0 else math.inf
 
     def epsilon_lower(self, delta: float, hi: float) -> float:
         """Certified lower bound on the same quantity (memoised)."""
@@ -727,12 +736,19 @@ def _fft_convolve(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
 def _lower_epsilon(delta_lower: Callable[[float], float], delta: float, hi: float,
                    near: float | None) -> float:
     """Certified lower bound on epsilon(delta) from a lower bound on delta(eps): try just below
-    ``near`` (a certified upper bound found before) and fall back to bisection."""
+    ``near`` (a certified upper bound found before), then further below, and bisect between
+    the last point that failed and the first that holds (from 0 if none holds)."""
     if near is not None and near > 0:
-        for t in (1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2):
+        failed = near
+        for t in (1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 0.03, 0.1, 0.3):
             e = near * (1 - t)
             if delta_lower(e) > delta:
-                return e
+                if t <= 1e-2:
+                    return e
+                return largest_violating_epsilon(delta_lower, delta, min(failed, hi),
+                                                 rtol=1e-7, atol=1e-12, violated=e)
+            failed = e
+        return largest_violated(delta_lower, delta, min(failed, hi))
     return largest_violated(delta_lower, delta, hi)
 
 

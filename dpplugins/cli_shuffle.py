@@ -6,8 +6,11 @@ shuffler, three certified numbers: FMT21's bound (Feldman, McMillan, Talwar, FOC
 arXiv:2012.12803, Thm 3.1; valid for every eps0-DP randomizer), the best bound we certify for the
 family R (:mod:`dpplugins.amplification.shuffle_model`,
 :mod:`dpplugins.amplification.shuffle_model_families`) and a certified lower bound (exact
-shuffled privacy on specific datasets).  Every number is labelled upper or lower bound; none is
-an estimate.  ``--json`` prints strict JSON (an infinite number is null and named in
+shuffled privacy on specific datasets); then the family's other certified upper bounds (e.g.
+FMT23's stronger clone, the errata's Lemma 7.3, the privacy blanket) and Wang et al.'s
+variation-ratio number, labelled "not certified" (it is violated for several families; the
+modules say where).  Every other number is labelled upper or lower bound; none is an
+estimate.  ``--json`` prints strict JSON (an infinite number is null and named in
 ``"infinite"``).
 
 Wiring (in :mod:`dpplugins.cli`): ``cli_shuffle.add_parser(sub)`` in ``build_parser`` and
@@ -134,8 +137,44 @@ def bounds(args: argparse.Namespace) -> dict:
         {"bound": "exact shuffled lower bound", "kind": "lower",
          "epsilon": float(min(low.epsilon, up.epsilon)), "method": low.method},
     ]
+    # every certified candidate of the family's bound (FMT23's stronger clone where valid:
+    # binary and k-ary RR, the errata's class E_eps0), then Wang et al.'s number
+    candidates = dict(up.candidates)
+    if r in ("rr", "krr"):
+        from dpplugins.amplification import shuffle as sh
+        candidates.setdefault("fmt23", sh.fmt23_epsilon(
+            eps0, n, delta, randomizer="binary_rr" if r == "rr" else ("krr", params["k"]))
+            .epsilon)
+    for method, value in sorted(candidates.items(), key=lambda item: item[1]):
+        if method != up.method and method != "fmt21":
+            rows.append({"bound": f"  other upper bound: {method}", "kind": "upper",
+                         "epsilon": float(min(value, eps0)), "method": method})
+    vr = None if args.delta0 else _variation_ratio(
+        r, eps0, n, delta, family if r not in ("general", "rr", "krr") else None, params)
+    if vr is not None:
+        rows.append({"bound": "variation ratio (Wang et al. 2024)", "kind": "not certified",
+                     "epsilon": vr, "method": "variation_ratio"})
     return {"eps0": eps0, "n": n, "delta": delta, "delta0": args.delta0, "randomizer": r,
             "parameters": params, "neighbouring": "replace_one", "rows": rows}
+
+
+def _variation_ratio(r: str, eps0: float, n: int, delta: float, family, params: dict):
+    """Wang et al.'s (VLDB 2024, arXiv:2304.05007) number with their parameters for ``r``:
+    **not certified** -- the module docstring of
+    :mod:`dpplugins.amplification.shuffle_model` shows it violated for k-RR, k >= 3, and
+    :mod:`dpplugins.amplification.shuffle_model_families` for unary encoding, subset selection
+    and local hashing; for binary RR and general randomizers it is FMT23's stronger clone.
+    None for (eps0, delta0) randomizers."""
+    from dpplugins.amplification import shuffle_model as sm
+    if family is not None:
+        p, beta, q = family.vr
+    elif r == "general":
+        p, beta, q = sm.variation_ratio_parameters(("general", eps0))
+    elif r == "rr":
+        p, beta, q = sm.variation_ratio_parameters(("binary_rr", eps0))
+    else:
+        p, beta, q = sm.variation_ratio_parameters(("krr", eps0, params["k"]))
+    return float(min(sm.variation_ratio_pair(p, beta, q, n).epsilon(delta, eps0), eps0))
 
 
 def to_json(report: dict) -> str:
@@ -162,9 +201,9 @@ def to_text(report: dict) -> str:
     head = (f"shuffle model: n={report['n']}, eps0={report['eps0']:g}, "
             f"delta={report['delta']:g}, randomizer={report['randomizer']}{params} "
             f"(neighbouring: replace one)")
-    lines = [head, f"{'bound':36s} {'kind':>6s} {'epsilon':>12s}  method"]
+    lines = [head, f"{'bound':40s} {'kind':>13s} {'epsilon':>12s}  method"]
     for row in report["rows"]:
-        lines.append(f"{row['bound']:36s} {row['kind']:>6s} {row['epsilon']:12.6g}  "
+        lines.append(f"{row['bound']:40s} {row['kind']:>13s} {row['epsilon']:12.6g}  "
                      f"{row['method']}")
     return "\n".join(lines)
 

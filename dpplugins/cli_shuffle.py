@@ -45,8 +45,10 @@ EXAMPLE = "dpplugins shuffle --eps0 4 --n 100000 --delta 1e-6 --randomizer oue -
 _DESCRIPTION = ("One round of the shuffle model: n users each run the local randomizer before a "
                 "shuffler.  Prints FMT21's bound (valid for every eps0-DP randomizer), the best "
                 "bound certified for the chosen randomizer and a certified lower bound (exact "
-                "shuffled privacy on specific datasets); every number is an upper or a lower "
-                "bound, none is an estimate.  Neighbouring datasets differ in one user's value.")
+                "shuffled privacy on specific datasets), then the randomizer's other certified "
+                "upper bounds and Wang et al.'s (VLDB 2024) number, labelled 'not certified'; "
+                "every other number is an upper or a lower bound, none is an estimate.  "
+                "Neighbouring datasets differ in one user's value.")
 
 _HELP = {
     "general": "any eps0-DP (or (eps0, delta0)-DP with --delta0) local randomizer",

@@ -372,3 +372,29 @@ def test_subset_selection_with_binomials_beyond_float_range():
     assert pi[2] * gamma == pytest.approx((ratio(d - 2, k - 2) + ratio(d - 2, k)) / z, rel=1e-12)
     up, low = fam.epsilon(family, 10_000, 1e-6), fam.lower_bound(family, 10_000, 1e-6)
     assert 0 < low.epsilon <= up.epsilon < up.candidates["fmt21"]
+
+
+@pytest.mark.slow
+def test_composed_lower_bound_is_at_least_one_rounds():
+    """OUE, eps0 = 2, n = 1e5, 5 rounds: the composed exact lower pair is too large to build
+    and the composed lower bound was 0; any one round is a post-processing of the composition,
+    so the one-round certified lower bound holds (and the upper stays above it)."""
+    family = fam.unary_encoding(2.0, 64, optimized=True)
+    one = fam.lower_bound(family, 100_000, 1e-6).epsilon
+    b = fam.composed_epsilon_bounds(family, 100_000, 5, 1e-6)
+    assert 0 < one <= b.lower <= b.upper
+    d = fam.composed_delta_bounds(family, 100_000, 5, 0.03)
+    assert 0 < fam.delta_bounds(family, 100_000, 0.03).lower <= d.lower <= d.upper
+
+
+def test_round_normalises_its_randomizer_and_names_bad_input():
+    """``Round(("krr", 2.0, 4), n)`` used to pass a tuple on and fail with an AttributeError
+    inside the composition."""
+    r = sm.Round(("krr", 2.0, 4), 1000, 2)
+    assert r.randomizer == sm.randomizer(("krr", 2.0, 4))
+    b = sm.composed_epsilon_bounds([r], 1e-6)
+    assert 0 < b.lower <= b.upper <= 4.0
+    with pytest.raises(ParameterError, match="randomizer"):
+        sm.Round(("bad",), 10)
+    with pytest.raises(ParameterError, match="count"):
+        sm.Round(("krr", 2.0, 4), 10, -1)

@@ -1596,6 +1596,15 @@ class Round:
     n: int
     count: int = 1
 
+    def __post_init__(self) -> None:
+        # a spec such as ("krr", 2.0, 4) is normalised (a Randomizer or a family's randomizer
+        # object is kept); bad values raise ParameterError here, not an AttributeError deep in
+        # a composition
+        if isinstance(self.randomizer, (tuple, list, str)):
+            object.__setattr__(self, "randomizer", randomizer(self.randomizer))
+        object.__setattr__(self, "n", check_count("n", self.n, minimum=1))
+        object.__setattr__(self, "count", check_count("count", self.count, minimum=0))
+
 
 def composed_epsilon_bounds(rounds: Sequence, delta: float, *,
                             value_discretization_interval: float | None = None,

@@ -759,7 +759,25 @@ def composed_rounds_epsilon_bounds(rounds, delta: float, *,
                 low = low_pld.epsilon_for_delta(min(delta + margin, 0.999999)).lower
             except NumericalError:
                 low = 0.0
+        if not low > 0:
+            low = _single_round_lower(rs, lambda spec, n: (
+                lower_bound(spec, n, delta) if isinstance(spec, Family)
+                else _sm.lower_bound(spec, n, delta)).epsilon)
     return Bounds(min(max(low, 0.0), up), up)
+
+
+def _single_round_lower(rs, one_round) -> float:
+    """The largest one-round lower bound among the rounds: any one round is a post-processing
+    of the whole adaptive composition (drop the other rounds' outputs), so its certified lower
+    bound holds for the composition.  Used where the composed lower pair is unavailable (its
+    support too large) or certifies nothing."""
+    best = 0.0
+    for spec, n, _ in rs:
+        try:
+            best = max(best, float(one_round(spec, n)))
+        except _ENGINE_FAILURES:
+            continue
+    return best
 
 
 def composed_rounds_delta_bounds(rounds, epsilon_: float, *,
@@ -795,4 +813,8 @@ def composed_rounds_delta_bounds(rounds, epsilon_: float, *,
                           - rho * (1 + math.exp(min(eps, 700.0))))
             except NumericalError:
                 low = 0.0
+        if not low > 0:
+            low = _single_round_lower(rs, lambda spec, n: (
+                delta_bounds(spec, n, eps) if isinstance(spec, Family)
+                else _sm.delta_bounds(spec, n, eps)).lower)
     return Bounds(min(low, up), up)

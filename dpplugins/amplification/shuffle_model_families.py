@@ -446,9 +446,9 @@ def lower_bound(family: Family, n: int, delta: float) -> ShuffleBound:
 
 
 def delta_bounds(family: Family, n: int, epsilon_: float) -> Bounds:
-    """Certified ``(lower, upper)`` bounds on delta(epsilon) of one round: upper the smaller of
-    FMT21's clone pair at the family's eps0 and the Lemma 7.3 pair, lower the best dataset pair
-    of :func:`lower_bound`.
+    """Certified ``(lower, upper)`` bounds on delta(epsilon) of one round: upper the smallest of
+    FMT21's clone pair at the family's eps0, the Lemma 7.3 pair and the relaxed blanket (where
+    they apply), lower the best dataset pair of :func:`lower_bound`.
 
     Example::
 
@@ -488,8 +488,8 @@ def epsilon_bounds(family: Family, n: int, delta: float) -> Bounds:
 # --------------------------------------------------------------------------------------------
 def upper_profile(family: Family, n: int):
     """Vectorised certified upper bound on one round's privacy profile ``delta(eps)``, eps >= 0,
-    valid in both directions: the smaller of FMT21's clone pair and (where it applies) the
-    Lemma 7.3 pair, both symmetric bounds."""
+    valid in both directions: the smallest of FMT21's clone pair and (where they apply) the
+    Lemma 7.3 pair and the relaxed blanket (48 blocks of M), all symmetric bounds."""
     family, n, _ = _check(family, n, 0.5)
     fmt21 = _sm._fmt21_clone(family.eps0, n)
     pair = errata_pair(family.eps0, n, *family.lemma73) if family.lemma73 is not None else None
@@ -724,14 +724,17 @@ def composed_rounds_epsilon_bounds(rounds, delta: float, *,
     :func:`dpplugins.amplification.shuffle_model.randomizer` (k-RR, general (eps0, delta0)).
 
     Upper: every round's dominating PLD -- :func:`round_pld` for a family (its own profile,
-    FMT21 and Lemma 7.3), :func:`dpplugins.amplification.shuffle_model.round_pld` otherwise --
+    FMT21, Lemma 7.3 and the relaxed blanket),
+    :func:`dpplugins.amplification.shuffle_model.round_pld` otherwise --
     composed by FFT on one grid (adaptive composition of dominating pairs; Doroshenko et al.
     2022), at most the sum of the eps0 when every round is pure.  A family round may equally be
     accounted as a general eps0-LDP randomizer (each family is exactly eps0-LDP), but its own
     profile is never larger.  Lower: the rounds' exact lower-bound pairs (a family's best
     dataset pair, :func:`lower_pair_index`; :func:`dpplugins.amplification.shuffle_model.
     lower_round_pld` otherwise -- *not* the general randomizer's binary-RR pair, which is not
-    this family) composed the same way, the error charged ``sum count rho (1 + e^eps)``.
+    this family) composed the same way, the error charged ``sum count rho (1 + e^eps)``; where
+    that certifies nothing, the best one-round lower bound (any round is a post-processing of
+    the composition).
 
     Example::
 

@@ -300,7 +300,7 @@ def _supports(name, R, value):
     if name.startswith("subset"):
         k = int(name[-1])
         return np.array([value in S for S in itertools.combinations(range(len(R)), k)])
-    g = 2
+    g = 2  # the "olh" case of cases() hashes into 2 buckets (olh_matrix(3, 2, ...))
     return np.array([h[value] == v for h in itertools.product(range(g), repeat=len(R))
                      for v in range(g)])
 

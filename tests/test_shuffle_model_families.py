@@ -398,3 +398,18 @@ def test_round_normalises_its_randomizer_and_names_bad_input():
         sm.Round(("bad",), 10)
     with pytest.raises(ParameterError, match="count"):
         sm.Round(("krr", 2.0, 4), 10, -1)
+
+
+@pytest.mark.parametrize("name,family,R,ns", cases())
+def test_third_value_lower_laws_match_the_output_laws(name, family, R, ns):
+    """The lower-bound pair with the others at a third value z = 2 and z-aware categories (A:
+    supports x0, not x1, not z; B: x1, not x0, not z), against the category masses summed from
+    the full output laws, and the pair below the exact worst case."""
+    R = np.array(R)
+    s0, s1, s2 = (_supports(name, R, v) for v in (0, 1, 2))
+    a_cat, b_cat = s0 & ~s1 & ~s2, s1 & ~s0 & ~s2
+    pi, v0, v1 = family.lower_laws[2]
+    for law, row in ((pi, R[2]), (v0, R[0]), (v1, R[1])):
+        assert law[0] == pytest.approx(row[a_cat].sum(), rel=1e-12, abs=1e-300)
+        assert law[1] == pytest.approx(row[b_cat].sum(), rel=1e-12, abs=1e-300)
+        assert law[2] == pytest.approx(row[~a_cat & ~b_cat].sum(), rel=1e-12)

@@ -153,10 +153,10 @@ def test_a_million_steps_per_epoch_answers_below_k_base_steps():
 @pytest.mark.parametrize("t", [1, 100])
 def test_a_loss_beyond_the_engine_grid_has_no_false_lower_bound(t):
     """Laplace scale 1e-3 (a loss of 1000 per step) is accounted by the base mechanism's PLD,
-    whose grid ends near a loss of 600 and treats what lies beyond as infinite: valid for the
-    upper bound, not for the lower one (it certified epsilon = inf at delta 1e-15, delta(2000)
-    = 1).  Three such steps are 3000-DP (pure-DP composition, closed form), so every certified
-    lower epsilon is at most 3000 and delta(3000) is 0."""
+    whose grid ends near a loss of 600; its lower construction once treated what lies beyond
+    as infinite (it certified epsilon = inf at delta 1e-15, delta(2000) = 1).  Three such steps
+    are 3000-DP (pure-DP composition, closed form), so every certified lower epsilon is at most
+    3000 and delta(3000) is 0."""
     acc = create("balls_and_bins")
     acc.compose(RandomAllocationEvent(t, 3, LaplaceEvent(1e-3)))
     with warnings.catch_warnings():

@@ -101,7 +101,7 @@ from typing import NamedTuple
 import numpy as np
 
 from dpplugins import mechanisms
-from dpplugins.amplification.allocation import (_ENGINE_LOSS, _NONE, AllocationPLD, _Lazy,
+from dpplugins.amplification.allocation import (_ENGINE_LOSS, AllocationPLD, _Lazy,
                                                 base_mechanism_parts, lower_pair_of_summands,
                                                 parts_of_pairs, upper_pair_of_summands)
 from dpplugins.amplification.allocation_participations import (BracketedPLD,
@@ -121,10 +121,8 @@ __all__ = ["mechanism_allocation_pairs",
            "mechanism_k_loss_step"]
 
 _U = float(np.finfo(float).eps) / 2
-#: largest base-mechanism loss for which the summand grid is built, and for which the PLD
-#: engine's lower bounds of one base step are used (the engine's loss grid ends near 600: its
-#: upper bounds put a loss beyond at +inf, its lower bounds round it down to the grid's top,
-#: both valid but loose there; the Gaussian module's ``_ENGINE_LOSS``)
+#: largest base-mechanism loss for which the summand grid is built (the PLD engine's loss grid
+#: ends near 600; the Gaussian module's ``_ENGINE_LOSS``)
 _MAX_GRID_LOSS = _ENGINE_LOSS
 #: largest absolute sum index (t times the grid's last point) kept exact in double
 _MAX_INDEX = 2.0 ** 50
@@ -413,15 +411,6 @@ def _base_plds(event: Event, checkin: float, h_loss: float, tail_mass: float,
             "use more noise (a smaller loss per step)") from None
 
 
-def _base_loss(event: Event) -> float:
-    """The largest privacy loss of one base step (either direction; inf for a zero mass)."""
-    if isinstance(event, LaplaceEvent):
-        return 1.0 / event.scale
-    p, q = zero_out_rr_pair(event.epsilon0, event.num_buckets)
-    with np.errstate(divide="ignore"):
-        return float(np.max(np.abs(np.log(np.array(p)) - np.log(np.array(q)))))
-
-
 def mechanism_loss_step(event: Event, steps_per_epoch: int,
                         checkin_probability: float = 1.0, memory_limit: int = 1 << 30) -> float:
     """Default PLD loss step: a 200th of ``min(max loss, p sqrt(chi^2 / t))`` (the chi-square
@@ -453,14 +442,12 @@ def _epoch(event: Event, t: int, h_loss: float, *, checkin: float, summand_step,
     description = f"random allocation of {event}, {t} steps/epoch, p={checkin:g}"
 
     def base():
-        """One (subsampled) base step; no lower bound where its loss exceeds the engine's
-        grid (``_MAX_GRID_LOSS``)."""
+        """One (subsampled) base step (the PLD engine's lower bounds are valid for every loss;
+        beyond its grid, about 600, they are loose)."""
         plds, upper, lower_certs = base_mechanism_parts(
             _base_plds(event, checkin, h_loss, tail_mass, memory_limit), t, checkin)
         if t == 1:  # exactly the base mechanism on a Poisson subsample at rate p
             lower_certs = dict(upper)
-        if not _base_loss(event) <= _MAX_GRID_LOSS:
-            lower_certs = {d: _NONE for d in ("remove", "add")}
         return plds, upper, lower_certs
 
     def build():

@@ -50,10 +50,11 @@ DELTAS = (1e-6, 1e-8)
 
 
 def clear() -> None:
-    for fn in (sm._binary_core, sm._binary_worst_case, sm._cached_blanket, sm._coarse_blanket,
+    for fn in (sm._binary_core, sm._binary_worst_case,
                sm._strong_clone, sm._fmt21_clone, sm._lower_pairs, sm._epsilon_cached,
                sm._lower_cached, sm._conditional_pair, sm._profile_cached, sm._profile_memo,
-               sh._clone_pair, sme.errata_pair, fam._epsilon_cached, fam._lower_cached, sm.cached_blanket):
+               sh._clone_pair, sme.errata_pair, fam._epsilon_cached, fam._lower_cached,
+               sm.cached_blanket):
         fn.cache_clear()
 
 

@@ -905,11 +905,6 @@ def _conditional_pair(laws: Laws, m: int) -> CountPair:
     return CountPair(m, *laws, description=f"blanket pair, m={m}")
 
 
-def _blanket_conditional(eps0: float, k: int, m: int) -> CountPair:
-    """The k-RR blanket pair given ``m`` reports from the blanket."""
-    return _conditional_pair(krr_blanket_laws(eps0, k), m)
-
-
 class StackedBlanket:
     """The blanket's conditional pairs for many (small) values of m, evaluated in one vectorised
     pass: the same closed form as :class:`_Direction` (these pairs are symmetric, one direction
@@ -1151,7 +1146,7 @@ def _check_n_delta(n, delta) -> tuple[int, float]:
     return check_count("n", n, minimum=2), check_open_unit("delta", delta)
 
 
-def _blanket(eps0: float, n: int, k: int) -> KRRBlanket:
+def _blanket(eps0: float, n: int, k: int) -> Blanket:
     return _cached_blanket(eps0, n, k)
 
 
@@ -1168,25 +1163,14 @@ def cached_blanket(eps0: float, n: int, gamma: float, laws: Laws,
     return blanket
 
 
-@functools.lru_cache(maxsize=64)
-def _cached_blanket(eps0: float, n: int, k: int) -> KRRBlanket:
-    eta = 2.5e-3
-    blanket = KRRBlanket(eps0, n, k, eta=eta)
-    while len(blanket.blocks) > _MAX_BLANKET_BLOCKS:
-        eta *= 2
-        blanket = KRRBlanket(eps0, n, k, eta=eta)
-    return blanket
+def _cached_blanket(eps0: float, n: int, k: int) -> Blanket:
+    """The k-RR blanket with at most ``MAX_BLANKET_BLOCKS`` blocks (cached)."""
+    return cached_blanket(eps0, n, _krr_laws(eps0, k)[2], krr_blanket_laws(eps0, k))
 
 
-@functools.lru_cache(maxsize=64)
-def _coarse_blanket(eps0: float, n: int, k: int, max_blocks: int = 48) -> KRRBlanket:
+def _coarse_blanket(eps0: float, n: int, k: int, max_blocks: int = 48) -> Blanket:
     """The blanket with at most ``max_blocks`` blocks (for privacy profiles: many evaluations)."""
-    eta = 2.5e-3
-    blanket = KRRBlanket(eps0, n, k, eta=eta)
-    while len(blanket.blocks) > max_blocks:
-        eta *= 2
-        blanket = KRRBlanket(eps0, n, k, eta=eta)
-    return blanket
+    return cached_blanket(eps0, n, _krr_laws(eps0, k)[2], krr_blanket_laws(eps0, k), max_blocks)
 
 
 @functools.lru_cache(maxsize=64)

@@ -269,3 +269,24 @@ def test_composed_laplace_beyond_the_grid_has_no_lower_bound_above_pure_dp(count
     for epsilon in (count * sampled_loss + 1e-6, 2.0 * pure):
         assert sampled.delta_for_epsilon(epsilon).lower == 0.0
     assert sampled.epsilon_for_delta(1e-15).lower <= count * sampled_loss + 1e-6
+
+
+@pytest.mark.parametrize("rate", [0.5, 1e-3])
+def test_subsampled_laplace_with_a_loss_beyond_float_exp_answers(rate):
+    """Poisson-subsampled Laplace at scale 1e-3 (1/b = 1000 > 709): the accountant's largest
+    loss ``log1p(q expm1(1/b))`` overflowed, and every query raised a NumericalError blaming
+    "a size or count of the history".  The pure-DP epsilon of three steps is
+    ``3 log(1 - q + q e^1000)`` (Koskela et al. 2021, Sec. 6), computed here with mpmath; the
+    bounds at delta 1e-5 lie below it and delta is 0 just above it."""
+    import mpmath
+    from dpplugins.events import PoissonSampledEvent
+    mpmath.mp.dps = 40
+    exact = float(3 * mpmath.log(1 - mpmath.mpf(rate) + mpmath.mpf(rate) * mpmath.e ** 1000))
+    acc = create("pld").compose(PoissonSampledEvent(rate, LaplaceEvent(1e-3)), 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AccuracyWarning)
+        pure = acc.get_epsilon_bounds(0.0)
+        assert pure.lower <= exact <= pure.upper <= exact * (1 + 1e-9)
+        lower, upper = acc.get_epsilon_bounds(1e-5)
+        assert 0.0 <= lower <= exact and exact <= upper * (1 + 1e-9)
+        assert acc.get_delta_bounds(exact * (1 + 1e-9)) == (0.0, 0.0)

@@ -321,8 +321,16 @@ class PLDAccountant(Accountant):
             value = self._sensitivity() / leaf.scale
             return value, value
         if isinstance(leaf, PoissonSampledEvent):   # Laplace on a Poisson subsample
-            q, b = leaf.sample_rate, leaf.event.scale
-            return math.log1p(q * math.expm1(1.0 / b)), -math.log1p(-q * -math.expm1(-1.0 / b))
+            # log(1 - q + q e^(+-a)), a = 1/b (the pair's loss at its ends; mechanisms.
+            # poisson_subsampled_laplace); in log space where e^a overflows (a scale below
+            # 1/709 raised an OverflowError, reported as a count beyond the float range)
+            q, a = leaf.sample_rate, 1.0 / leaf.event.scale
+            if a < 700.0:
+                return math.log1p(q * math.expm1(a)), -math.log1p(-q * -math.expm1(-a))
+            with np.errstate(divide="ignore"):
+                log_rest, log_q = float(np.log1p(-q)), math.log(q)
+                return (float(np.logaddexp(log_rest, log_q + a)),
+                        -float(np.logaddexp(log_rest, log_q - a)))
         if isinstance(leaf, RandomizedResponseEvent):
             if self.neighbouring == "replace_one":
                 return leaf.epsilon0, leaf.epsilon0

@@ -53,6 +53,15 @@ _BONUS_WINDOW = 2 ** 22
 #: most this many, holding at most _PLD_CACHE_BINS composed grid bins (about 40 bytes each, so
 #: about 160 MiB at most; a larger composition is used for its query and not kept)
 _PLD_CACHE_SIZE, _PLD_CACHE_BINS = 8, 2 ** 22
+#: a query starts on the grid that met the tolerance for the same settings at the previous query
+#: when that grid is finer than its own first grid by at most _STICKY_FINER (the previous query's
+#: first grid was too coarse, and this one's is about the same), or coarser by at most
+#: _STICKY_COARSER (four ladder steps) with the gap predicted there within _STICKY_GAP of the
+#: tolerance: the per-step PLDs are then cached, and a history that grows by an epoch neither
+#: builds new ones nor repeats a grid that is bound to fail
+_STICKY_FINER, _STICKY_COARSER, _STICKY_GAP = 8.0, 2.0 * (1 + 1e-9), 0.8
+#: the settings whose last good grid is remembered (the most recent ones)
+_STICKY_GRID_SETTINGS = 16
 
 
 def _ladder_up(h: float) -> float:
@@ -198,7 +207,11 @@ class PLDAccountant(Accountant):
     (at most 8 and ``2^22`` composed bins, about 160 MiB; never in ``state_dict``; guarded by
     the accountant's lock): a repeated or follow-up query on the same history reuses their FFT
     compositions, and a delta query is also checked against them, so ``get_delta(get_epsilon(d))
-    <= d``.  A changed history has another key, so it never reuses a stale value.  One
+    <= d``.  A query starts on the grid that met the tolerance at the previous query on the
+    same settings when that is close to its own first grid (``_remember_grid``): after one
+    more epoch the per-step PLDs and their spectra are then reused, and a first grid that the
+    previous query found too coarse is not tried again.  So the bounds can depend on which
+    queries came before (each answer is certified and meets ``eps_tolerance`` either way).  A changed history has another key, so it never reuses a stale value.  One
     component uses at most ``memory_limit / 256`` bins (a smaller
     ``value_discretization_interval`` is a ParameterError naming the smallest valid one) and
     the first grid at most ``2^17`` bins per component; refinement stops (with an
@@ -242,6 +255,7 @@ class PLDAccountant(Accountant):
     def __getstate__(self) -> dict:
         state = super().__getstate__()
         state["_plds"] = OrderedDict()  # a cache: never saved
+        state["_grid_hint"] = OrderedDict()
         return state
 
     def _plds_cache(self) -> OrderedDict:
@@ -269,6 +283,25 @@ class PLDAccountant(Accountant):
                             or sum(p.cached_bins() for p in plds.values()) > _PLD_CACHE_BINS):
                 plds.popitem(last=False)
             return pld
+
+    def _grid_hints(self) -> OrderedDict:
+        hints = self.__dict__.get("_grid_hint")
+        if hints is None:
+            hints = self._grid_hint = OrderedDict()
+        return hints
+
+    def _remember_grid(self, settings: tuple, h: float, gap: float, steps: int) -> None:
+        """Remember ``h`` as the grid that met the tolerance for ``settings`` (the distinct
+        ``(sigma, q)`` of a history, without counts) with relative gap ``gap`` after ``steps``
+        steps: the next query on them -- typically after one more epoch -- starts there when it
+        is close to its own first grid (see :data:`_STICKY_FINER`).  Which grid a query
+        starts on changes its cost, never the validity of its bounds."""
+        with self._lock:
+            hints = self._grid_hints()
+            hints[settings] = (h, gap, steps)
+            hints.move_to_end(settings)
+            while len(hints) > _STICKY_GRID_SETTINGS:
+                hints.popitem(last=False)
 
     def _plds_of(self, history_key: tuple) -> list[PrivacyLossDistribution]:
         """The cached PLDs of one history (every grid it was evaluated on)."""
@@ -575,6 +608,18 @@ class PLDAccountant(Accountant):
         h = self.initial_grid_step(history)
         fixed = self.value_discretization_interval is not None
         tolerance = self.eps_tolerance
+        settings = tuple(sorted({(sigma, q) for sigma, q, _ in history}))
+        steps = sum(t for _, _, t in history)
+        hint = self._grid_hints().get(settings)
+        if not fixed and hint is not None:
+            hint_h, hint_gap, hint_steps = hint
+            # the relative gap on a fixed grid grows at most like the number of steps (the
+            # connect-the-dots error of each step adds up; numerically checked: it grows like
+            # sqrt(steps) for Poisson-subsampled Gaussians)
+            predicted = hint_gap * max(steps / hint_steps, 1.0)
+            if h / _STICKY_FINER <= hint_h < h or (
+                    h <= hint_h <= h * _STICKY_COARSER and predicted <= _STICKY_GAP * tolerance):
+                h = hint_h
         best, previous_gap, reason = None, None, "eight grids were tried"
         for _ in range(8):
             if best is not None and self._grid_bins(history, h) > min(
@@ -600,6 +645,8 @@ class PLDAccountant(Accountant):
             best = Bounds(min(best.lower, best.upper), best.upper)
             gap = best.upper - best.lower
             if fixed or not math.isfinite(best.upper) or gap <= tolerance * best.upper:
+                if not fixed and math.isfinite(best.upper) and best.upper > 0:
+                    self._remember_grid(settings, h, gap / best.upper, steps)
                 return best
             refinable = (bounds.upper - bounds.lower) - floor
             if refinable <= max(tolerance * best.upper, floor):

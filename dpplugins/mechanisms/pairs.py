@@ -22,6 +22,7 @@ from typing import Callable
 import numpy as np
 
 from dpplugins.mechanisms.bins import LossBins
+from dpplugins.mechanisms.distributions import interval_masses
 
 __all__ = ["DiscretePair", "MonotoneLossPair", "grid_range"]
 
@@ -134,8 +135,7 @@ class MonotoneLossPair:
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
             u = self.loss_inverse(eps)
         ninf, pinf = np.array([-np.inf]), np.array([np.inf])
-        p_in = self.P.interval_mass(u[:-1], u[1:])
-        q_in = self.Q.interval_mass(u[:-1], u[1:])
+        p_in, q_in = interval_masses((self.P, self.Q), u[:-1], u[1:])
         p_below, q_below = (float(self.P.interval_mass(ninf, u[:1])[0]),
                             float(self.Q.interval_mass(ninf, u[:1])[0]))
         p_above, q_above = (float(self.P.interval_mass(u[-1:], pinf)[0]),

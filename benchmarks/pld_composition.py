@@ -13,9 +13,10 @@ Rows (delta = 1e-5 throughout):
    (``dpplugins.calibration.find_noise_multiplier`` vs ``dp_accounting.calibrate_dp_mechanism``
    with its PLD accountant), and the certified epsilon at the sigma found.
 
-Every candidate starts cold (fresh accountants; our process-wide per-step cache is cleared), the
-candidates of a row alternate (``benchmarks/_ab.py``), medians and ratios are printed, and each
-row's peak traced memory (``tracemalloc``, one extra untimed run) is reported.
+Every candidate starts cold (fresh accountants; our process-wide per-step and spectra caches are
+cleared), the candidates of a row alternate (``benchmarks/_ab.py``), medians and ratios are
+printed, and each row's peak traced memory (``tracemalloc``, one extra untimed run) is
+reported.
 
 Run from the repository root::
 
@@ -44,6 +45,7 @@ from dpplugins.accountants import create  # noqa: E402
 from dpplugins.accountants import pld as pld_module  # noqa: E402
 from dpplugins.calibration import find_noise_multiplier  # noqa: E402
 from dpplugins.pld import AccuracyWarning  # noqa: E402
+from dpplugins.pld.spectra import clear_spectra_cache  # noqa: E402
 
 DELTA = 1e-5
 
@@ -55,6 +57,7 @@ def _history(k: int) -> list[tuple[float, float, int]]:
 
 def _cold() -> None:
     pld_module._STEP_CACHE.clear()
+    clear_spectra_cache()
 
 
 def ours_epsilon(history):

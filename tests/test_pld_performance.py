@@ -353,3 +353,43 @@ def test_shared_interval_masses_equal_separate_calls():
     shared = interval_masses((p, q), a, b)
     assert np.array_equal(shared[0], p.interval_mass(a, b))
     assert np.array_equal(shared[1], q.interval_mass(a, b))
+
+
+def test_lower_convex_hull_matches_an_exact_hull():
+    """The vectorised hull (every concave vertex deleted per pass) against Andrew's monotone
+    chain in exact integer arithmetic: the same lower hull as a function of x (collinear
+    vertices may be kept), on random integer point sets including long concave cascades."""
+    from fractions import Fraction
+
+    from dpplugins.pld.grid import lower_convex_hull
+
+    def exact_hull(xs, ys):
+        hull = []
+        for i in range(len(xs)):
+            while len(hull) >= 2:
+                a, b = hull[-2], hull[-1]
+                if (ys[b] - ys[a]) * (xs[i] - xs[a]) < (ys[i] - ys[a]) * (xs[b] - xs[a]):
+                    break
+                hull.pop()
+            hull.append(i)
+        return hull
+
+    def value(xs, ys, hull, t):
+        for a, b in zip(hull, hull[1:]):
+            if xs[a] <= t <= xs[b]:
+                return Fraction(ys[a]) + Fraction(ys[b] - ys[a], xs[b] - xs[a]) * (t - xs[a])
+        raise AssertionError
+
+    rng = np.random.default_rng(5)
+    for trial in range(60):
+        n = int(rng.integers(3, 400))
+        xs = np.sort(rng.choice(10 ** 4, size=n, replace=False)).astype(int)
+        if trial % 3 == 0:  # a concave arc with noise: removals cascade
+            ys = (-(xs - 5000) ** 2 // 5000 + rng.integers(0, 3, n)).astype(int)
+        else:
+            ys = rng.integers(0, 1000, n).astype(int)
+        keep = lower_convex_hull(xs.astype(float), ys.astype(float)).tolist()
+        reference = exact_hull(xs.tolist(), ys.tolist())
+        assert keep[0] == 0 and keep[-1] == n - 1
+        for t in xs.tolist():
+            assert value(xs, ys, keep, t) == value(xs, ys, reference, t)

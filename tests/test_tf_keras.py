@@ -64,7 +64,10 @@ def test_callback_poisson_matches_offline_pld_and_dp_accounting():
     for epoch, eps in enumerate(logged, start=1):
         offline = create("pld")
         offline.step(noise_multiplier=SIGMA, sample_rate=BATCH / N, count=steps * epoch)
-        assert eps == offline.get_epsilon(DELTA)
+        # the callback's accountant may start epoch 2 on epoch 1's grid: another certified
+        # bound for the same history, within the tolerance of the fresh one
+        lower, upper = offline.get_epsilon_bounds(DELTA)
+        assert lower <= eps and abs(eps - upper) <= 1e-3 * upper
         # independent: dp_accounting's PLD accountant for the same event
         event = dp_accounting.SelfComposedDpEvent(
             dp_accounting.PoissonSampledDpEvent(BATCH / N, dp_accounting.GaussianDpEvent(SIGMA)),

@@ -211,8 +211,9 @@ class PLDAccountant(Accountant):
     same settings when that is close to its own first grid (``_remember_grid``): after one
     more epoch the per-step PLDs and their spectra are then reused, and a first grid that the
     previous query found too coarse is not tried again.  So the bounds can depend on which
-    queries came before (each answer is certified and meets ``eps_tolerance`` either way).  A changed history has another key, so it never reuses a stale value.  One
-    component uses at most ``memory_limit / 256`` bins (a smaller
+    queries came before (each answer is certified either way, and held to the same
+    ``eps_tolerance``).  A changed history has another key, so it never reuses a stale value.
+    One component uses at most ``memory_limit / 256`` bins (a smaller
     ``value_discretization_interval`` is a ParameterError naming the smallest valid one) and
     the first grid at most ``2^17`` bins per component; refinement stops (with an
     :class:`~dpplugins.pld.AccuracyWarning`) before ``2^20`` bins per component or an FFT window
@@ -596,8 +597,8 @@ class PLDAccountant(Accountant):
 
         * the gap is within ``eps_tolerance`` (relative to the upper bound), or
         * the part of the gap a finer grid can shrink (the gap minus ``pld.last_floor``, the
-          floating-point and truncation terms) is within ``eps_tolerance`` or below that floor --
-          for deltas far below the error floor a relative target cannot be met by any grid, or
+          floating-point and truncation terms) is below that floor -- for deltas far below the
+          error floor a relative target cannot be met by any grid, or
         * refining stops helping (the gap shrank by less than a quarter), the grid would need
           more memory than ``memory_limit``, or eight grids were tried.
 
@@ -614,8 +615,8 @@ class PLDAccountant(Accountant):
         if not fixed and hint is not None:
             hint_h, hint_gap, hint_steps = hint
             # the relative gap on a fixed grid grows at most like the number of steps (the
-            # connect-the-dots error of each step adds up; numerically checked: it grows like
-            # sqrt(steps) for Poisson-subsampled Gaussians)
+            # connect-the-dots error of each step adds up; measured: about like steps^0.3 for
+            # Poisson-subsampled Gaussians)
             predicted = hint_gap * max(steps / hint_steps, 1.0)
             if h / _STICKY_FINER <= hint_h < h or (
                     h <= hint_h <= h * _STICKY_COARSER and predicted <= _STICKY_GAP * tolerance):
@@ -645,11 +646,13 @@ class PLDAccountant(Accountant):
             best = Bounds(min(best.lower, best.upper), best.upper)
             gap = best.upper - best.lower
             if fixed or not math.isfinite(best.upper) or gap <= tolerance * best.upper:
-                if not fixed and math.isfinite(best.upper) and best.upper > 0:
-                    self._remember_grid(settings, h, gap / best.upper, steps)
+                if not fixed and math.isfinite(bounds.upper) and bounds.upper > 0:
+                    # this grid's own gap (best may be narrower, intersected with coarser ones)
+                    self._remember_grid(settings, h, (bounds.upper - bounds.lower)
+                                        / bounds.upper, steps)
                 return best
             refinable = (bounds.upper - bounds.lower) - floor
-            if refinable <= max(tolerance * best.upper, floor):
+            if refinable <= floor:
                 reason = (f"floating-point and truncation terms ({floor:.3g}) limit it, "
                           "not the grid")
                 break
@@ -660,7 +663,11 @@ class PLDAccountant(Accountant):
                 reason = f"the grid step reached {_REFINE_MIN_H:g}"
                 break
             previous_gap = gap
+            # what the grid's part of the gap must shrink to (the floor stays; when the floor
+            # alone is above the tolerance, as far as the tolerance)
             target = tolerance * best.upper
+            if floor < target:
+                target -= floor
             finer = h * float(np.clip(0.8 * math.sqrt(target / refinable), 0.1, 0.8))
             window = pld.largest_window() * h / finer
             limit = min(self.memory_limit // 48, _MAX_REFINE_WINDOW)

@@ -1,0 +1,174 @@
+"""The PLD engine's fast numerical paths against independent references: component cumulants
+against mpmath, the lower convex hull against an exact integer hull, cached spectra against
+uncached compositions, the double-precision evaluation tables against an exact sum, the
+closed-form start of the epsilon inversions against plain bisection, and the shared interval
+masses against separate calls.  Core only (numpy, scipy, mpmath): runs on the numpy-2 leg."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from dpplugins.pld import PrivacyLossDistribution
+
+
+def test_cumulants_are_certified_upper_bounds_against_mpmath():
+    """cumulant_at (two tables of exponentials, truncation at e^-700) against mpmath at 30
+    digits: K + 2 u M is never below the exact log-moment-generating function, and K is within
+    1e-13 of it wherever the truncation cannot matter."""
+    mpmath = pytest.importorskip("mpmath")
+    from dpplugins.pld.compose import LAMBDA_GRID, cumulant_at
+    from dpplugins.pld.grid import GridPMF
+
+    mpmath.mp.dps = 30
+    rng = np.random.default_rng(1)
+    u = np.finfo(float).eps / 2
+    for _ in range(10):
+        n = int(rng.integers(1, 900))
+        h = float(10 ** rng.uniform(-4, -1))
+        lo = int(rng.integers(-n, n))
+        pmf = rng.random(n) ** 3
+        pmf[rng.random(n) < 0.2] = 0.0
+        if rng.random() < 0.4:  # masses down to 1e-300: products below the normal range
+            pmf *= 10.0 ** rng.uniform(-300, 0, size=n)
+        pmf[int(rng.integers(n))] += 1e-3
+        pmf /= pmf.sum()
+        grid = GridPMF(h, lo, pmf, 0.0, 0.0)
+        terms = [(mpmath.mpf(float(p)), (lo + i) * mpmath.mpf(h)) for i, p in enumerate(pmf)
+                 if p > 0]
+        for sign in (1.0, -1.0):
+            for index in range(0, 64, 7):
+                value, magnitude = cumulant_at(grid, sign, index)
+                lam = mpmath.mpf(sign * float(LAMBDA_GRID[index]))
+                exact = float(mpmath.log(mpmath.fsum(p * mpmath.exp(lam * s) for p, s in terms)))
+                assert exact <= value + 2 * u * magnitude
+                spread = float(lam) * (terms[-1][1] - terms[0][1]) * h
+                if abs(float(spread)) < 600:  # no term below e^-700 relative to the largest
+                    assert value - exact <= 1e-13 * max(abs(exact), 1.0)
+
+
+def test_cached_spectra_give_the_same_composition_and_stay_bounded():
+    from dpplugins.pld import spectra
+    from dpplugins.pld.compose import compose_grid_pmfs
+    from dpplugins.pld.grid import GridPMF
+
+    rng = np.random.default_rng(3)
+    pmf = rng.random(6000)
+    pmf /= pmf.sum() * 1.001
+    component = GridPMF(1e-3, -3000, pmf, 0.0, 0.0)
+    spectra.clear_spectra_cache()
+    cold = compose_grid_pmfs([(component, 40)])
+    warm = compose_grid_pmfs([(component, 40)])  # every spectral term from the cache
+    assert np.array_equal(cold.pmf, warm.pmf) and cold.fp_error == warm.fp_error
+    assert spectra._cache_bytes > 0
+    # another object with equal masses is not confused with the first (keyed by identity)
+    other = GridPMF(1e-3, -3000, pmf * 0.5, 0.0, 0.0)
+    halved = compose_grid_pmfs([(other, 1)])
+    assert np.isclose(halved.pmf.sum(), 0.5 * pmf.sum(), rtol=1e-9)
+    # sizes: fast (factors 2, 3, 5, 7), at least the window and at most 1.2 times it
+    for bins in list(range(1, 300)) + [76509, 10 ** 6 + 1]:
+        size = spectra.transform_size(bins)
+        assert bins <= size <= max(1.2 * bins, 16)
+        rest = size if bins > 16 else 1  # (below 16 the window itself)
+        for factor in (2, 3, 5, 7):
+            while rest % factor == 0:
+                rest //= factor
+        assert rest == 1
+    # bounded: many components never hold more than the cache limit
+    for seed in range(40):
+        c = GridPMF(1e-3, -3000, np.random.default_rng(seed).random(6000) / 6001, 0.0, 0.0)
+        compose_grid_pmfs([(c, 50)])
+        assert spectra._cache_bytes <= spectra.SPECTRA_CACHE_BYTES
+    spectra.clear_spectra_cache()
+
+
+def test_epsilon_inversions_return_the_verified_crossing_float():
+    """The closed-form start of the bisection changes nothing: the upper epsilon is the smallest
+    float with delta_upper <= delta (the next float down fails), the lower one the largest with
+    delta_lower > delta, and both equal a plain bisection's."""
+    pld = PrivacyLossDistribution.from_poisson_subsampled_gaussian(
+        1.0, 0.02, value_discretization_interval=2e-3).self_compose(500)
+    for delta in (1e-3, 1e-5, 1e-7):
+        composed = pld._composed("remove", "upper")
+        eps = composed.epsilon_upper(delta)
+        assert composed.delta_upper(eps) <= delta
+        assert composed.delta_upper(float(np.nextafter(eps, 0.0))) > delta
+        j = int(np.searchsorted(composed._svals, eps, side="left"))
+        plain = composed._bisect(lambda e: composed.delta_upper(e) <= delta,
+                                 float(composed._svals[j - 1]), float(composed._svals[j]))
+        assert plain == eps
+        lower = pld._composed("remove", "lower")
+        low = lower.epsilon_lower(delta)
+        assert lower.delta_lower(low) > delta
+        assert lower.delta_lower(float(np.nextafter(low, math.inf))) <= delta
+        assert low <= eps
+
+
+def test_double_precision_tables_bracket_an_exact_sum():
+    """Untilted compositions evaluate delta from double-precision suffix sums: the certified
+    bounds bracket the window sum computed exactly (math.fsum of the stored masses)."""
+    pld = PrivacyLossDistribution.from_poisson_subsampled_gaussian(
+        0.8, 0.05, value_discretization_interval=1e-3).self_compose(200)
+    composed = pld._composed("remove", "upper")
+    s = (composed.lo + np.arange(len(composed.pmf))) * composed.h
+    mass = np.maximum(composed.pmf, 0.0)
+    for epsilon in (0.0, 0.3, 1.0, 2.5, 4.0):
+        keep = s > epsilon
+        exact = math.fsum((mass[keep] * -np.expm1(epsilon - s[keep])).tolist())
+        assert composed.delta_lower(epsilon) <= exact + composed.inf_mass
+        assert composed.delta_upper(epsilon) >= exact + composed.inf_mass
+        assert composed.delta_upper(epsilon) - exact <= 1e-9 + composed.additive_error(epsilon)
+
+
+def test_shared_interval_masses_equal_separate_calls():
+    from dpplugins.mechanisms.distributions import Gaussian, Mixture, interval_masses
+
+    a = np.linspace(-8.0, 8.0, 2001)
+    b = a + 0.01
+    p = Mixture((0.03, 0.97), (Gaussian(1.0, 1.3), Gaussian(0.0, 1.3)))
+    q = Gaussian(0.0, 1.3)
+    shared = interval_masses((p, q), a, b)
+    assert np.array_equal(shared[0], p.interval_mass(a, b))
+    assert np.array_equal(shared[1], q.interval_mass(a, b))
+
+
+def test_lower_convex_hull_matches_an_exact_hull():
+    """The vectorised hull (every concave vertex deleted per pass) against Andrew's monotone
+    chain in exact integer arithmetic: the same lower hull as a function of x (collinear
+    vertices may be kept), on random integer point sets including long concave cascades."""
+    from fractions import Fraction
+
+    from dpplugins.pld.grid import lower_convex_hull
+
+    def exact_hull(xs, ys):
+        hull = []
+        for i in range(len(xs)):
+            while len(hull) >= 2:
+                a, b = hull[-2], hull[-1]
+                if (ys[b] - ys[a]) * (xs[i] - xs[a]) < (ys[i] - ys[a]) * (xs[b] - xs[a]):
+                    break
+                hull.pop()
+            hull.append(i)
+        return hull
+
+    def value(xs, ys, hull, t):
+        for a, b in zip(hull, hull[1:]):
+            if xs[a] <= t <= xs[b]:
+                return Fraction(ys[a]) + Fraction(ys[b] - ys[a], xs[b] - xs[a]) * (t - xs[a])
+        raise AssertionError
+
+    rng = np.random.default_rng(5)
+    for trial in range(60):
+        n = int(rng.integers(3, 400))
+        xs = np.sort(rng.choice(10 ** 4, size=n, replace=False)).astype(int)
+        if trial % 3 == 0:  # a concave arc with noise: removals cascade
+            ys = (-(xs - 5000) ** 2 // 5000 + rng.integers(0, 3, n)).astype(int)
+        else:
+            ys = rng.integers(0, 1000, n).astype(int)
+        keep = lower_convex_hull(xs.astype(float), ys.astype(float)).tolist()
+        reference = exact_hull(xs.tolist(), ys.tolist())
+        assert keep[0] == 0 and keep[-1] == n - 1
+        for t in xs.tolist():
+            assert value(xs, ys, keep, t) == value(xs, ys, reference, t)

@@ -80,7 +80,7 @@ def test_distinct_poisson_steps_agree_with_dp_accounting():
 
 
 # -- caches and incremental queries ----------------------------------------------------------------
-def test_incremental_queries_match_fresh_accountants_and_state_does_not_grow():
+def test_incremental_queries_agree_with_fresh_accountants_and_state_does_not_grow():
     acc = create("pld")
     sizes = []
     for epoch in range(1, 4):

@@ -15,10 +15,10 @@ other accuracy level -- cost a few vector operations and one inverse transform.
 ladder of fast sizes (``m x 2^j``, ``m`` in 8, 9, 10, 12, 14, 15; neighbours at most 1.2
 apart), so that a window growing with the number of steps keeps its size, and the cached terms,
 over several epochs: the window of ``T`` steps grows like ``sqrt(T)``, so one size serves step
-counts over a range of up to a factor 1.44 (measured: at most 6 % more work per transform than
-the smallest fast size, on average).  A larger
-size than the window only changes where folded mass lands, which the truncation terms charge
-either way.
+counts over a range of up to a factor 1.44.  Over windows of 10^3 to 3 x 10^6 bins the sizes
+are on average 5.8 % (at most 18.5 %) above scipy's smallest fast length.  A larger size than
+the window only changes where folded mass lands, which the truncation terms charge either
+way.
 
 **Memory.**  The cache is process-wide and bounded: at most ``SPECTRA_CACHE_BYTES`` (64 MiB) of
 arrays, least recently used first out; an entry larger than a quarter of that is not kept.  An

@@ -947,3 +947,33 @@ def test_replace_one_is_refused():
     from dpplugins.errors import ParameterError
     with pytest.raises(ParameterError):
         _accountant(neighbouring="replace_one")
+
+
+@pytest.mark.parametrize("eps0,buckets,t,participations,p,epochs", [
+    (1.0, 2, 1, 1, 1.0, 1), (0.7, 5, 3, 2, 0.6, 2), (2.0, 3, 4, 2, 1.0, 1),
+    (0.3, 7, 2, 1, 0.5, 3)])
+def test_delta_is_zero_at_the_pure_dp_epsilon(eps0, buckets, t, participations, p, epochs):
+    """At or above the accountant's pure-DP epsilon delta is answered as exactly 0 without a
+    composition; the exact pair (brute force over outcome vectors, mpmath) has no privacy loss
+    above it, so that 0 is the truth; just below the exact largest loss the accountant still
+    brackets the exact, positive delta.  One participation, one step, one epoch: the bound is the
+    exact largest loss of zero-out randomized response."""
+    from dpplugins.events import RandomAllocationEvent, RandomizedResponseEvent
+
+    atoms = compose_exact(rr_k_epoch_pair(eps0, buckets, t, participations, p), epochs)
+    with mp.workdps(DPS):
+        largest = max(abs(float(mp.log(a / b))) for a, b in atoms if a > 0 and b > 0)
+    acc = _accountant()
+    acc.compose(RandomAllocationEvent(t, epochs, RandomizedResponseEvent(eps0, buckets),
+                                      participations=participations, checkin_probability=p))
+    pure = acc._pure_epsilon_upper(acc.history)
+    assert largest <= pure
+    assert float(discrete_delta(atoms, pure)) == 0.0
+    assert acc.get_delta_bounds(pure) == (0.0, 0.0)
+    assert acc.get_delta_bounds(10 * pure + 1000.0) == (0.0, 0.0)
+    below = largest * (1 - 1e-3)
+    exact = float(discrete_delta(atoms, below))
+    lower, upper = acc.get_delta_bounds(below)
+    assert exact > 0 and lower <= exact <= upper
+    if (t, participations, p, epochs) == (1, 1, 1.0, 1):
+        assert pure == pytest.approx(largest, rel=1e-9)

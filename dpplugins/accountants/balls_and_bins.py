@@ -58,6 +58,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import ClassVar
 
@@ -70,7 +71,7 @@ from dpplugins.amplification.allocation_mechanisms import (default_mechanism_sum
                                                            k_out_of_t_mechanism_pld,
                                                            mechanism_k_loss_step,
                                                            mechanism_loss_step,
-                                                           supported_base)
+                                                           step_max_loss, supported_base)
 from dpplugins.amplification.allocation_participations import (BracketedPLD, k_out_of_t_loss_step,
                                                                k_out_of_t_pld)
 from dpplugins.errors import NumericalError, ParameterError, check_count, check_positive
@@ -409,7 +410,29 @@ class RandomAllocationAccountant(Accountant):
         return self._evaluate(history, lambda pld: pld.epsilon_for_delta(delta), delta)
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
+        # at or above the pure-DP epsilon the privacy loss never exceeds epsilon: delta is
+        # exactly 0, with no composition (a huge epsilon cost seconds of profile nodes before)
+        if epsilon >= self._pure_epsilon_upper(history):
+            return Bounds(0.0, 0.0)
         return self._evaluate(history, lambda pld: pld.delta_for_epsilon(epsilon))
+
+    def _pure_epsilon_upper(self, history) -> float:
+        """An upper bound on the pure-DP epsilon of a history whose steps run Laplace noise or
+        randomized response (``inf`` with Gaussian steps): per epoch, the example is in at most
+        ``k`` steps, so the privacy loss of the epoch's output is at most ``k`` times the largest
+        loss of one step (:func:`~dpplugins.amplification.allocation_mechanisms.step_max_loss`;
+        the likelihood ratio of a mixture over the allocations, with or without the absent
+        case, lies between the smallest and the largest ratio of its components, each a product
+        of at most ``k`` step ratios); losses add over epochs (Dwork & Roth 2014, Thm 3.16), a
+        partial epoch counted as a whole one.  Our derivation."""
+        upper_epochs, _ = epochs_of_history(history)
+        total = 0.0
+        for key, count in upper_epochs.items():
+            base, _, k, _ = epoch_kind(key)
+            if not isinstance(base, Event):
+                return math.inf  # Gaussian noise: no pure-DP guarantee
+            total += count * k * step_max_loss(base)
+        return total * (1 + 1e-12)
 
     def epsilon_upper_fast(self, delta: float, history=None) -> float:
         """Certified upper bound at the default grids, without the lower bound or the accuracy

@@ -118,7 +118,7 @@ from dpplugins.pld.distribution import PrivacyLossDistribution
 __all__ = ["mechanism_allocation_pairs",
            "random_allocation_mechanism_pld", "mechanism_loss_step", "supported_base",
            "default_mechanism_summand_step", "k_out_of_t_mechanism_pld",
-           "mechanism_k_loss_step"]
+           "mechanism_k_loss_step", "step_max_loss"]
 
 _U = float(np.finfo(float).eps) / 2
 #: largest base-mechanism loss for which the summand grid is built (the PLD engine's loss grid
@@ -158,6 +158,24 @@ def _check_base(event: Event) -> Event:
                              "LaplaceEvent or RandomizedResponseEvent (Gaussian noise: "
                              "dpplugins.amplification.allocation)")
     return event
+
+
+def step_max_loss(event: Event) -> float:
+    """An upper bound on the largest absolute privacy loss of one step of the base mechanism
+    ``event``, in both directions (``inf`` where it is unbounded): ``1 / scale`` for Laplace
+    noise (L1 sensitivity 1; Dwork & Roth 2014, Thm 3.6), and for randomized response read as
+    zero-out (:func:`~dpplugins.mechanisms.randomized_response.zero_out_rr_pair`) the larger of
+    ``log(k e^eps0 / (e^eps0 + k - 1))`` (the true bucket) and ``log((e^eps0 + k - 1) / k)``
+    (any other bucket), at most ``eps0``.  Rounded up (relative ``1e-12``, plus ``1e-12``)."""
+    event = _check_base(event)
+    if isinstance(event, LaplaceEvent):
+        loss = 1.0 / event.scale
+    else:
+        eps0, k = float(event.epsilon0), int(event.num_buckets)
+        # log((e^eps0 + k - 1) / k) = eps0 + log1p((k - 1) e^-eps0) - log k, without overflow
+        other = eps0 + math.log1p((k - 1) * math.exp(-eps0)) - math.log(k)
+        loss = min(max(eps0 - other, other), eps0)
+    return loss * (1 + 1e-12) + 1e-12 if math.isfinite(loss) else math.inf
 
 
 def _summand_law(event: Event) -> _SummandLaw:

@@ -202,6 +202,8 @@ class PLDAccountant(Accountant):
 
     Work is reused and memory bounded.  Per-step PLDs are cached process-wide by their
     parameters and grid (:func:`poisson_gaussian_step`; at most ``2^23`` bins, about 128 MiB),
+    and so are their spectra at each transform size (:mod:`dpplugins.pld.spectra`; at most
+    64 MiB; neither cache counts against ``memory_limit``, which bounds each query),
     grid steps lie on a ladder of powers of ``2^(1/4)`` so that queries after more steps share
     them, and each accountant keeps its last few composed PLDs keyed by the history and the grid
     (at most 8 and ``2^22`` composed bins, about 160 MiB; never in ``state_dict``; guarded by

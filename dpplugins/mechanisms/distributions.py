@@ -109,9 +109,9 @@ class Mixture:
     components: tuple
 
     def interval_mass(self, a, b):
-        # a sum of non-negative terms keeps relative accuracy
-        return sum(w * c.interval_mass(a, b) for w, c in zip(self.weights, self.components)
-                   if w > 0)
+        # a sum of non-negative terms keeps relative accuracy (the one implementation is
+        # interval_masses, which also shares components between distributions)
+        return interval_masses((self,), a, b)[0]
 
 
 def interval_masses(distributions, a, b) -> list[np.ndarray]:
@@ -119,7 +119,8 @@ def interval_masses(distributions, a, b) -> list[np.ndarray]:
     distribution that several of them share (a mixture's component that is also the other
     distribution of a pair: ``N(0, s^2)`` in both halves of the subsampled Gaussian's pair) only
     once.  The values are exactly those of the separate calls: the same masses, summed in the
-    same order as :meth:`Mixture.interval_mass`."""
+    same order.  A mixture's masses are ``sum_i w_i D_i(a, b)`` over its positive weights, a sum
+    of non-negative terms that keeps relative accuracy."""
     memo: dict = {}
 
     def masses(dist):

@@ -475,7 +475,7 @@ def cumulant_at(component: GridPMF, sign: float, index: int) -> tuple[float, flo
     its exponential ``u``; the products ``2 u``; the sequential sum ``D u``; the logarithm and
     ``lam s_r`` ``u`` each -- at most ``u (4 |lam| h D + D + 2 |lam s_r| + 2 |log S| + 12)``
     in all, which ``2 u M`` covers with ``M = |lam s_r| + |log S| + 2 |lam| h D + D / 2 + 6``.
-    Checked against mpmath in ``tests/test_pld_performance.py``."""
+    Checked against mpmath in ``tests/test_pld_fast_paths.py``."""
     memo = component.__dict__.get("_cumulant_memo")
     if memo is None:  # only scalars are kept: the memo costs no memory per grid bin
         memo = {}

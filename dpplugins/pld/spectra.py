@@ -105,7 +105,10 @@ def _compute(lo: int, pmf: np.ndarray, size: int, work, eta: float) -> SpectralT
         log_bound = np.log(magnitude)
     abs_log = np.hypot(log_mod_f, arg.astype(float))
     power = np.minimum(abs_log, -math.log(eta)) if eta > 0 else abs_log
-    return SpectralTerms(log_mod, arg, log_bound, eta / magnitude, power)
+    terms = SpectralTerms(log_mod, arg, log_bound, eta / magnitude, power)
+    for values in terms:  # shared through the cache: never to be changed in place
+        values.setflags(write=False)
+    return terms
 
 
 def spectral_terms(component, size: int, work, eta: float) -> SpectralTerms:

@@ -68,7 +68,8 @@ def poisson_subsampled_gaussian(standard_deviation: float, sampling_probability:
                                   lambda t: (-z_of(t) * s, d + z_of(t) * s))
         add = MonotoneLossPair(Gaussian(0.0, s), mix_minus, loss_add, inverse_add,
                                lambda t: (-d - z_of(t) * s, z_of(t) * s))
-        return MechanismPairs({"remove": remove, "add": add}, False, desc)
+        # add is remove with P and Q exchanged (y = -x), a loss without atoms: mirrored
+        return MechanismPairs({"remove": remove, "add": add}, False, desc, mirrored=True)
 
     log_qc = log_q - c
 

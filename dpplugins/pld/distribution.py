@@ -107,25 +107,42 @@ BYTES_PER_COMPONENT_BIN = 256
 MAX_COUNT = 2 ** 53
 
 
-def component_bins(pairs: MechanismPairs, h: float) -> float:
+#: the largest ``loss_range_tail`` a construction accepts (beyond it the grid would leave out
+#: a visible part of the mechanism; the bounds would stay certified but loose)
+MAX_LOSS_RANGE_TAIL = 1e-6
+
+
+def check_loss_range_tail(value) -> float:
+    """``value`` as a float in ``(0, MAX_LOSS_RANGE_TAIL]``, or a ParameterError naming
+    ``loss_range_tail``."""
+    tail = check_positive("loss_range_tail", value)
+    if not tail <= MAX_LOSS_RANGE_TAIL:
+        raise ParameterError("loss_range_tail", value, f"in (0, {MAX_LOSS_RANGE_TAIL:g}]")
+    return tail
+
+
+def component_bins(pairs: MechanismPairs, h: float, loss_range_tail: float = SINGLE_TAIL
+                   ) -> float:
     """Number of grid bins the constructions of ``pairs`` need at grid step ``h`` (largest over
-    the directions; a float, ``inf`` when ``h`` is too small to count them)."""
+    the directions; a float, ``inf`` when ``h`` is too small to count them), with the loss
+    range leaving out ``loss_range_tail`` of each tail (:data:`SINGLE_TAIL` by default)."""
     largest = 0.0
     for pair in pairs.pairs.values():
-        low, high = pair.loss_range(SINGLE_TAIL)
+        low, high = pair.loss_range(loss_range_tail)
         low, high = max(min(low, 0.0), -MAX_ABS_LOSS), min(max(high, 0.0), MAX_ABS_LOSS)
         with np.errstate(over="ignore"):
             largest = max(largest, float(np.float64(high - low) / np.float64(h)) + 4.0)
     return largest
 
 
-def check_grid_size(pairs: MechanismPairs, h: float, memory_limit: int) -> None:
+def check_grid_size(pairs: MechanismPairs, h: float, memory_limit: int,
+                    loss_range_tail: float = SINGLE_TAIL) -> None:
     """ParameterError naming ``value_discretization_interval`` when one component on grid step
     ``h`` would need more than ``memory_limit`` bytes (``BYTES_PER_COMPONENT_BIN`` per bin)."""
-    bins = component_bins(pairs, h)
+    bins = component_bins(pairs, h, loss_range_tail)
     limit = max(int(memory_limit) // BYTES_PER_COMPONENT_BIN, 16)
     if not bins <= limit:
-        span = component_bins(pairs, 1.0) - 4.0
+        span = component_bins(pairs, 1.0, loss_range_tail) - 4.0
         raise ParameterError(
             "value_discretization_interval", h,
             f">= {span / limit:.3g} for {pairs.description or 'this mechanism'} (its loss range "
@@ -201,13 +218,26 @@ def _lower_top(pair, h: float, lo: int, hi: int) -> int:
     return hi
 
 
-def _discretise(pairs: MechanismPairs, h: float,
-                memory_limit: int = 1 << 30) -> dict[str, _Component]:
-    check_grid_size(pairs, h, memory_limit)
+def _discretise(pairs: MechanismPairs, h: float, memory_limit: int = 1 << 30,
+                loss_range_tail: float = SINGLE_TAIL) -> dict[str, _Component]:
+    check_grid_size(pairs, h, memory_limit, loss_range_tail)
     out = {}
+    ranges = {direction: grid_range(*pair.loss_range(loss_range_tail), h)
+              for direction, pair in pairs.pairs.items()}
+    shared = None
+    if pairs.mirrored:
+        # one set of interval masses for both directions: the remove bins on a grid covering
+        # the remove range and the mirror of the add range (LossBins.mirrored)
+        (lo_r, hi_r), (lo_a, hi_a) = ranges["remove"], ranges["add"]
+        shared = pairs.pairs["remove"].loss_bins(h, min(lo_r, -hi_a), max(hi_r, -lo_a))
     for direction, pair in pairs.pairs.items():
-        lo, hi = grid_range(*pair.loss_range(SINGLE_TAIL), h)
-        bins = pair.loss_bins(h, lo, hi)
+        lo, hi = ranges[direction]
+        if shared is None:
+            bins = pair.loss_bins(h, lo, hi)
+        elif direction == "remove":
+            bins = shared.restricted(lo, hi)
+        else:
+            bins = shared.restricted(-hi, -lo).mirrored()
         top = _lower_top(pair, h, lo, hi)
         lower_bins = bins if top == hi else pair.loss_bins(h, lo, top)
         out[direction] = _Component(pessimistic_from_bins(bins),
@@ -251,11 +281,19 @@ class PrivacyLossDistribution:
     # -- constructors -----------------------------------------------------------------------
     @classmethod
     def from_mechanism(cls, pairs: MechanismPairs, *, value_discretization_interval: float = 1e-4,
-                       tail_mass: float = 1e-15, memory_limit: int = 1 << 30
-                       ) -> "PrivacyLossDistribution":
-        """PLD of one mechanism given as worst-case pairs (:mod:`dpplugins.mechanisms`)."""
+                       tail_mass: float = 1e-15, memory_limit: int = 1 << 30,
+                       loss_range_tail: float = SINGLE_TAIL) -> "PrivacyLossDistribution":
+        """PLD of one mechanism given as worst-case pairs (:mod:`dpplugins.mechanisms`).
+
+        ``loss_range_tail``: the probability of each tail of the mechanism's outputs that its
+        grid leaves out (:data:`SINGLE_TAIL`, 1e-24, by default).  Any value gives certified
+        bounds: the connect-the-dots construction moves the mass above the grid to loss
+        ``+inf`` (about ``loss_range_tail`` per step, added to every delta of the upper bound)
+        and the tangent construction leaves it out.  A larger value gives a shorter grid, so
+        a faster construction, where the deltas of interest are far above ``steps *
+        loss_range_tail``."""
         h = check_positive("value_discretization_interval", value_discretization_interval)
-        comps = _discretise(pairs, h, memory_limit)
+        comps = _discretise(pairs, h, memory_limit, check_loss_range_tail(loss_range_tail))
         return cls({d: ((comps[d], 1),) for d in DIRECTIONS}, h, description=pairs.description,
                    tail_mass=tail_mass, memory_limit=memory_limit)
 
@@ -329,7 +367,8 @@ class PrivacyLossDistribution:
     @classmethod
     def _bracketed_gaussian(cls, sigma: float, sampling_probability: float, neighbouring: str, *,
                             value_discretization_interval: float = 1e-4,
-                            tail_mass: float = 1e-15, memory_limit: int = 1 << 30):
+                            tail_mass: float = 1e-15, memory_limit: int = 1 << 30,
+                            loss_range_tail: float = SINGLE_TAIL):
         """A noise multiplier outside :data:`NOISE_RANGE`, where the grid constructions would
         overflow, bracketed by dominance (adding independent Gaussian noise is a post-processing,
         so less noise dominates more; our derivation from Balle & Wang 2018, Thm 8):
@@ -340,14 +379,17 @@ class PrivacyLossDistribution:
           ``+inf``: epsilon is ``inf`` for every delta < 1), lower bound from ``sigma = 1e-100``.
         """
         h = check_positive("value_discretization_interval", value_discretization_interval)
+        tail = check_loss_range_tail(loss_range_tail)
         if sigma > NOISE_RANGE[1]:
             upper = _discretise(mechanisms.poisson_subsampled_gaussian(
-                NOISE_RANGE[1], sampling_probability, 1.0, neighbouring=neighbouring), h)
+                NOISE_RANGE[1], sampling_probability, 1.0, neighbouring=neighbouring), h,
+                loss_range_tail=tail)
             lower = _discretise(mechanisms.discrete_pair([1.0], [1.0], symmetric=True), h)
             comps = {d: _Component(upper[d].upper, lower[d].lower) for d in DIRECTIONS}
         else:
             lower = _discretise(mechanisms.poisson_subsampled_gaussian(
-                NOISE_RANGE[0], sampling_probability, 1.0, neighbouring=neighbouring), h)
+                NOISE_RANGE[0], sampling_probability, 1.0, neighbouring=neighbouring), h,
+                loss_range_tail=tail)
             revealing = GridPMF(h, 0, np.zeros(1), 1.0, 0.0)
             comps = {d: _Component(revealing, lower[d].lower) for d in DIRECTIONS}
         return cls({d: ((comps[d], 1),) for d in DIRECTIONS}, h,
@@ -445,22 +487,44 @@ class PrivacyLossDistribution:
     def compose(self, other: "PrivacyLossDistribution") -> "PrivacyLossDistribution":
         """PLD of running this mechanism and then ``other`` (independent noise, adaptive choice
         allowed: composition theorem of Dong, Roth, Su 2022 Thm 3.2 / Zhu et al. 2022 Thm 10)."""
-        self._check_compatible(other)
+        return PrivacyLossDistribution.composition([self, other])
+
+    @staticmethod
+    def composition(plds: Sequence["PrivacyLossDistribution"]) -> "PrivacyLossDistribution":
+        """PLD of running the mechanisms of ``plds`` one after the other (as :meth:`compose`,
+        in one pass: composing ``K`` distinct steps costs ``O(K)``, not ``O(K^2)``).
+
+        Example::
+
+            >>> a = PrivacyLossDistribution.from_gaussian(2.0, value_discretization_interval=1e-3)
+            >>> b = PrivacyLossDistribution.from_gaussian(3.0, value_discretization_interval=1e-3)
+            >>> both = PrivacyLossDistribution.composition([a, b, a])
+        """
+        plds = list(plds)
+        if not plds:
+            raise ParameterError("plds", plds, "a non-empty sequence of PrivacyLossDistribution")
+        first = plds[0]
+        if not isinstance(first, PrivacyLossDistribution):
+            raise ParameterError("plds[0]", type(first).__name__, "a PrivacyLossDistribution")
+        for other in plds[1:]:
+            first._check_compatible(other)
         merged = {}
         for d in DIRECTIONS:
             counts: dict[int, list] = {}
-            for comp, k in self._directions[d] + other._directions[d]:
-                entry = counts.setdefault(id(comp), [comp, 0])
-                entry[1] += k
-                if entry[1] > MAX_COUNT:
-                    raise ParameterError("count", entry[1], f"at most 2**53 = {MAX_COUNT:,} "
-                                         "compositions of one component (counts are used as "
-                                         "floats)")
+            for pld in plds:
+                for comp, k in pld._directions[d]:
+                    entry = counts.setdefault(id(comp), [comp, 0])
+                    entry[1] += k
+                    if entry[1] > MAX_COUNT:
+                        raise ParameterError("count", entry[1], f"at most 2**53 = {MAX_COUNT:,} "
+                                             "compositions of one component (counts are used "
+                                             "as floats)")
             merged[d] = tuple((c, k) for c, k in counts.values())
-        desc = " + ".join(filter(None, [self.description, other.description]))
-        return PrivacyLossDistribution(merged, self.value_discretization_interval,
-                                       description=desc, tail_mass=min(self.tail_mass, other.tail_mass),
-                                       memory_limit=min(self.memory_limit, other.memory_limit))
+        desc = " + ".join(filter(None, [pld.description for pld in plds]))
+        return PrivacyLossDistribution(merged, first.value_discretization_interval,
+                                       description=desc,
+                                       tail_mass=min(pld.tail_mass for pld in plds),
+                                       memory_limit=min(pld.memory_limit for pld in plds))
 
     def self_compose(self, count: int) -> "PrivacyLossDistribution":
         """PLD of ``count`` adaptive repetitions (one FFT power, not ``count`` convolutions)."""

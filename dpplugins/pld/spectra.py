@@ -40,6 +40,8 @@ from scipy import fft as sp_fft
 __all__ = ["SpectralTerms", "spectral_terms", "transform_size", "SPECTRA_CACHE_BYTES",
            "clear_spectra_cache"]
 
+_U = np.finfo(float).eps / 2
+
 #: the bound on the arrays the process-wide cache holds, in bytes
 SPECTRA_CACHE_BYTES = 64 * 2 ** 20
 
@@ -56,7 +58,7 @@ class SpectralTerms(NamedTuple):
     phase: np.ndarray  #: ``arg a`` in the working precision
     log_bound: np.ndarray  #: ``log m``, ``m = |a| + eta``
     error_ratio: np.ndarray  #: ``eta / m``
-    power_term: np.ndarray  #: ``min(|log a|, -log eta)`` (``|log a|`` if ``eta = 0``)
+    power_term: np.ndarray  #: ``min(|log|a|| + |arg a|, -log eta)`` (no min if ``eta = 0``)
 
     @property
     def nbytes(self) -> int:
@@ -90,20 +92,27 @@ def clear_spectra_cache() -> None:
 
 def _compute(lo: int, pmf: np.ndarray, size: int, work, eta: float) -> SpectralTerms:
     positions = (lo + np.arange(len(pmf))) % size  # composed index S lands on S mod size
-    wrapped = np.bincount(positions, weights=pmf, minlength=size).astype(work)
+    wrapped = np.bincount(positions, weights=pmf, minlength=size).astype(work, copy=False)
     spectrum = sp_fft.rfft(wrapped)
     re, im = spectrum.real, spectrum.imag
     del spectrum
     # logarithm as (log-modulus, phase) in the working precision: real logarithms and
     # arctangents are much faster than complex ones in long double, and k * (-inf) stays clean
+    squares = re * re + im * im
     with np.errstate(divide="ignore"):
-        log_mod = 0.5 * np.log(re * re + im * im)
+        log_mod = 0.5 * np.log(squares)
     arg = np.arctan2(im, re)
-    log_mod_f = log_mod.astype(float)
-    magnitude = np.exp(log_mod_f) + eta
+    # m = |a| + eta with |a| rounded up (a square root of a sum of two squares: relative
+    # error below 3 u; 4 u covers it), so that m bounds the computed and the exact coefficient
+    modulus = np.sqrt(np.asarray(squares, dtype=float))
+    magnitude = modulus * (1 + 4 * _U) + eta
+    del squares, modulus
     with np.errstate(divide="ignore"):
         log_bound = np.log(magnitude)
-    abs_log = np.hypot(log_mod_f, arg.astype(float))
+    # |log a| = hypot(log|a|, arg a) <= |log|a|| + |arg a|: the bound is used (it only enters
+    # the rounding term of the powers, which it at most multiplies by sqrt 2)
+    log_mod_f = np.asarray(log_mod, dtype=float)
+    abs_log = np.abs(log_mod_f) + np.abs(np.asarray(arg, dtype=float))
     power = np.minimum(abs_log, -math.log(eta)) if eta > 0 else abs_log
     terms = SpectralTerms(log_mod, arg, log_bound, eta / magnitude, power)
     for values in terms:  # shared through the cache: never to be changed in place

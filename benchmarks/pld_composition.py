@@ -56,7 +56,7 @@ def _history(k: int) -> list[tuple[float, float, int]]:
 
 
 def _cold() -> None:
-    pld_module._STEP_CACHE.clear()
+    pld_module.clear_step_cache()
     clear_spectra_cache()
 
 

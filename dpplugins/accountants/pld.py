@@ -19,11 +19,12 @@ from dpplugins.full_batch import full_batch_delta_bounds, full_batch_epsilon_bou
 from dpplugins.mechanisms.pairs import DiscretePair
 from dpplugins.mechanisms.randomized_response import zero_out_rr_pair
 from dpplugins.pld import AccuracyWarning, Bounds, PrivacyLossDistribution
-from dpplugins.pld.distribution import (BYTES_PER_COMPONENT_BIN, NOISE_RANGE, atom_grid_step,
-                                        component_bins, laplace_top_atom, within_window_budget)
+from dpplugins.pld.distribution import (BYTES_PER_COMPONENT_BIN, NOISE_RANGE, SINGLE_TAIL,
+                                        atom_grid_step, component_bins, laplace_top_atom,
+                                        within_window_budget)
 
 __all__ = ["PLDAccountant", "poisson_gaussian_pld", "loss_scale", "poisson_gaussian_runs",
-           "is_poisson_gaussian", "epsilon_delta_pair", "zero_out_rr_pair"]
+           "is_poisson_gaussian", "epsilon_delta_pair", "zero_out_rr_pair", "loss_range_tail_for"]
 
 _MIN_H, _MAX_H = 1e-6, 2e-2
 #: smallest grid step the refinement may reach (below _MIN_H: the memory limit is the real stop)
@@ -62,6 +63,48 @@ _PLD_CACHE_SIZE, _PLD_CACHE_BINS = 8, 2 ** 22
 _STICKY_FINER, _STICKY_COARSER, _STICKY_GAP = 8.0, 2.0 * (1 + 1e-9), 0.8
 #: the settings whose last good grid is remembered (the most recent ones)
 _STICKY_GRID_SETTINGS = 16
+#: an epsilon query at ``delta`` after ``T`` steps builds its steps' grids leaving out
+#: ``loss_range_tail_for(delta, T)`` of each tail: together they add at most this share of
+#: ``delta`` to the upper bound's delta (see :func:`loss_range_tail_for`)
+_LOSS_RANGE_SHARE = 1e-4
+#: the largest loss-range tail an epsilon query uses (a grid to about 6.4 standard deviations)
+_LOSS_RANGE_TAIL_MAX = 1e-10
+
+
+def loss_range_tail_for(delta: float, steps: int) -> float:
+    """The probability of each tail of one step's outputs that the grid of an epsilon query at
+    ``delta`` after ``steps`` steps leaves out: ``_LOSS_RANGE_SHARE * delta / steps`` rounded
+    down to a power of 10, within ``[SINGLE_TAIL, 1e-10]``.
+
+    Why it is safe and what it costs (our derivation).  Each step's connect-the-dots
+    construction moves the P-mass above its grid to loss ``+inf``; that mass is at most the
+    left-out tail (:meth:`~dpplugins.mechanisms.pairs.MonotoneLossPair.loss_range`), so the
+    composition's mass at ``+inf`` grows by at most ``steps * tail <= 1e-4 delta``, and the
+    certified epsilon by about the change of epsilon(delta) when delta drops by that share --
+    negligible next to ``eps_tolerance``.  The tangent construction leaves that mass out,
+    which only lowers the lower bound, by as little.  A power of 10 keeps the grid, and with it
+    the cached per-step PLDs, the same over epochs of one run.  Example::
+
+        >>> loss_range_tail_for(1e-5, 10_000)
+        1e-13
+    """
+    if not (delta > 0 and steps > 0):
+        return SINGLE_TAIL
+    target = _LOSS_RANGE_SHARE * delta / steps
+    if not target > SINGLE_TAIL:
+        return SINGLE_TAIL
+    tail = 10.0 ** math.floor(math.log10(target))
+    if tail > target:  # log10 rounded up across a power of 10
+        tail /= 10.0
+    return float(min(max(tail, SINGLE_TAIL), _LOSS_RANGE_TAIL_MAX))
+
+
+#: the first grid's relative gap at a 40th of the loss scale, ``_GAP_AT_40 (T / 10^4) ^
+#: _GAP_STEPS_EXPONENT / 1600`` after ``T`` steps (measured; :meth:`PLDAccountant.initial_grid_step`),
+#: and the share of ``eps_tolerance`` the first grid aims at
+_GAP_AT_40, _GAP_STEPS_EXPONENT, _FIRST_GRID_GAP = 0.55, 0.1, 0.6
+#: the first grid aims at no smaller a relative gap than this (refinement goes further)
+_FIRST_GRID_MIN_TOLERANCE = 1e-4
 
 
 def _ladder_up(h: float) -> float:
@@ -125,35 +168,37 @@ def epsilon_delta_pair(epsilon: float, delta: float) -> tuple[list[float], list[
 
 
 def poisson_gaussian_pld(history, h: float, *, neighbouring: str = "add_remove",
-                         tail_mass: float = 1e-15,
-                         memory_limit: int = 1 << 30) -> PrivacyLossDistribution:
+                         tail_mass: float = 1e-15, memory_limit: int = 1 << 30,
+                         loss_range_tail: float = SINGLE_TAIL) -> PrivacyLossDistribution:
     """PLD of a run-length history of Poisson-subsampled Gaussian steps on grid step ``h``.
 
     Identical ``(sigma, q)`` runs share one component, so the FFT work grows with the number of
-    distinct settings, not with the number of steps.
+    distinct settings, not with the number of steps.  ``loss_range_tail``: see
+    :meth:`~dpplugins.pld.PrivacyLossDistribution.from_mechanism`.
     """
     counts: dict[tuple[float, float], int] = {}
     for sigma, q, steps in history:
         counts[(sigma, q)] = counts.get((sigma, q), 0) + steps
-    total = None
-    for (sigma, q), steps in counts.items():
-        step = poisson_gaussian_step(sigma, q, h, neighbouring=neighbouring, tail_mass=tail_mass,
-                                     memory_limit=memory_limit).self_compose(steps)
-        total = step if total is None else total.compose(step)
-    return total
+    return PrivacyLossDistribution.composition([
+        poisson_gaussian_step(sigma, q, h, neighbouring=neighbouring, tail_mass=tail_mass,
+                              memory_limit=memory_limit,
+                              loss_range_tail=loss_range_tail).self_compose(steps)
+        for (sigma, q), steps in counts.items()])
 
 
-#: per-step PLDs by (sigma, q, neighbouring, h, tail_mass, memory_limit), least recently used
-#: last; bounded by the number of grid bins they hold (``_STEP_CACHE_BINS``)
+#: per-step PLDs by (sigma, q, neighbouring, h, tail_mass, memory_limit, loss_range_tail), least
+#: recently used last; bounded by the number of grid bins they hold (``_STEP_CACHE_BINS``)
 _STEP_CACHE: "OrderedDict[tuple, tuple[PrivacyLossDistribution, int]]" = OrderedDict()
 #: about 16 bytes a bin (two masses), so at most about 128 MiB
 _STEP_CACHE_BINS = 2 ** 23
 _STEP_CACHE_LOCK = threading.Lock()
+#: grid bins the cache holds (kept with it, so an insertion costs no pass over the cache)
+_step_cache_bins = 0
 
 
 def poisson_gaussian_step(sigma: float, q: float, h: float, *, neighbouring: str = "add_remove",
-                          tail_mass: float = 1e-15,
-                          memory_limit: int = 1 << 30) -> PrivacyLossDistribution:
+                          tail_mass: float = 1e-15, memory_limit: int = 1 << 30,
+                          loss_range_tail: float = SINGLE_TAIL) -> PrivacyLossDistribution:
     """PLD of one Poisson-subsampled Gaussian step on grid step ``h``, cached by its parameters
     (the same step in a later query, or in another accountant, is not discretised again).  The
     cache is process-wide, holds at most ``_STEP_CACHE_BINS`` grid bins and is keyed by every
@@ -165,7 +210,8 @@ def poisson_gaussian_step(sigma: float, q: float, h: float, *, neighbouring: str
         >>> step is poisson_gaussian_step(1.0, 0.01, 1e-3)
         True
     """
-    key = (float(sigma), float(q), neighbouring, float(h), float(tail_mass), int(memory_limit))
+    key = (float(sigma), float(q), neighbouring, float(h), float(tail_mass), int(memory_limit),
+           float(loss_range_tail))
     with _STEP_CACHE_LOCK:
         found = _STEP_CACHE.get(key)
         if found is not None:
@@ -173,16 +219,28 @@ def poisson_gaussian_step(sigma: float, q: float, h: float, *, neighbouring: str
             return found[0]
     step = PrivacyLossDistribution.from_poisson_subsampled_gaussian(
         sigma, q, neighbouring=neighbouring, value_discretization_interval=h,
-        tail_mass=tail_mass, memory_limit=memory_limit)
+        tail_mass=tail_mass, memory_limit=memory_limit, loss_range_tail=loss_range_tail)
     size = sum(len(c.upper.pmf) + (len(c.lower.pmf) if c.lower is not None else 0)
                for d in ("remove", "add") for c, _ in step._directions[d])
+    global _step_cache_bins
     with _STEP_CACHE_LOCK:
+        old = _STEP_CACHE.pop(key, None)
+        if old is not None:
+            _step_cache_bins -= old[1]
         _STEP_CACHE[key] = (step, size)
-        total = sum(n for _, n in _STEP_CACHE.values())
-        while total > _STEP_CACHE_BINS and len(_STEP_CACHE) > 1:
+        _step_cache_bins += size
+        while _step_cache_bins > _STEP_CACHE_BINS and len(_STEP_CACHE) > 1:
             _, (_, n) = _STEP_CACHE.popitem(last=False)
-            total -= n
+            _step_cache_bins -= n
     return step
+
+
+def clear_step_cache() -> None:
+    """Empty the process-wide cache of per-step PLDs (benchmarks use it to start cold)."""
+    global _step_cache_bins
+    with _STEP_CACHE_LOCK:
+        _STEP_CACHE.clear()
+        _step_cache_bins = 0
 
 
 def _with_gap(bounds: Bounds) -> tuple[Bounds, float]:
@@ -545,21 +603,36 @@ class PLDAccountant(Accountant):
         return best
 
     # -- grid ---------------------------------------------------------------------------------
-    def initial_grid_step(self, history) -> float:
-        """First grid step: a 40th of the per-step loss scale (see :func:`loss_scale`), coarser
-        for short histories -- the connect-the-dots gap grows about like ``steps * h^2``, so ``h``
-        can grow like ``1 / sqrt(steps)`` (up to 10 times) below 10^4 steps.
+    def initial_grid_step(self, history, loss_range_tail: float = SINGLE_TAIL) -> float:
+        """First grid step: the step at which the relative gap is predicted to be 0.6 times
+        ``eps_tolerance``, so that one grid usually meets the tolerance.
+
+        The prediction (numerically checked, not derived): on the grid ``h = s / 40``, with
+        ``s`` the per-step loss scale of :func:`loss_scale`, the relative gap of epsilon at
+        delta 1e-5 and 1e-10 was ``c / 1600`` with ``c`` between 0.01 and 2.2 and about ``0.55
+        (T / 10^4)^0.1`` for ``T`` steps (sigma 0.6 to 4, q 0.001 to 0.1, T 100 to 10^5; 96
+        settings); the gap of connect-the-dots bounds is second order in ``h``.  So ``h = s
+        sqrt(0.6 eps_tolerance / c(T))``: ``s / 30`` at the default tolerance and 10^4 steps
+        (a tolerance below 1e-4 counts as 1e-4 here: refinement goes further, and the grid
+        holds at most ``2^17`` bins per component and what ``memory_limit`` allows).
+        A setting whose gap is larger gets a finer grid from the refinement loop; one whose
+        gap is smaller is answered on this grid.
 
         With several settings the per-step scale is the root mean square ``sqrt(sum_i T_i s_i^2 /
         sum_i T_i)``: ``T h^2`` against the composed variance ``sum_i T_i s_i^2`` is then the same
         as for a single setting, and a run whose loss is negligible (a tiny sample rate) does not
-        set the grid for all the others."""
+        set the grid for all the others.  ``loss_range_tail``: of the grids the query builds
+        (:func:`loss_range_tail_for`), which sets their number of bins."""
         if self.value_discretization_interval is not None:
             return self.value_discretization_interval
         scale = self._scale(history)
-        steps = sum(t for _, _, t in history)
-        widen = float(np.clip(math.sqrt(1e4 / steps), 1.0, 10.0))
-        return self._on_ladder(history, scale / 40.0 * widen)
+        steps = max(sum(t for _, _, t in history), 1)
+        predicted = _GAP_AT_40 * (steps / 1e4) ** _GAP_STEPS_EXPONENT
+        # a tolerance below 1e-4 is approached by refinement (its first grid would be huge)
+        target = _FIRST_GRID_GAP * max(self.eps_tolerance, _FIRST_GRID_MIN_TOLERANCE)
+        ratio = math.sqrt(target / predicted) * 40.0
+        bins = min(_FIRST_GRID_BINS, max(self.memory_limit // BYTES_PER_COMPONENT_BIN, 16))
+        return self._on_ladder(history, scale / 40.0 * ratio, bins, loss_range_tail)
 
     def _scale(self, history) -> float:
         scales = [(loss_scale(sigma, q), t) for sigma, q, t in history]
@@ -570,13 +643,15 @@ class PLDAccountant(Accountant):
             variance = sum(t * value * value for value, t in scales)
         return math.sqrt(variance / steps) if math.isfinite(variance) else math.inf
 
-    def _on_ladder(self, history, h: float, max_bins: int = _FIRST_GRID_BINS) -> float:
+    def _on_ladder(self, history, h: float, max_bins: int = _FIRST_GRID_BINS,
+                   loss_range_tail: float = SINGLE_TAIL) -> float:
         """``h`` clipped to ``[_MIN_H, _MAX_H]`` and rounded down (finer) to a power of
         ``2^(1/4)``, so that queries after more steps share grids, and with them the cached
-        per-step PLDs; but no finer than needed to keep one component within ``max_bins`` bins (a run with a long loss tail and a tiny loss scale, e.g.
-        q = 1e-5, would otherwise need millions)."""
+        per-step PLDs; but no finer than needed to keep one component within ``max_bins`` bins
+        (a run with a long loss tail and a tiny loss scale, e.g. q = 1e-5, would otherwise need
+        millions)."""
         h = _ladder_down(float(np.clip(h, _MIN_H, _MAX_H)))
-        cap = max(self._grid_bins(history, 1.0) - 4.0, 0.0) / (max_bins - 4)
+        cap = max(self._grid_bins(history, 1.0, loss_range_tail) - 4.0, 0.0) / (max_bins - 4)
         return _ladder_up(cap) if cap > h else h
 
     def _history_key(self, history) -> tuple:
@@ -585,12 +660,14 @@ class PLDAccountant(Accountant):
             counts[(sigma, q)] = counts.get((sigma, q), 0) + steps
         return ("poisson",) + tuple(sorted(counts.items()))
 
-    def _pld(self, history, h: float) -> PrivacyLossDistribution:
-        return self._cached_pld((self._history_key(history), h), lambda: poisson_gaussian_pld(
-            history, h, neighbouring=self.neighbouring, tail_mass=self.tail_mass,
-            memory_limit=self.memory_limit))
+    def _pld(self, history, h: float,
+             loss_range_tail: float = SINGLE_TAIL) -> PrivacyLossDistribution:
+        return self._cached_pld(
+            (self._history_key(history), h, loss_range_tail), lambda: poisson_gaussian_pld(
+                history, h, neighbouring=self.neighbouring, tail_mass=self.tail_mass,
+                memory_limit=self.memory_limit, loss_range_tail=loss_range_tail))
 
-    def _refine(self, history, evaluate):
+    def _refine(self, history, evaluate, loss_range_tail: float = SINGLE_TAIL):
         """Evaluate on finer grids until the relative gap is within ``eps_tolerance``.
 
         ``evaluate(pld) -> (Bounds, relative_gap)``.  The gap of connect-the-dots bounds shrinks
@@ -607,8 +684,11 @@ class PLDAccountant(Accountant):
         ``eps_tolerance`` is a target: when it is not met, the certified bounds are returned with
         an :class:`~dpplugins.pld.AccuracyWarning` saying what limits them.  Only when not even
         the first grid can be evaluated does :class:`~dpplugins.errors.NumericalError` propagate.
+        Every grid leaves out ``loss_range_tail`` of each tail of a step
+        (:func:`loss_range_tail_for`).
         """
-        h = self.initial_grid_step(history)
+        tail = loss_range_tail
+        h = self.initial_grid_step(history, tail)
         fixed = self.value_discretization_interval is not None
         tolerance = self.eps_tolerance
         settings = tuple(sorted({(sigma, q) for sigma, q, _ in history}))
@@ -625,17 +705,17 @@ class PLDAccountant(Accountant):
                 h = hint_h
         best, previous_gap, reason = None, None, "eight grids were tried"
         for _ in range(8):
-            if best is not None and self._grid_bins(history, h) > min(
+            if best is not None and self._grid_bins(history, h, tail) > min(
                     self.memory_limit // BYTES_PER_COMPONENT_BIN, _MAX_REFINE_BINS):
                 reason = (f"a finer grid needs more than {_MAX_REFINE_BINS:,} bins per component "
                           "or more memory than memory_limit allows")
                 break
             try:
                 if best is None and not fixed:
-                    h, pld = within_window_budget(lambda step: self._pld(history, step), h,
-                                                  snap=_ladder_up)
+                    h, pld = within_window_budget(lambda step: self._pld(history, step, tail),
+                                                  h, snap=_ladder_up)
                 else:
-                    pld = self._pld(history, h)
+                    pld = self._pld(history, h, tail)
                 bounds, _ = evaluate(pld)
             except (NumericalError, MemoryError) as error:
                 if best is None:
@@ -685,9 +765,9 @@ class PLDAccountant(Accountant):
             if finer > _MAX_H:
                 # a first grid coarser than _MAX_H (the window budget): down the ladder, unclipped
                 finer = _ladder_down(finer)
-            elif finer >= _MIN_H or self._grid_bins(history, finer) > _MAX_REFINE_BINS:
+            elif finer >= _MIN_H or self._grid_bins(history, finer, tail) > _MAX_REFINE_BINS:
                 # the finest grid within the bin budget, if the wanted one is beyond it
-                finer = self._on_ladder(history, finer, _MAX_REFINE_BINS)
+                finer = self._on_ladder(history, finer, _MAX_REFINE_BINS, tail)
                 if finer >= 0.8 * h:
                     reason = (f"a finer grid needs more than {_MAX_REFINE_BINS:,} bins per "
                               "component")
@@ -700,7 +780,7 @@ class PLDAccountant(Accountant):
             "value", AccuracyWarning, stacklevel=4)
         return best
 
-    def _grid_bins(self, history, h: float) -> float:
+    def _grid_bins(self, history, h: float, loss_range_tail: float = SINGLE_TAIL) -> float:
         """Largest number of grid bins of one component at grid step ``h`` (from the loss range
         of each step, as :func:`~dpplugins.pld.PrivacyLossDistribution.from_mechanism` builds
         it; ``inf`` when ``h`` is too small to count them)."""
@@ -709,7 +789,7 @@ class PLDAccountant(Accountant):
             try:
                 pairs = mechanisms.poisson_subsampled_gaussian(sigma, q,
                                                                neighbouring=self.neighbouring)
-                largest = max(largest, component_bins(pairs, h))
+                largest = max(largest, component_bins(pairs, h, loss_range_tail))
             except (ArithmeticError, ValueError):
                 continue
         return largest
@@ -763,7 +843,8 @@ class PLDAccountant(Accountant):
         mus = self._full_batch_mu(runs)
         if mus is not None:
             return full_batch_epsilon_bounds(mus, delta)
-        return self._refine(runs, lambda pld: _with_gap(pld.epsilon_for_delta(delta)))
+        return self._refine(runs, lambda pld: _with_gap(pld.epsilon_for_delta(delta)),
+                            loss_range_tail_for(delta, sum(t for _, _, t in runs)))
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
         if not self._only_gaussian(history):
@@ -827,8 +908,9 @@ class PLDAccountant(Accountant):
         mus = self._full_batch_mu(history)
         if mus is not None:
             return full_batch_epsilon_bounds(mus, delta).upper
-        h = self.initial_grid_step(history)
+        tail = loss_range_tail_for(delta, sum(t for _, _, t in history))
+        h = self.initial_grid_step(history, tail)
         if coarsen != 1.0 and self.value_discretization_interval is None:
-            h = self._on_ladder(history, h * float(coarsen))
-        pld = self._pld(history, h)
+            h = self._on_ladder(history, h * float(coarsen), loss_range_tail=tail)
+        pld = self._pld(history, h, tail)
         return pld.epsilon_for_delta(delta, lower=False).upper

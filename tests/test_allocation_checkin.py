@@ -71,6 +71,7 @@ def test_delta_brackets_exact_quadrature(t, p):
         assert bounds.upper - bounds.lower <= 2e-3 * exact   # and the bracket is narrow
 
 
+@pytest.mark.slow
 def test_one_step_is_the_poisson_subsampled_gaussian():
     """t = 1 is the Poisson-subsampled Gaussian at rate p: compare with dp_accounting's PLD
     (pessimistic and optimistic), an independent public implementation."""

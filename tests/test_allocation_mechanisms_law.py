@@ -70,7 +70,8 @@ def test_laplace_cell_masses_against_quadrature(b):
         assert below[k] == pytest.approx(below_ref, rel=1e-9, abs=1e-14)
 
 
-@pytest.mark.parametrize("event", [LaplaceEvent(0.5), LaplaceEvent(2.0),
+@pytest.mark.parametrize("event", [pytest.param(LaplaceEvent(0.5), marks=pytest.mark.slow),
+                                   pytest.param(LaplaceEvent(2.0), marks=pytest.mark.slow),
                                    RandomizedResponseEvent(1.0, 2),
                                    RandomizedResponseEvent(3.0, 5)])
 def test_spread_dominates_in_convex_order(event):

@@ -201,6 +201,7 @@ def test_checkin_below_one_with_participations_brackets_monte_carlo(p, epochs):
         assert upper >= truth - 5 * se
 
 
+@pytest.mark.slow
 def test_checkin_below_one_with_participations_is_monotone_in_p():
     """Taking part with a smaller probability is a post-processing-free mixture towards the
     absent case: the upper bounds grow with p, and p < 1 is never above p = 1 (module
@@ -213,6 +214,7 @@ def test_checkin_below_one_with_participations_is_monotone_in_p():
     assert uppers[-1] <= epsilon_from_delta_curve(lambda e: gaussian_delta_exact(e, 2.0), 1e-5)
 
 
+@pytest.mark.slow
 def test_small_noise_with_participations_answers_without_the_summand_grid():
     """sigma = 0.3, 4-out-of-1000: the dominated construction's summands need 6e13 grid cells
     (before: NumericalError advising other methods); the lower bound falls back to the Gaussian

@@ -41,6 +41,7 @@ def test_full_batch_calibration_matches_the_closed_form(target, steps):
     assert truth * (1 - 1e-6) <= sigma <= truth * 1.005  # within 0.5 % of the smallest
 
 
+@pytest.mark.slow
 def test_huge_target_with_subsampling_answers_and_meets_it():
     sigma = find_noise_multiplier(target_epsilon=1e4, delta=1e-5, sample_rate=0.01, steps=1000)
     acc = create("pld")

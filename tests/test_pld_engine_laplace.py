@@ -82,6 +82,7 @@ def test_the_first_grid_certifies_the_slow_fuzz_case():
     assert bounds.lower > SLOW_STEPS * math.exp(-1.0)
 
 
+@pytest.mark.slow
 def test_the_slow_fuzz_case_uses_few_grids_and_compositions(monkeypatch):
     grids, compositions = [], []
     real_pld = pld_accountant_module.PLDAccountant._generic_pld
@@ -125,6 +126,7 @@ def test_laplace_composition_against_dp_accounting(neighbouring, scale):
     assert bounds.upper - bounds.lower <= 1e-3 * bounds.upper
 
 
+@pytest.mark.slow
 def test_an_unreachable_tolerance_on_a_laplace_history_warns_with_certified_bounds():
     acc = create("pld", eps_tolerance=1e-12)
     acc.compose(SelfComposedEvent(LaplaceEvent(1.0), 300))
@@ -185,6 +187,7 @@ def test_two_laplace_steps_are_bracketed_by_exact_quadrature(scale):
         assert _two_laplace_steps_delta(upper, scale) <= delta * (1 + 1e-6)
 
 
+@pytest.mark.slow
 def test_round_trip_at_a_tiny_delta_after_an_upper_only_grid():
     """10^6 Laplace(1) steps, delta 1e-15 (long fuzz profile): the epsilon was certified on the
     extra upper-only grid, whose composition is not kept, and the delta query's own grids gave

@@ -246,6 +246,7 @@ def test_mixed_rounds_dominate_the_exact_product():
         assert acc.get_epsilon_bounds(0.0) == pytest.approx((EPS0 + eps0_2,) * 2)
 
 
+@pytest.mark.slow
 def test_many_rounds_and_families_at_scale():
     n = 1000
     ue = ShuffleEvent(n, UnaryEncodingEvent(2.0, 16, optimized=True))

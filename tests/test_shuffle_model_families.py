@@ -259,6 +259,7 @@ def test_two_rounds_bracket_the_exact_product_for_every_dataset():
     assert 0 < b.lower <= b.upper <= 4.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", [fam.unary_encoding(4.0, 32, optimized=True),
                                     fam.laplace_bounded(1.0)], ids=lambda f: f.name)
 def test_composition_grows_and_brackets(family):
@@ -387,6 +388,7 @@ def test_composed_lower_bound_is_at_least_one_rounds():
     assert 0 < fam.delta_bounds(family, 100_000, 0.03).lower <= d.lower <= d.upper
 
 
+@pytest.mark.slow
 def test_round_normalises_its_randomizer_and_names_bad_input():
     """``Round(("krr", 2.0, 4), n)`` used to pass a tuple on and fail with an AttributeError
     inside the composition."""

@@ -79,6 +79,27 @@ def test_distinct_poisson_steps_agree_with_dp_accounting():
     assert (upper - lower) <= 2e-3 * upper
 
 
+def test_sixteen_distinct_poisson_steps_agree_with_dp_accounting():
+    """16 distinct settings: as many components as the batched cumulants' threshold, so
+    windows, tilts and tail certificates come from CumulantBatch; the steps are built to the
+    query's loss-range tail and with mirrored add bins."""
+    rng = np.random.default_rng(11)
+    history = [(float(rng.uniform(0.7, 2.0)), float(rng.uniform(0.002, 0.05)), 5)
+               for _ in range(16)]
+    acc = create("pld")
+    theirs = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+    for sigma, q, steps in history:
+        acc.step(noise_multiplier=sigma, sample_rate=q, count=steps)
+        theirs.compose(dp_accounting.SelfComposedDpEvent(
+            dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps))
+    for delta in (1e-5, 1e-9):
+        lower, upper = acc.get_epsilon_bounds(delta)
+        their = theirs.get_epsilon(delta)  # pessimistic connect-the-dots on a 1e-4 grid
+        assert lower <= their * (1 + 1e-6)
+        assert abs(upper - their) <= 3e-3 * their
+        assert (upper - lower) <= 1e-3 * upper
+
+
 # -- caches and incremental queries ----------------------------------------------------------------
 def test_incremental_queries_agree_with_fresh_accountants_and_state_does_not_grow():
     acc = create("pld")

@@ -737,8 +737,8 @@ class _CumulantSum:
                 values, magnitudes = self._batch.at(sign, int(index))
                 values, magnitudes = values.tolist(), magnitudes.tolist()
             else:
-                pairs = [cumulant_at(c, sign, index) for c, _ in self._components]
-                values, magnitudes = [v for v, _ in pairs], [m for _, m in pairs]
+                each = [cumulant_at(c, sign, index) for c, _ in self._components]
+                values, magnitudes = [v for v, _ in each], [m for _, m in each]
             found = (math.fsum(k * v for k, v in zip(counts, values)),
                      math.fsum(k * m for k, m in zip(counts, magnitudes)))
             self._totals[key] = found

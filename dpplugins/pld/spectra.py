@@ -103,9 +103,11 @@ def _compute(lo: int, pmf: np.ndarray, size: int, work, eta: float) -> SpectralT
         log_mod = 0.5 * np.log(squares)
     arg = np.arctan2(im, re)
     # m = |a| + eta with |a| rounded up (a square root of a sum of two squares: relative
-    # error below 3 u; 4 u covers it), so that m bounds the computed and the exact coefficient
+    # error below 3 u; 4 u covers it), so that m bounds the computed and the exact coefficient;
+    # where the squares fall below the normal range (|a| < 1.5e-154) the square root is off by
+    # at most sqrt(2^-1074) < 1e-160 absolutely, which the added 1e-160 covers
     modulus = np.sqrt(np.asarray(squares, dtype=float))
-    magnitude = modulus * (1 + 4 * _U) + eta
+    magnitude = modulus * (1 + 4 * _U) + (eta + 1e-160)
     del squares, modulus
     with np.errstate(divide="ignore"):
         log_bound = np.log(magnitude)

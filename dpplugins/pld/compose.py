@@ -588,19 +588,22 @@ class CumulantBatch:
             - np.repeat(self._row_starts, rows)
         self._rows = int(rows.max()) if len(rows) else 1
         self._ref = {False: np.asarray(ref_lo), True: np.asarray(ref_hi)}
-        self._matrices: dict[bool, np.ndarray] = {}
+        #: the matrix of the side last asked for (one at a time: a window search finishes one
+        #: side before the other, and the matrix is as large as the components' masses)
+        self._matrix_of: tuple[bool, np.ndarray] | None = None
 
     def _matrix(self, positive_side: bool) -> np.ndarray:
         """The masses by distance from the last (``positive_side``) or first mass, in rows."""
-        if positive_side not in self._matrices:
+        if self._matrix_of is None or self._matrix_of[0] != positive_side:
+            self._matrix_of = None  # release the other side's matrix first
             width = self._width
             total = len(self._row_index) * width
             flat = np.zeros(total)
             for piece, start in zip(self._pieces, self._row_starts.tolist()):
                 ordered = piece[::-1] if positive_side else piece
                 flat[start * width: start * width + len(ordered)] = ordered
-            self._matrices[positive_side] = flat.reshape(-1, width)
-        return self._matrices[positive_side]
+            self._matrix_of = (positive_side, flat.reshape(-1, width))
+        return self._matrix_of[1]
 
     def at(self, sign: float, index: int) -> tuple[np.ndarray, np.ndarray]:
         """``(K, M)`` arrays over the components (see the class docstring)."""

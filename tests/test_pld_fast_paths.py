@@ -299,6 +299,13 @@ def test_composition_in_one_pass_equals_chained_compose():
     from dpplugins.errors import ParameterError
     with pytest.raises(ParameterError, match="plds"):
         PrivacyLossDistribution.composition([])
+    with pytest.raises(ParameterError, match=r"plds\[2\]=.*a PrivacyLossDistribution"):
+        PrivacyLossDistribution.composition([parts[0], parts[1], 3.0])
+    coarser = PrivacyLossDistribution.from_gaussian(2.0, value_discretization_interval=1e-2)
+    with pytest.raises(ParameterError, match=r"plds\[1\].value_discretization_interval"):
+        PrivacyLossDistribution.composition([parts[0], coarser])
+    with pytest.raises(ParameterError, match=r"other=.*a PrivacyLossDistribution"):
+        parts[0].compose("not a PLD")
 
 
 def test_memoised_windows_equal_fresh_ones():

@@ -19,8 +19,8 @@ from dpplugins.full_batch import full_batch_delta_bounds, full_batch_epsilon_bou
 from dpplugins.mechanisms.pairs import DiscretePair
 from dpplugins.mechanisms.randomized_response import zero_out_rr_pair
 from dpplugins.pld import AccuracyWarning, Bounds, PrivacyLossDistribution
-from dpplugins.pld.distribution import (BYTES_PER_COMPONENT_BIN, NOISE_RANGE, SINGLE_TAIL,
-                                        atom_grid_step, component_bins, laplace_top_atom,
+from dpplugins.pld.distribution import (NOISE_RANGE, SINGLE_TAIL, atom_grid_step,
+                                        component_bin_limit, component_bins, laplace_top_atom,
                                         within_window_budget)
 
 __all__ = ["PLDAccountant", "poisson_gaussian_pld", "loss_scale", "poisson_gaussian_runs",
@@ -589,7 +589,7 @@ class PLDAccountant(Accountant):
                         break
             h = self._fit_atoms(counts, max(h * ratio, _MIN_H))
             bins = max(component_bins(self._pairs(leaf), h) for leaf in counts)
-            if not bins <= min(self.memory_limit // BYTES_PER_COMPONENT_BIN, _MAX_REFINE_BINS):
+            if not bins <= min(component_bin_limit(self.memory_limit), _MAX_REFINE_BINS):
                 if bonus:
                     return best
                 reason = f"a finer grid needs more than {_MAX_REFINE_BINS:,} bins per component"
@@ -631,7 +631,7 @@ class PLDAccountant(Accountant):
         # a tolerance below 1e-4 is approached by refinement (its first grid would be huge)
         target = _FIRST_GRID_GAP * max(self.eps_tolerance, _FIRST_GRID_MIN_TOLERANCE)
         ratio = math.sqrt(target / predicted) * 40.0
-        bins = min(_FIRST_GRID_BINS, max(self.memory_limit // BYTES_PER_COMPONENT_BIN, 16))
+        bins = min(_FIRST_GRID_BINS, component_bin_limit(self.memory_limit))
         return self._on_ladder(history, scale / 40.0 * ratio, bins, loss_range_tail)
 
     def _scale(self, history) -> float:
@@ -706,7 +706,7 @@ class PLDAccountant(Accountant):
         best, previous_gap, reason = None, None, "eight grids were tried"
         for _ in range(8):
             if best is not None and self._grid_bins(history, h, tail) > min(
-                    self.memory_limit // BYTES_PER_COMPONENT_BIN, _MAX_REFINE_BINS):
+                    component_bin_limit(self.memory_limit), _MAX_REFINE_BINS):
                 reason = (f"a finer grid needs more than {_MAX_REFINE_BINS:,} bins per component "
                           "or more memory than memory_limit allows")
                 break

@@ -183,8 +183,8 @@ from dpplugins.mechanisms.distributions import Gaussian
 from dpplugins.mechanisms.pairs import DiscretePair
 from dpplugins.mechanisms.types import MechanismPairs
 from dpplugins.mechanisms.gaussian import gaussian as _gaussian_pairs
-from dpplugins.pld.distribution import (BYTES_PER_COMPONENT_BIN, NOISE_RANGE, Bounds,
-                                        PrivacyLossDistribution, component_bins)
+from dpplugins.pld.distribution import (NOISE_RANGE, Bounds, PrivacyLossDistribution,
+                                        component_bin_limit, component_bins)
 
 __all__ = ["AllocationPair", "AllocationPLD", "allocation_pairs", "random_allocation_pld",
            "sum_observation_lower_pair",
@@ -266,7 +266,7 @@ def _gaussian_grid_fits(sigma: float, h_loss: float, memory_limit: int) -> bool:
         bins = component_bins(_gaussian_pairs(min(sigma, NOISE_RANGE[1])), h_loss)
     except (ArithmeticError, ValueError):
         return False
-    return bins <= max(int(memory_limit) // BYTES_PER_COMPONENT_BIN, 16)
+    return bins <= component_bin_limit(memory_limit)
 
 
 def _check_protocol(noise_multiplier, steps_per_epoch) -> tuple[float, int]:

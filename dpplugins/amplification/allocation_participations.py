@@ -93,7 +93,7 @@ from dpplugins.amplification.allocation import (AllocationPLD, _Cert, _EXACT, _L
                                                 sum_observation_lower_pair)
 from dpplugins.errors import (NumericalError, ParameterError, check_count, check_positive,
                               check_probability)
-from dpplugins.pld.distribution import BYTES_PER_COMPONENT_BIN, Bounds, PrivacyLossDistribution
+from dpplugins.pld.distribution import Bounds, PrivacyLossDistribution, component_bin_limit
 
 __all__ = ["BracketedPLD", "participation_blocks", "k_out_of_t_pld", "k_out_of_t_loss_step",
            "checkin_profile_epoch"]
@@ -425,7 +425,7 @@ def checkin_profile_epoch(full_epoch, checkin: float, h_loss: float, description
         eps_max = 0.25
         while eps_max < 400 and float(profile(np.array([eps_max]))[0]) > 1e-16:
             eps_max *= 2
-        room = (max(int(memory_limit) // BYTES_PER_COMPONENT_BIN, 16) - 3) * h_loss / 2
+        room = (component_bin_limit(memory_limit) - 3) * h_loss / 2
         pld = PrivacyLossDistribution.from_privacy_profile(
             remove_profile, add_delta_for_epsilon=add_profile, value_discretization_interval=h_loss,
             epsilon_max=min(eps_max, 400.0, room), description=description,

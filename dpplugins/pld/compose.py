@@ -466,67 +466,24 @@ def cumulant_at(component: GridPMF, sign: float, index: int) -> tuple[float, flo
     component, so that later compositions with the same component (more steps, another query,
     a calibration step) do not pass over its masses again.  ``(nan, nan)`` without finite part.
 
-    The computation (our derivation).  With ``r`` the index of the extreme positive mass on the
-    side of ``sign`` and ``d = |i - r|``, the sum is ``e^(lam s_r) sum_d p_d e^(-|lam| h d)``.
-    Terms with ``d >= D = floor(700 / (|lam| h)) + 1`` are each below ``p_d e^-700``: together
-    they are replaced by ``e^-700`` times their mass (an upper bound).  The others use
-    ``e^(-|lam| h (a w + b)) = e^(-|lam| h a w) e^(-|lam| h b)``, ``w ~ sqrt(D)``: two short
-    tables of exponentials and one multiplication per mass, no exponential per mass (this was
-    the most expensive step of composing many distinct steps).  Every exponent lies in
-    ``[-700, 0]``; products below the normal range lose at most ``2^-1074`` each, added back
-    (``2 (D + rows)`` of them).  Rounding: each factor's argument has relative error ``2 u``,
-    its exponential ``u``; the products ``2 u``; the sequential sum ``D u``; the logarithm and
-    ``lam s_r`` ``u`` each -- at most ``u (4 |lam| h D + D + 2 |lam s_r| + 2 |log S| + 12)``
-    in all, which ``2 u M`` covers with ``M = |lam s_r| + |log S| + 2 |lam| h D + D / 2 + 6``.
-    Checked against mpmath in ``tests/test_pld_fast_paths.py``."""
+    The bound is :class:`CumulantBatch`'s (two short tables of exponentials and one
+    multiplication per mass, terms below ``e^-700`` bounded by ``e^-700`` times their mass;
+    its docstring has the derivation), for this one component and the tilts of a block of
+    ``_CUMULANT_BLOCK`` neighbours at once (the searches ask for neighbours).  Checked against
+    mpmath in ``tests/test_pld_fast_paths.py``."""
     memo = component.__dict__.get("_cumulant_memo")
     if memo is None:  # only scalars are kept: the memo costs no memory per grid bin
         memo = {}
         object.__setattr__(component, "_cumulant_memo", memo)
     key = (sign > 0, int(index))
     if key not in memo:
-        # the tilts of a block of _CUMULANT_BLOCK neighbours at once (the searches ask for
-        # neighbours): one pass over the masses for the block
-        pmf = np.maximum(component.pmf, 0.0)
-        positive = np.flatnonzero(pmf > 0)
         start = (int(index) // _CUMULANT_BLOCK) * _CUMULANT_BLOCK
         block = [i for i in range(start, min(start + _CUMULANT_BLOCK, len(LAMBDA_GRID)))
                  if (sign > 0, i) not in memo]
-        if not len(positive):
-            for i in block:
-                memo[(sign > 0, i)] = (math.nan, math.nan)
-        else:
-            first, last = int(positive[0]), int(positive[-1])
-            ordered = pmf[last: first - 1 if first else None: -1] if sign > 0 \
-                else pmf[first: last + 1]  # by distance d from the reference mass
-            ref = (component.lo + (last if sign > 0 else first)) * component.h
-            h = component.h
-            suffix = None  # mass at distance >= d, built when a tilt truncates
-            tables: dict[int, tuple] = {}  # cut -> (masses as rows x width, width, rows)
-            with np.errstate(under="ignore"):
-                for i in block:
-                    lam = sign * float(LAMBDA_GRID[i])
-                    rate = abs(lam) * h
-                    cut = int(min(len(ordered), math.floor(700.0 / rate) + 1))
-                    if cut not in tables:
-                        width = int(math.isqrt(cut)) + 1
-                        rows = -(-cut // width)
-                        padded = np.zeros(rows * width)
-                        padded[:cut] = ordered[:cut]
-                        tables[cut] = (padded.reshape(rows, width), width, rows)
-                    masses, width, rows = tables[cut]
-                    inner = np.exp(-rate * np.arange(width))
-                    outer = np.exp(-rate * width * np.arange(rows))
-                    total = float(np.einsum("rw,w,r->", masses, inner, outer))
-                    total += 2 * (cut + rows) * 5e-324  # underflow: 2^-1074 at most per product
-                    if cut < len(ordered):
-                        if suffix is None:
-                            suffix = np.cumsum(ordered[::-1])[::-1]
-                        beyond = float(suffix[cut]) * (1 + 4 * _U * len(ordered))
-                        total += beyond * math.exp(-700.0)
-                    log_sum = math.log(total)
-                    magnitude = abs(lam * ref) + abs(log_sum) + 2 * rate * cut + cut / 2 + 6.0
-                    memo[(sign > 0, i)] = (lam * ref + log_sum, magnitude)
+        batch = CumulantBatch([component])
+        for i in block:
+            values, magnitudes = batch.at(sign, i)
+            memo[(sign > 0, i)] = (float(values[0]), float(magnitudes[0]))
     return memo[key]
 
 

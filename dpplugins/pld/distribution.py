@@ -107,6 +107,12 @@ BYTES_PER_COMPONENT_BIN = 256
 MAX_COUNT = 2 ** 53
 
 
+def component_bin_limit(memory_limit: int) -> int:
+    """Grid bins one component may have under ``memory_limit`` bytes
+    (``BYTES_PER_COMPONENT_BIN`` a bin, at least 16)."""
+    return max(int(memory_limit) // BYTES_PER_COMPONENT_BIN, 16)
+
+
 #: the largest ``loss_range_tail`` a construction accepts (beyond it the grid would leave out
 #: a visible part of the mechanism; the bounds would stay certified but loose)
 MAX_LOSS_RANGE_TAIL = 1e-6
@@ -140,7 +146,7 @@ def check_grid_size(pairs: MechanismPairs, h: float, memory_limit: int,
     """ParameterError naming ``value_discretization_interval`` when one component on grid step
     ``h`` would need more than ``memory_limit`` bytes (``BYTES_PER_COMPONENT_BIN`` per bin)."""
     bins = component_bins(pairs, h, loss_range_tail)
-    limit = max(int(memory_limit) // BYTES_PER_COMPONENT_BIN, 16)
+    limit = component_bin_limit(memory_limit)
     if not bins <= limit:
         span = component_bins(pairs, 1.0, loss_range_tail) - 4.0
         raise ParameterError(
@@ -439,7 +445,7 @@ class PrivacyLossDistribution:
                 epsilon_max *= 2
             epsilon_max = min(epsilon_max, 400.0)
         epsilon_max = check_positive("epsilon_max", epsilon_max)
-        limit = max(int(memory_limit) // BYTES_PER_COMPONENT_BIN, 16)
+        limit = component_bin_limit(memory_limit)
         with np.errstate(over="ignore"):
             bins = 2.0 * float(np.float64(epsilon_max) / np.float64(h)) + 3.0
         if not bins <= limit:
@@ -476,17 +482,18 @@ class PrivacyLossDistribution:
                    tail_mass=tail_mass, memory_limit=memory_limit)
 
     # -- composition ------------------------------------------------------------------------
-    def _check_compatible(self, other: "PrivacyLossDistribution") -> None:
+    def _check_compatible(self, other: "PrivacyLossDistribution", name: str = "other") -> None:
         if not isinstance(other, PrivacyLossDistribution):
-            raise ParameterError("other", type(other).__name__, "a PrivacyLossDistribution")
+            raise ParameterError(name, type(other).__name__, "a PrivacyLossDistribution")
         if other.value_discretization_interval != self.value_discretization_interval:
             raise ParameterError(
-                "other.value_discretization_interval", other.value_discretization_interval,
+                f"{name}.value_discretization_interval", other.value_discretization_interval,
                 f"equal to {self.value_discretization_interval} (compose PLDs built on one grid)")
 
     def compose(self, other: "PrivacyLossDistribution") -> "PrivacyLossDistribution":
         """PLD of running this mechanism and then ``other`` (independent noise, adaptive choice
         allowed: composition theorem of Dong, Roth, Su 2022 Thm 3.2 / Zhu et al. 2022 Thm 10)."""
+        self._check_compatible(other)
         return PrivacyLossDistribution.composition([self, other])
 
     @staticmethod
@@ -506,8 +513,8 @@ class PrivacyLossDistribution:
         first = plds[0]
         if not isinstance(first, PrivacyLossDistribution):
             raise ParameterError("plds[0]", type(first).__name__, "a PrivacyLossDistribution")
-        for other in plds[1:]:
-            first._check_compatible(other)
+        for i, other in enumerate(plds[1:], start=1):
+            first._check_compatible(other, f"plds[{i}]")
         merged = {}
         for d in DIRECTIONS:
             counts: dict[int, list] = {}

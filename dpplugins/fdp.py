@@ -637,7 +637,7 @@ def subsampled_gaussian_delta(epsilon, mu: float, p: float) -> np.ndarray:
     * ``H(N || mix) = p e^(eps - eps2) d_mu(eps2)``, ``eps2 = -log(1 - (1 - e^-eps)/p)``, when
       ``eps < -log(1 - p)``, else 0.
 
-    Both are checked against quadrature in ``tests/test_fdp.py``.
+    Both are numerically checked against quadrature (in the project's test suite).
 
     Example::
 

@@ -34,8 +34,8 @@ What is certified (all terms are returned in :class:`ComposedPLD` and used by it
   (``tilt=lam``, :func:`compose_grid_pmfs`) makes the window error count with the weight
   ``exp(log_scale - lam eps)`` in a delta at ``eps`` (our derivation): the absolute error becomes
   relative to the Chernoff bound, which is within a small factor of delta for the right ``lam``
-  (we use the Chernoff optimum).  Checked against an exact long-double convolution in
-  ``tests/test_reliability_pld.py``.
+  (we use the Chernoff optimum).  Numerically checked against an exact long-double convolution
+  (in the project's test suite).
 * **Evaluation.**  ``delta(eps) = sum_{s > eps} m(s) - e^eps sum_{s > eps} m(s) e^-s`` is evaluated as
   ``A_j - e^(eps - s_j) D_j`` with ``D_j = sum_{i >= j} m_i e^-(s_i - s_j)``, so no exponential
   leaves the range whatever ``eps`` is (epsilon 12146 for sigma = 0.1 and 230 steps used to
@@ -469,8 +469,8 @@ def cumulant_at(component: GridPMF, sign: float, index: int) -> tuple[float, flo
     The bound is :class:`CumulantBatch`'s (two short tables of exponentials and one
     multiplication per mass, terms below ``e^-700`` bounded by ``e^-700`` times their mass;
     its docstring has the derivation), for this one component and the tilts of a block of
-    ``_CUMULANT_BLOCK`` neighbours at once (the searches ask for neighbours).  Checked against
-    mpmath in ``tests/test_pld_fast_paths.py``."""
+    ``_CUMULANT_BLOCK`` neighbours at once (the searches ask for neighbours).  Numerically
+    checked against mpmath (in the project's test suite)."""
     memo = component.__dict__.get("_cumulant_memo")
     if memo is None:  # only scalars are kept: the memo costs no memory per grid bin
         memo = {}
@@ -513,7 +513,7 @@ class CumulantBatch:
     ``2 u``, the sums of at most ``W`` and ``rows`` terms (at most ``2 n_c`` in all, in any
     order) ``2 n_c u``, the logarithm and ``lam s_r`` ``u`` each; ``2 u M_c`` covers all of it
     with ``M_c = |lam s_r| + |log S_c| + 2 (min(|lam| h n_c, 700 + |lam| h W) + |lam| h W) +
-    n_c + 6``.  Checked against mpmath in ``tests/test_pld_fast_paths.py``.  Components without
+    n_c + 6``.  Numerically checked against mpmath (test suite).  Components without
     positive mass get ``(nan, nan)``.
     """
 

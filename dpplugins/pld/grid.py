@@ -200,8 +200,8 @@ def optimistic_from_bins(bins: LossBins, top_q: float = 0.0) -> GridPMF:
     as in the non-convex case (:func:`_optimistic_hull`).  ``w = p_above - x_hi q_above`` is the
     exact ``delta(x_hi) - delta(inf)`` (on ``L > eps_hi`` the integrand is ``dP - x_hi dQ``),
     rounded down; the slope used is the larger of ``top_q`` and ``q_above`` (rounded down; also
-    a lower bound on ``Q(L >= eps_hi)``); all values are rounded down.  Checked against the
-    closed-form Laplace profile in ``tests/test_pld_engine_laplace.py``.  Used only when the
+    a lower bound on ``Q(L >= eps_hi)``); all values are rounded down.  Numerically checked
+    against the closed-form Laplace privacy profile (in the project's test suite).  Used only when the
     polygon is positive up to
     ``x_hi-1`` (otherwise it ends before the top anyway).
     """

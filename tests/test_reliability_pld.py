@@ -246,3 +246,44 @@ def test_round_trip_at_the_pure_dp_epsilon_of_laplace_steps():
     low = acc.get_delta_bounds(46 / b - 1.0)
     exact_floor = 2.0 ** -23 * -math.expm1(-1.0)
     assert low.upper >= exact_floor
+
+
+# -- 8. the lower bound's accuracy levels stop once the gap is within the tolerance ---------------
+def test_lower_rtol_keeps_the_lower_bound_certified_and_within_the_share():
+    """``epsilon_for_delta(lower_rtol=r)`` stops the lower bound's accuracy levels once the gap
+    is within ``r``; every level is certified, so the lower bound stays below the closed form of
+    the composed Gaussian (Dong, Roth, Su 2022, Cor. 3.3) and within ``r`` of the upper one or
+    equal to the bound of all levels."""
+    sigma, steps, delta = 1.0, 10, 1e-12
+    exact = _gaussian_epsilon(math.sqrt(steps) / sigma, delta)
+    pld = PLD.from_gaussian(sigma, value_discretization_interval=1e-3).self_compose(steps)
+    every = pld.epsilon_for_delta(delta)
+    for rtol in (0.0, 1e-4, 1e-3, 1e-2, 0.5):
+        b = pld.epsilon_for_delta(delta, lower_rtol=rtol)
+        assert b.lower <= exact <= b.upper
+        assert b.upper == every.upper
+        assert b.lower <= every.lower
+        assert b.upper - b.lower <= max(rtol * b.upper, every.upper - every.lower)
+    exact_delta = gaussian_delta_exact(exact, math.sqrt(steps) / sigma)
+    d = pld.delta_for_epsilon(exact, lower_rtol=0.5)
+    assert d.lower <= exact_delta <= d.upper
+    assert d.upper - d.lower <= max(0.5 * d.upper, 0.0)
+    with pytest.raises(ParameterError, match="lower_rtol"):
+        pld.epsilon_for_delta(delta, lower_rtol=-1.0)
+
+
+def test_a_tiny_sample_rate_and_tiny_delta_answer_within_the_tolerance():
+    """sigma = 0.5, q = 1e-5, 100 steps, delta = 1e-10 took 24-29 s: the lower bound kept
+    going through tilted compositions of 11 million bins on a grid where the gap was already
+    within the tolerance (its additive error, 1.7e-13, was above 1e-3 delta).  The levels now
+    stop at ``eps_tolerance`` (or where only a finer grid helps).  The bounds bracket
+    dp_accounting's pessimistic PLD (an upper bound on the true epsilon), within the
+    tolerance."""
+    history = [(0.5, 1e-5, 100)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AccuracyWarning)
+        b = _pld_accountant(history).get_epsilon_bounds(1e-10)
+    theirs = _dp_accounting(history, 1e-5).get_epsilon(1e-10)  # 0.910010
+    assert b.lower <= theirs * (1 + 1e-9)
+    assert abs(b.upper - theirs) <= 1e-3 * theirs
+    assert b.upper - b.lower <= 1e-3 * b.upper

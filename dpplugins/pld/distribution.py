@@ -58,6 +58,20 @@ _U = np.finfo(float).eps / 2
 FIRST_WINDOW_BINS = 2 ** 21
 
 
+def _lower_levels_done(upper: float, lower: float, ideal: float, lower_rtol: float) -> bool:
+    """Whether the lower bound's accuracy levels can stop (only when ``lower_rtol > 0``): the
+    bound is within ``lower_rtol`` of ``upper`` (relative), or even its error-free value on this
+    grid (``ideal``: the window sum alone) is not, while the error terms a costlier level could
+    remove (``ideal - lower``) are at most half the gap -- then the grid, not the floating
+    point, sets the gap, and only a finer grid narrows it.  Every level is certified, so
+    stopping never changes validity."""
+    if not lower_rtol > 0:
+        return False
+    if upper - lower <= lower_rtol * upper:
+        return True
+    return upper - ideal > lower_rtol * upper and ideal - lower <= 0.5 * (upper - lower)
+
+
 def within_window_budget(build: Callable[[float], "PrivacyLossDistribution"], h: float,
                          max_bins: int = FIRST_WINDOW_BINS,
                          snap: Callable[[float], float] = lambda h: h,
@@ -705,9 +719,19 @@ class PrivacyLossDistribution:
         the tilted mean at ``epsilon``); 0 when ``epsilon`` is below the mean loss."""
         return self._tilt(direction, kind, lambda lam, k: k - lam * epsilon)
 
-    def delta_for_epsilon(self, epsilon: float) -> Bounds:
-        """Certified bounds on ``delta(epsilon)`` (the max over both directions)."""
+    def delta_for_epsilon(self, epsilon: float, *, lower_rtol: float = 0.0) -> Bounds:
+        """Certified bounds on ``delta(epsilon)`` (the max over both directions).
+
+        ``lower_rtol`` (default 0: every accuracy level the query needs) stops the lower bound's
+        accuracy levels (extended precision, tilting) as soon as ``upper - lower <= lower_rtol *
+        upper``, or when not even an error-free composition on this grid would meet that and
+        the error terms are at most half the gap (:func:`_lower_levels_done`): every level gives
+        a certified lower bound, so stopping early keeps it valid and only leaves it less tight.
+        The accountants pass their ``eps_tolerance``: a gap they accept needs no costlier level,
+        and one that only a finer grid can narrow is narrowed there.
+        """
         epsilon = check_nonnegative("epsilon", epsilon)
+        lower_rtol = check_nonnegative("lower_rtol", lower_rtol)
         directions = self._directions_to_evaluate()
         found = {d: self._delta_upper_certified(d, epsilon) for d in directions}
         uppers = {d: value for d, (value, _) in found.items()}
@@ -716,7 +740,8 @@ class PrivacyLossDistribution:
         if self.has_lower_bound:
             # a lower bound for any one direction is a lower bound for the maximum; use the
             # direction that decides the upper bound
-            lower, lower_floor = self._delta_lower_certified(dominant, epsilon, uppers[dominant])
+            lower, lower_floor = self._delta_lower_certified(dominant, epsilon, uppers[dominant],
+                                                             lower_rtol)
             floor += lower_floor
         upper = uppers[dominant]
         cached = self.cached_delta_bounds(epsilon)
@@ -833,8 +858,11 @@ class PrivacyLossDistribution:
         yield self._composed(direction, kind, extended=True)
         yield from self._tilted_levels(direction, kind, tilt_of)
 
-    def _delta_lower_certified(self, direction: str, epsilon: float,
-                               upper: float) -> tuple[float, float]:
+    def _delta_lower_certified(self, direction: str, epsilon: float, upper: float,
+                               lower_rtol: float = 0.0) -> tuple[float, float]:
+        """Largest certified lower bound over the accuracy levels, and its additive error; the
+        levels stop once that error is below ``FP_SHARE`` of ``upper`` or, with ``lower_rtol >
+        0``, when :func:`_lower_levels_done` says so."""
         best, floor = 0.0, 0.0
         fixed = self._construction_error(direction, "lower")
         tilt_of = lambda: self._tilt_for_epsilon(direction, "lower", epsilon)  # noqa: E731
@@ -845,17 +873,30 @@ class PrivacyLossDistribution:
                 best, floor = max(value, best), max(error, 0.0)
             if composed.additive_error(epsilon, "lower") - fixed <= FP_SHARE * max(upper, 1e-300):
                 break
+            if best > 0.0 and _lower_levels_done(upper, best, best + floor, lower_rtol):
+                break
         return best, floor
 
     def _delta_upper(self, direction: str, epsilon: float) -> float:
         return self._delta_upper_certified(direction, epsilon)[0]
 
-    def epsilon_for_delta(self, delta: float, *, lower: bool = True) -> Bounds:
+    def epsilon_for_delta(self, delta: float, *, lower: bool = True,
+                          lower_rtol: float = 0.0) -> Bounds:
         """Certified bounds on the smallest epsilon with ``delta(epsilon) <= delta``.
 
         ``lower=False`` skips the lower bound (half the work; ``Bounds.lower`` is then 0).
+        ``lower_rtol`` stops the lower bound's accuracy levels once ``upper - lower <=
+        lower_rtol * upper``, as in :meth:`delta_for_epsilon` (still certified).
+
+        Example::
+
+            >>> pld = PrivacyLossDistribution.from_gaussian(1.0, value_discretization_interval=1e-3)
+            >>> bounds = pld.self_compose(10).epsilon_for_delta(1e-5, lower_rtol=1e-2)
+            >>> bounds.upper - bounds.lower <= 1e-2 * bounds.upper
+            True
         """
         delta = check_open_unit("delta", delta)
+        lower_rtol = check_nonnegative("lower_rtol", lower_rtol)
         directions = self._directions_to_evaluate()
         found = {d: self._epsilon_upper_certified(d, delta) for d in directions}
         uppers = {d: value for d, (value, _) in found.items()}
@@ -863,7 +904,8 @@ class PrivacyLossDistribution:
         low, floor = 0.0, found[dominant][1]
         if lower and self.has_lower_bound:
             # the lower bound of the direction that decides the upper bound (valid for the max)
-            low, lower_floor = self._epsilon_lower_certified(dominant, delta)
+            low, lower_floor = self._epsilon_lower_certified(dominant, delta, uppers[dominant],
+                                                             lower_rtol)
             floor += lower_floor
         self.last_floor = floor
         return Bounds(min(low, uppers[dominant]), uppers[dominant])
@@ -909,7 +951,12 @@ class PrivacyLossDistribution:
                 "dominates")
         return best, floor
 
-    def _epsilon_lower_certified(self, direction: str, delta: float) -> tuple[float, float]:
+    def _epsilon_lower_certified(self, direction: str, delta: float, upper: float = math.inf,
+                                 lower_rtol: float = 0.0) -> tuple[float, float]:
+        """Largest certified lower bound on epsilon over the accuracy levels, and the part of
+        the gap due to its error terms; the levels stop once the additive error in delta is
+        below ``FP_SHARE * delta`` or, with ``lower_rtol > 0``, when :func:`_lower_levels_done`
+        says so."""
         best, floor = 0.0, 0.0
         fixed = self._construction_error(direction, "lower")
         tilt_of = lambda: self._tilt_for_delta(direction, "lower", delta)  # noqa: E731
@@ -919,6 +966,9 @@ class PrivacyLossDistribution:
                 ideal = composed.epsilon_lower_ideal(delta)
                 best, floor = eps, max(ideal - eps, 0.0)
             if composed.additive_error(eps, "lower") - fixed <= FP_SHARE * delta:
+                break
+            if best > 0.0 and math.isfinite(upper) and _lower_levels_done(
+                    upper, best, best + floor, lower_rtol):
                 break
         return best, floor
 

@@ -255,7 +255,9 @@ class ComposedPLD:
         folded into the window and the floating-point terms (twice: negative rounding noise is
         clipped before summing), plus delta(inf)."""
         raw, err, reliable = self._parts(epsilon)
-        if not reliable:
+        if not (reliable and math.isfinite(raw) and math.isfinite(err)):
+            # an unreliable window, or tables that overflow at this epsilon (a composition
+            # tilted towards another query, asked again from the cache): no finite part
             return float(min(max(self.inf_mass - self.abs_error, 0.0), 1.0))
         finite = raw - err - (self.additive_error(epsilon, "lower") - self.abs_error)
         if not math.isfinite(finite):

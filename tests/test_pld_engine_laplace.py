@@ -293,3 +293,19 @@ def test_subsampled_laplace_with_a_loss_beyond_float_exp_answers(rate):
         lower, upper = acc.get_epsilon_bounds(1e-5)
         assert 0.0 <= lower <= exact and exact <= upper * (1 + 1e-9)
         assert acc.get_delta_bounds(exact * (1 + 1e-9)) == (0.0, 0.0)
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_queries_on_a_pure_dp_history_leak_no_floating_point_warning():
+    """Three Lap(1) and two Lap(2) steps (dp_accounting's own Laplace test history): the pure-DP
+    epsilon is 3 / 1 + 2 / 2 = 4 (Dwork & Roth 2014, Thms 3.6 and 3.16), so delta(4) = 0 and
+    epsilon(1e-14) <= 4.  The epsilon query reused a composition tilted towards the delta query
+    and cast its tables to double with an overflow warning."""
+    accountant = create("pld")
+    accountant.compose(SelfComposedEvent(LaplaceEvent(1.0), 3))
+    accountant.compose(SelfComposedEvent(LaplaceEvent(2.0), 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AccuracyWarning)
+        assert accountant.get_delta_bounds(4.0).upper <= 1e-12
+        bounds = accountant.get_epsilon_bounds(1e-14)
+    assert 0.0 <= bounds.lower <= bounds.upper <= 4.0 * (1 + 1e-9)

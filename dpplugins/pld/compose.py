@@ -375,10 +375,13 @@ class ComposedPLD:
         every returned value is re-checked with :meth:`delta_lower`)."""
         self._ensure_tables(0.0)
         n = len(self._idx)
-        a_next = self._A[1:].astype(float)
         ld = self._dtype
-        d_all = np.append(self._T[:n] / np.resize(self._steps, n), ld(0))
-        raw = np.maximum(self._A[1:] - np.exp(-ld(self.h)) * d_all[1:], 0).astype(float)
+        # tables tilted towards another query may exceed double's range here: those points
+        # become inf (or nan) and are dropped below (no finite part), without a warning
+        with np.errstate(over="ignore", invalid="ignore"):
+            a_next = self._A[1:].astype(float)
+            d_all = np.append(self._T[:n] / np.resize(self._steps, n), ld(0))
+            raw = np.maximum(self._A[1:] - np.exp(-ld(self.h)) * d_all[1:], 0).astype(float)
         if self.tilt > 0:
             with np.errstate(over="ignore"):
                 w = np.exp(self.log_scale - self.tilt * self._svals) * (1 + 1e-12)

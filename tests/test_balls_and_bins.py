@@ -337,3 +337,46 @@ def gdp_epsilon_for(mu, delta):
     def excess(eps):
         return norm.cdf(mu / 2 - eps / mu) - math.exp(eps) * norm.cdf(-mu / 2 - eps / mu) - delta
     return brentq(excess, 0.0, 0.5 * mu * mu + 10 * mu + 10, xtol=1e-12)
+
+
+def _rr_single_step_epsilon(delta, eps0):
+    """Closed form for one step of 2-ary randomized response read as zero-out: the true bucket
+    with probability e^eps0 / (e^eps0 + 1) against the uniform law; epsilon(delta) is the
+    larger of the two directions' solutions of ``(a - e^eps b)_+ = delta`` (0 when delta is at
+    least the total variation)."""
+    high, low = math.exp(eps0) / (math.exp(eps0) + 1), 1 / (math.exp(eps0) + 1)
+    remove = math.log((high - delta) / 0.5) if delta < high - 0.5 else 0.0
+    add = math.log((0.5 - delta) / low) if delta < 0.5 - low else 0.0
+    return max(remove, add, 0.0)
+
+
+@pytest.mark.parametrize("delta", [0.2, 0.2311, 0.25, 0.47])
+def test_one_randomized_response_step_against_its_closed_form(delta):
+    """One step (t = 1) of randomized response with eps0 = 1: the total variation is 0.23106,
+    so delta = 0.2311 and above must answer 0 (the shortcut of an answer within the total
+    variation bound may fire there), delta = 0.2 a positive epsilon."""
+    from dpplugins.events import RandomAllocationEvent, RandomizedResponseEvent
+    exact = _rr_single_step_epsilon(delta, 1.0)
+    accountant = create("balls_and_bins")
+    accountant.compose(RandomAllocationEvent(1, 1, RandomizedResponseEvent(1.0, 2)))
+    bounds = accountant.get_epsilon_bounds(delta)
+    assert bounds.lower <= exact * (1 + 1e-12) and exact <= bounds.upper
+    assert (exact > 0.1) == (delta == 0.2)
+
+
+def test_a_nearly_non_private_history_answers_zero_without_composing(monkeypatch):
+    """eps0 = 1e-300 in four participations: the pure-DP bound of the history is about 4e-12
+    (each step's bound is rounded up by 1e-12), its total variation at most about 2e-12 <= delta,
+    so epsilon(delta) is exactly 0.  This query composed profile nodes for over a minute."""
+    from dpplugins.events import RandomAllocationEvent, RandomizedResponseEvent
+
+    def no_composition(*args, **kwargs):
+        raise AssertionError("composed a history whose answer is 0")
+    monkeypatch.setattr(RandomAllocationAccountant, "_evaluate", no_composition)
+    accountant = create("balls_and_bins")
+    accountant.compose(RandomAllocationEvent(10, 2, RandomizedResponseEvent(1e-300, 2),
+                                             participations=2, checkin_probability=0.5))
+    assert accountant.get_epsilon_bounds(1e-5) == (0.0, 0.0)
+    # below the total-variation bound the shortcut may not answer: the composition is asked for
+    with pytest.raises(AssertionError, match="composed"):
+        accountant.get_epsilon_bounds(1e-13)

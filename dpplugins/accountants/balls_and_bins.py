@@ -74,6 +74,7 @@ from dpplugins.amplification.allocation_mechanisms import (default_mechanism_sum
                                                            step_max_loss, supported_base)
 from dpplugins.amplification.allocation_participations import (BracketedPLD, k_out_of_t_loss_step,
                                                                k_out_of_t_pld)
+from dpplugins.composition import optimal_composition_delta
 from dpplugins.errors import NumericalError, ParameterError, check_count, check_positive
 from dpplugins.events import (Event, GaussianEvent, LaplaceEvent, RandomAllocationEvent,
                               RandomCheckInEvent, RandomizedResponseEvent,
@@ -407,6 +408,14 @@ class RandomAllocationAccountant(Accountant):
         return best
 
     def _epsilon_bounds(self, history, delta: float) -> Bounds:
+        # epsilon(delta) = 0 exactly when delta(0), the total variation of the history's pair,
+        # is at most delta; an E-DP pair has total variation at most (e^E - 1) / (e^E + 1)
+        # (the optimal composition theorem at one step and epsilon 0, Kairouz, Oh, Viswanath
+        # 2015, arXiv:1311.0776, Thm 3.3; rounded up).  No composition is needed then:
+        # randomized response with eps0 = 1e-300 composed profile nodes for over a minute
+        pure = self._pure_epsilon_upper(history)
+        if math.isfinite(pure) and delta >= optimal_composition_delta(0.0, pure, 0.0, 1):
+            return Bounds(0.0, 0.0)
         return self._evaluate(history, lambda pld: pld.epsilon_for_delta(delta), delta)
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:

@@ -786,6 +786,10 @@ class PLDAccountant(Accountant):
         it; ``inf`` when ``h`` is too small to count them)."""
         largest = 0.0
         for sigma, q, _ in history:
+            # outside NOISE_RANGE the engine builds the grids of the range's ends (bracketing
+            # by dominance, from_poisson_subsampled_gaussian); sigma = 1e308 itself gives a
+            # loss range of 0 * inf here
+            sigma = min(max(sigma, NOISE_RANGE[0]), NOISE_RANGE[1])
             try:
                 pairs = mechanisms.poisson_subsampled_gaussian(sigma, q,
                                                                neighbouring=self.neighbouring)

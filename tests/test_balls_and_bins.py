@@ -353,8 +353,9 @@ def _rr_single_step_epsilon(delta, eps0):
 @pytest.mark.parametrize("delta", [0.2, 0.2311, 0.25, 0.47])
 def test_one_randomized_response_step_against_its_closed_form(delta):
     """One step (t = 1) of randomized response with eps0 = 1: the total variation is 0.23106,
-    so delta = 0.2311 and above must answer 0 (the shortcut of an answer within the total
-    variation bound may fire there), delta = 0.2 a positive epsilon."""
+    so delta = 0.2311 and above must answer 0, delta = 0.2 a positive epsilon.  The shortcut
+    answers only at 0.47 (its bound is tanh(0.620 / 2) = 0.300, from the step's largest loss
+    0.620); 0.2311 and 0.25 go through the composition."""
     from dpplugins.events import RandomAllocationEvent, RandomizedResponseEvent
     exact = _rr_single_step_epsilon(delta, 1.0)
     accountant = create("balls_and_bins")
@@ -380,3 +381,19 @@ def test_a_nearly_non_private_history_answers_zero_without_composing(monkeypatch
     # below the total-variation bound the shortcut may not answer: the composition is asked for
     with pytest.raises(AssertionError, match="composed"):
         accountant.get_epsilon_bounds(1e-13)
+
+
+def test_a_delta_below_the_compositions_reach_falls_back_to_the_pure_dp_epsilon():
+    """eps0 = 0.5 in two epochs of 2 participations, delta = 1e-300: below the composition's
+    certified construction error (it refused with a NumericalError).  The history is pure
+    E-DP with E at most 2 x 2 x eps0 = 2 (Dwork & Roth 2014, Thm 3.16; each step's loss is at
+    most eps0, rounded up by 1e-12), which bounds epsilon(delta) for every delta; 0 is a
+    certified lower bound.  The answer says so with an AccuracyWarning."""
+    from dpplugins.events import RandomAllocationEvent, RandomizedResponseEvent
+    from dpplugins.pld import AccuracyWarning
+    accountant = create("balls_and_bins")
+    accountant.compose(RandomAllocationEvent(10, 2, RandomizedResponseEvent(0.5, 2),
+                                             participations=2))
+    with pytest.warns(AccuracyWarning, match="pure-DP epsilon"):
+        bounds = accountant.get_epsilon_bounds(1e-300)
+    assert bounds.lower == 0.0 and 0.0 < bounds.upper <= 2.0 * (1 + 1e-11) + 4e-12

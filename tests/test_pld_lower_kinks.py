@@ -126,8 +126,8 @@ def test_random_settings_keep_both_bounds_on_their_side_of_the_closed_form(mixed
     through the kink region (up to 3 q) to 10.  The lower bound may not exceed the closed form
     (relative 1e-12: the closed form's own rounding), the upper bound may not fall below it
     (relative 1e-9), and no query may leak a floating-point warning (a cached composition
-    tilted towards another epsilon overflowed here and warned).  1,100 such settings were checked the same way when the construction was
-    written, with no violation."""
+    tilted towards another epsilon overflowed here and warned).  1,100 such settings were
+    checked the same way when the construction was written, with no violation."""
     import numpy as np
 
     for sigma, q, h in _random_settings(60, seed=20261203):

@@ -303,11 +303,12 @@ class RandomAllocationAccountant(Accountant):
             total = part if total is None else total.compose(part)
         return total
 
-    def _evaluate(self, history, query, delta: float | None = None):
+    def _evaluate(self, history, query, delta: float | None = None, epochs=None):
         """``query(BracketedPLD) -> Bounds`` on the upper and the lower composition, refined
         until the relative gap is within ``eps_tolerance``.  Refinement stops early when it no
-        longer narrows the gap (then the certified floating-point slack dominates)."""
-        upper_epochs, lower_epochs = epochs_of_history(history)
+        longer narrows the gap (then the certified floating-point slack dominates).
+        ``epochs``: :func:`epochs_of_history` of ``history`` if the caller has it already."""
+        upper_epochs, lower_epochs = epochs_of_history(history) if epochs is None else epochs
         if not upper_epochs:
             return Bounds(0.0, 0.0)
         why_stopped = "finer grids stopped narrowing it"
@@ -413,19 +414,33 @@ class RandomAllocationAccountant(Accountant):
         # (the optimal composition theorem at one step and epsilon 0, Kairouz, Oh, Viswanath
         # 2015, arXiv:1311.0776, Thm 3.3; rounded up).  No composition is needed then:
         # randomized response with eps0 = 1e-300 composed profile nodes for over a minute
-        pure = self._pure_epsilon_upper(history)
+        epochs = epochs_of_history(history)  # cut once, for both
+        pure = self._pure_epsilon_upper(history, epochs[0])
         if math.isfinite(pure) and delta >= optimal_composition_delta(0.0, pure, 0.0, 1):
             return Bounds(0.0, 0.0)
-        return self._evaluate(history, lambda pld: pld.epsilon_for_delta(delta), delta)
+        try:
+            return self._evaluate(history, lambda pld: pld.epsilon_for_delta(delta), delta,
+                                  epochs=epochs)
+        except NumericalError as error:
+            if not math.isfinite(pure):
+                raise
+            # a delta below what the composition certifies (its construction error): the
+            # pure-DP epsilon still bounds epsilon(delta) for every delta >= 0
+            warnings.warn(AccuracyWarning(
+                f"balls_and_bins: certified bounds [0, {pure:.6g}] from the pure-DP epsilon of "
+                f"the history; the composition could not answer at delta={delta:g} "
+                f"({getattr(error, 'what', error)})"), stacklevel=3)
+            return Bounds(0.0, pure)
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
         # at or above the pure-DP epsilon the privacy loss never exceeds epsilon: delta is
         # exactly 0, with no composition (a huge epsilon cost seconds of profile nodes before)
-        if epsilon >= self._pure_epsilon_upper(history):
+        epochs = epochs_of_history(history)  # cut once, for both
+        if epsilon >= self._pure_epsilon_upper(history, epochs[0]):
             return Bounds(0.0, 0.0)
-        return self._evaluate(history, lambda pld: pld.delta_for_epsilon(epsilon))
+        return self._evaluate(history, lambda pld: pld.delta_for_epsilon(epsilon), epochs=epochs)
 
-    def _pure_epsilon_upper(self, history) -> float:
+    def _pure_epsilon_upper(self, history, upper_epochs: dict | None = None) -> float:
         """An upper bound on the pure-DP epsilon of a history whose steps run Laplace noise or
         randomized response (``inf`` with Gaussian steps): per epoch, the example is in at most
         ``k`` steps, so the privacy loss of the epoch's output is at most ``k`` times the largest
@@ -433,8 +448,10 @@ class RandomAllocationAccountant(Accountant):
         the likelihood ratio of a mixture over the allocations, with or without the absent
         case, lies between the smallest and the largest ratio of its components, each a product
         of at most ``k`` step ratios); losses add over epochs (Dwork & Roth 2014, Thm 3.16), a
-        partial epoch counted as a whole one.  Our derivation."""
-        upper_epochs, _ = epochs_of_history(history)
+        partial epoch counted as a whole one.  Our derivation.  ``upper_epochs``: the first
+        part of :func:`epochs_of_history` of ``history`` if the caller has it already."""
+        if upper_epochs is None:
+            upper_epochs, _ = epochs_of_history(history)
         total = 0.0
         for key, count in upper_epochs.items():
             base, _, k, _ = epoch_kind(key)

@@ -125,6 +125,18 @@ def test_randomized_response_zero_out_reading_under_add_remove():
     assert pure.lower <= worst <= pure.upper
 
 
+def test_randomized_response_zero_out_pure_epsilon_beyond_exp_range():
+    """eps0 beyond exp's range (the pair's masses underflow; 2**63 divided by zero): the pure-DP
+    epsilon is the add direction's loss log((e^eps0 + k - 1) / k), written out here."""
+    for eps0, k, steps in ((800.0, 2, 1), (2.0 ** 63, 4, 3), (40.0, 3, 2)):
+        acc = pld_with(SelfComposedEvent(RandomizedResponseEvent(eps0, k), steps))
+        exact = steps * (eps0 + math.log1p((k - 1) * math.exp(-eps0)) - math.log(k))
+        pure = acc.get_epsilon_bounds(0.0)
+        assert pure.lower <= exact <= pure.upper <= exact * (1 + 1e-9)
+        bounds = acc.get_epsilon_bounds(1e-5)
+        assert 0 <= bounds.lower <= bounds.upper <= pure.upper
+
+
 def test_laplace_replace_one_doubles_the_sensitivity():
     acc = create("pld", neighbouring="replace_one").compose(LaplaceEvent(2.0))
     pure = acc.get_epsilon_bounds(0.0)

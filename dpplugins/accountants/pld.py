@@ -428,8 +428,12 @@ class PLDAccountant(Accountant):
         if isinstance(leaf, RandomizedResponseEvent):
             if self.neighbouring == "replace_one":
                 return leaf.epsilon0, leaf.epsilon0
-            p, q = zero_out_rr_pair(leaf.epsilon0, leaf.num_buckets)
-            return math.log(p[0] / q[0]), math.log(q[1] / p[1])
+            # zero-out pair (zero_out_rr_pair): log(k e / (e + k - 1)) on the true bucket and
+            # log((e + k - 1) / k) on the others, e = e^eps0, in log space (the pair's masses
+            # underflow to 0 beyond eps0 = 700, which divided by zero)
+            k, eps0 = leaf.num_buckets, leaf.epsilon0
+            spread = math.log1p((k - 1) * math.exp(-eps0))
+            return math.log(k) - spread, eps0 + spread - math.log(k)
         value = leaf.epsilon if leaf.delta == 0 else math.inf
         return value, value
 

@@ -21,9 +21,15 @@ What is certified (all terms are returned in :class:`ComposedPLD` and used by it
   by at most ``eta = c u log2 N`` (Higham 2002, "Accuracy and stability of numerical algorithms",
   Sec. 24.1; we take c = 10 and add the error of the stored masses).  Then
   ``|prod a_i^k_i - prod b_i^k_i| <= G sum_i k_i eta_i / m_i`` with ``m_i = |a_i| + eta_i`` and
-  ``G = prod m_i^k_i``, plus the rounding of ``exp(sum k_i log a_i)`` (relative
-  ``c u (1 + sum k_i |log a_i|)``, the complex logarithm including its phase).  Summing over frequencies bounds the l1 error of the
-  inverse transform, which bounds the error of any delta (``fp_error``).
+  ``G = prod m_i^k_i``, plus the rounding of ``exp(sum k_i log a_i)``: relative
+  ``c u (1 + sum k_i (|log a_i| + 0.2))`` in the working precision (the complex logarithm
+  including its phase; ``0.2`` is the absolute rounding ``u`` of each log-modulus, doubled;
+  :func:`dpplugins.pld.spectra.power_rounding`), with ``c = K + 3`` in place of 10 for ``K >
+  7`` distinct components (the recursive summation of their logarithms, Higham 2002, Sec.
+  4.2), and ``10 u`` of the output precision for the phase reduction (modulo ``2 pi`` known to
+  the working precision), the exponential, sine, cosine and product.  Summing over frequencies
+  bounds the l1 error of the inverse transform, which bounds the error of any delta
+  (``fp_error``).
   With ``extended=True`` the forward transforms and powers run in long double (u about 2000 times
   smaller on x86), with ``extended_inverse=True`` also the products and the inverse transform.
 * **Tiny deltas: exponential tilting.**  However small ``u`` is, the bound above is *absolute*:
@@ -64,7 +70,7 @@ from scipy.optimize import minimize_scalar
 
 from dpplugins.errors import NumericalError
 from dpplugins.pld.grid import GridPMF
-from dpplugins.pld.spectra import spectral_terms, transform_size
+from dpplugins.pld.spectra import from_log_polar, reduce_phase, spectral_terms, transform_size
 
 __all__ = ["ComposedPLD", "compose_grid_pmfs"]
 
@@ -1020,31 +1026,42 @@ def compose_grid_pmfs(components: Sequence[tuple[GridPMF, int]], *, tail_mass: f
             for total, x in zip(sums, terms):
                 total += k * x
     log_modulus, phase, log_g, err_ratio, pow_terms = sums
-    pow_terms += 1.0  # 1 + sum_i k_i |log a_i|
+    pow_terms += 1.0  # 1 + sum_i k_i (|log a_i| + 0.2), spectra.power_rounding
     # Only frequencies where the bound G = prod m_i^k_i is above e^-745 can contribute anything
     # representable; elsewhere both the product and its error bound are below double's range.
     live = np.flatnonzero(log_g > -745.0)
     log_modulus, phase = log_modulus[live], phase[live]
     err_ratio, pow_terms = err_ratio[live], pow_terms[live]
+    full = extended_inverse and work is not np.float64
     with np.errstate(under="ignore"):
-        # reduce the phase in the working precision, then round to double: relative error u
-        two_pi = 2 * np.pi if work is np.float64 else np.longdouble(2) * np.pi
-        phase = np.remainder(phase, two_pi)
-        full = extended_inverse and work is not np.float64
         if full:
             # products and inverse transform in long double as well
             product = np.zeros(half, dtype=np.clongdouble)
-            product[live] = np.exp(log_modulus) * (np.cos(phase) + 1j * np.sin(phase))
+            product[live] = from_log_polar(log_modulus, phase)
         else:
+            # reduce the phase in the working precision (its error is in the power term), then
+            # round to double
             product = np.zeros(half, dtype=complex)
-            product[live] = np.exp(log_modulus).astype(float) * np.exp(1j * phase.astype(float))
-        g = np.exp(log_g[live])
+            product[live] = (np.exp(log_modulus).astype(float)
+                             * np.exp(1j * reduce_phase(phase).astype(float)))
+        # the sums over the K components above are recursive, each off by at most
+        # gamma_K = K u / (1 - K u) times the sum of the absolute terms (Higham 2002, Sec. 4.2;
+        # the products k x and the logarithms add u each): G is raised by that (in double;
+        # sum k |log m| <= |log G| + 1 since log m > 0 only by eta), and the log-modulus and
+        # phase sums (working precision) are charged with max(c, K + 3) in place of c
+        count = len(components)
+        g = np.exp(log_g[live] + (count + 3) * _U * (np.abs(log_g[live]) + 1.0))
+    sum_factor = max(_C_FFT, count + 3.0)
+    err_ratio = err_ratio * (1 + (count + 2) * _U)
+    # rounding of the product in the output precision, relative to G: a phase in [0, 2 pi)
+    # rounded to it is off by at most 4 u absolutely (half an ulp in [4, 8)), the exponential,
+    # the sine and cosine and the complex product add about 4 u more; 10 u covers them
     u_out = u_work if full else _U
     composed = sp_fft.irfft(product, n=size)
     # The l1 norm of the output error is at most the 2-norm of the coefficient error over the
     # full spectrum (the inverse DFT scaled by 1/N has 2-norm 1/sqrt(N)); the inverse transform's
     # own rounding adds c u log2(N) sqrt(N) ||output||_2 (Higham 2002, Sec. 24.1).
-    coeff_error = g * (err_ratio + _C_FFT * u_work * pow_terms + 4 * u_out)
+    coeff_error = g * (err_ratio + sum_factor * u_work * pow_terms * (1 + 1e-9) + 10 * u_out)
     weights = np.full(half, 2.0)
     weights[0] = 1.0
     if size % 2 == 0:

@@ -38,7 +38,8 @@ import numpy as np
 from scipy import fft as sp_fft
 
 __all__ = ["SpectralTerms", "spectral_terms", "transform_size", "SPECTRA_CACHE_BYTES",
-           "clear_spectra_cache"]
+           "clear_spectra_cache", "log_polar", "power_rounding", "from_log_polar",
+           "reduce_phase"]
 
 _U = np.finfo(float).eps / 2
 
@@ -58,7 +59,7 @@ class SpectralTerms(NamedTuple):
     phase: np.ndarray  #: ``arg a`` in the working precision
     log_bound: np.ndarray  #: ``log m``, ``m = |a| + eta``
     error_ratio: np.ndarray  #: ``eta / m``
-    power_term: np.ndarray  #: ``min(|log|a|| + |arg a|, -log eta)`` (no min if ``eta = 0``)
+    power_term: np.ndarray  #: :func:`power_rounding` (``min(|log|a|| + |arg a|, -log eta) + 0.2``)
 
     @property
     def nbytes(self) -> int:
@@ -90,18 +91,76 @@ def clear_spectra_cache() -> None:
         _cache_bytes = 0
 
 
+def log_polar(spectrum: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(log|a|, arg a, |a|^2)`` of complex coefficients ``a``, in their own precision.
+
+    Real logarithms and arctangents are much faster than complex ones in long double, and
+    ``k * (-inf)`` (a zero coefficient) stays clean.  Rounding, in units ``u`` of the precision
+    (our derivation, from the standard model of Higham 2002, Sec. 2.2): the sum of squares is
+    within relative ``2 u`` (two products and a sum), so ``log|a|`` is within ``u`` absolutely
+    (half the logarithm of ``1 + 2 u``) plus the logarithm's own relative rounding; the
+    arctangent is within a few ulps of ``arg a``.  So ``k`` times either is off by at most
+    ``c u k (|log|a|| + |arg a|) + 2 u k`` for a small constant ``c``: :func:`power_rounding`.
+    """
+    re, im = spectrum.real, spectrum.imag
+    squares = re * re + im * im
+    with np.errstate(divide="ignore"):
+        log_mod = 0.5 * np.log(squares)
+    return log_mod, np.arctan2(im, re), squares
+
+
+#: the log-modulus's absolute rounding (``u``), doubled, in units of ``c u = 10 u``
+_LOG_MODULUS_TERM = 0.2
+
+
+def power_rounding(log_modulus: np.ndarray, phase: np.ndarray, eta: float = 0.0) -> np.ndarray:
+    """``min(|log|a|| + |arg a|, -log eta) + 0.2`` in double (no minimum if ``eta = 0``): per
+    unit of count ``k``, the bound (in units of ``c u``, ``c = 10`` as in
+    :mod:`dpplugins.pld.compose`) on the rounding of ``k log a`` computed from :func:`log_polar`.
+    The ``+ 0.2`` is twice the absolute error ``u`` of the log-modulus (see there), which does
+    not vanish where ``|a|`` is near 1.  ``|log a| = hypot(log|a|, arg a) <= |log|a|| +
+    |arg a|`` is used.  The cap (``eta``: the bound on the coefficient's own error): beyond it
+    ``|a| < e^pi eta``, so the error ratio ``eta / (|a| + eta) > 1/25`` that the composition
+    charges per count already exceeds any rounding, and a zero coefficient (``log 0 = -inf``)
+    stays finite."""
+    abs_log = (np.abs(np.asarray(log_modulus, dtype=float))
+               + np.abs(np.asarray(phase, dtype=float)))
+    if eta > 0:
+        abs_log = np.minimum(abs_log, -math.log(eta))
+    return abs_log + _LOG_MODULUS_TERM
+
+
+def from_log_polar(log_modulus: np.ndarray, phase: np.ndarray) -> np.ndarray:
+    """``exp(log_modulus) (cos phase + i sin phase)`` in the precision of the inputs, the phase
+    reduced modulo ``2 pi`` first (in that precision).  Relative rounding: a few ``u`` of the
+    precision on top of the inputs' own error (``exp`` relative ``u``; ``cos``, ``sin`` of an
+    argument in ``[0, 2 pi)`` absolute ``u``; one complex product).  Underflow to zero is
+    silent: callers pass only frequencies whose bound is in range and charge the rest."""
+    with np.errstate(under="ignore"):
+        reduced = reduce_phase(phase)
+        return np.exp(log_modulus) * (np.cos(reduced) + 1j * np.sin(reduced))
+
+
+#: 2 pi to long-double accuracy (``2 * np.longdouble(np.pi)`` is only as accurate as double:
+#: reducing a phase of ``k pi`` by it would be off by about ``k * 1e-16``)
+_TWO_PI_LD = np.longdouble("6.28318530717958647692528676655900577")
+
+
+def reduce_phase(phase: np.ndarray) -> np.ndarray:
+    """``phase`` modulo ``2 pi`` in ``[0, 2 pi)``, in the precision of ``phase``, with ``2 pi``
+    to that precision: the result is within a few ``u`` of ``[0, 2 pi)`` plus ``u |phase|`` of
+    the exact reduction (the remainder itself is exact, the constant carries relative ``u``)."""
+    phase = np.asarray(phase)
+    two_pi = _TWO_PI_LD if phase.dtype == np.longdouble else 2 * np.pi
+    return np.remainder(phase, two_pi)
+
+
 def _compute(lo: int, pmf: np.ndarray, size: int, work, eta: float) -> SpectralTerms:
     positions = (lo + np.arange(len(pmf))) % size  # composed index S lands on S mod size
     wrapped = np.bincount(positions, weights=pmf, minlength=size).astype(work, copy=False)
     spectrum = sp_fft.rfft(wrapped)
-    re, im = spectrum.real, spectrum.imag
+    log_mod, arg, squares = log_polar(spectrum)
     del spectrum
-    # logarithm as (log-modulus, phase) in the working precision: real logarithms and
-    # arctangents are much faster than complex ones in long double, and k * (-inf) stays clean
-    squares = re * re + im * im
-    with np.errstate(divide="ignore"):
-        log_mod = 0.5 * np.log(squares)
-    arg = np.arctan2(im, re)
     # m = |a| + eta with |a| rounded up (a square root of a sum of two squares: relative
     # error below 3 u; 4 u covers it), so that m bounds the computed and the exact coefficient;
     # where the squares fall below the normal range (|a| < 1.5e-154) the square root is off by
@@ -111,11 +170,7 @@ def _compute(lo: int, pmf: np.ndarray, size: int, work, eta: float) -> SpectralT
     del squares, modulus
     with np.errstate(divide="ignore"):
         log_bound = np.log(magnitude)
-    # |log a| = hypot(log|a|, arg a) <= |log|a|| + |arg a|: the bound is used (it only enters
-    # the rounding term of the powers, which it at most multiplies by sqrt 2)
-    log_mod_f = np.asarray(log_mod, dtype=float)
-    abs_log = np.abs(log_mod_f) + np.abs(np.asarray(arg, dtype=float))
-    power = np.minimum(abs_log, -math.log(eta)) if eta > 0 else abs_log
+    power = power_rounding(log_mod, arg, eta)
     terms = SpectralTerms(log_mod, arg, log_bound, eta / magnitude, power)
     for values in terms:  # shared through the cache: never to be changed in place
         values.setflags(write=False)

@@ -228,3 +228,57 @@ def test_noise_beyond_the_grid_range_is_bracketed_not_nan(sigma):
     exact = gaussian_delta_exact(0.0, 1.0 / sigma)  # 0 in double: below every float
     b = pld.delta_for_epsilon(0.0)
     assert b.lower <= exact <= b.upper <= 1e-12
+
+
+def test_certificate_extra_term_is_computed_in_logarithms_not_capped():
+    """``additive * e^log_growth`` of a certificate: it capped the exponent at 700, which for
+    an additive term below e^-700 gave less than the true value (1e-310 e^800 came out as
+    1e-6 instead of 2.7e37), and past double's range it overflowed a numpy scalar with a
+    RuntimeWarning.  Closed forms: exp(log(a) + g), and inf beyond double."""
+    import warnings
+
+    from dpplugins.amplification.allocation import _Cert
+    assert _Cert(0.0, 0.0, 1e-310, 800.0).extra() >= math.exp(math.log(1e-310) + 800.0)
+    assert _Cert(0.0, 0.0, 1e-310, 800.0).extra() <= math.exp(math.log(1e-310) + 800.0) * (
+        1 + 1e-11)
+    assert _Cert(0.0, 0.0, 0.0, 1e4).extra() == 0.0
+    assert _Cert(0.0, 0.0, 2.5, 3.0).extra() == pytest.approx(2.5 * math.exp(3.0), rel=1e-15)
+    import numpy as np
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert _Cert(0.0, 0.0, np.float64(1e5), 699.0).extra() == math.inf
+        assert _Cert(0.0, 0.0, 1e-3, 1e4).extra() == math.inf
+
+
+@pytest.mark.slow
+def test_tiny_laplace_scale_over_many_epochs_answers_without_overflow():
+    """Laplace(0.01) (a per-step loss of up to 100) in 1,000 steps x 10 epochs: the delta query
+    overflowed a numpy scalar in the certificate's extra term (a RuntimeWarning deep in numpy).
+
+    Reference (our derivation): in the remove direction the likelihood ratio of an epoch is
+    ``mean_j e^(l(x_j))`` over the 1,000 steps, at least ``e^(l(x_1)) / 1000`` with ``x_1 ~
+    Laplace(1, 0.01)`` the example's step and ``l(x) = (|x| - |x - 1|) / 0.01``, so ``delta(1)
+    = E_P[(1 - e^(1 - L))_+] >= 1 - E[min(1, 1000 e^(1 - l(x_1)))]`` (one epoch of the ten
+    already gives it: delta never falls under composition).  The deficit, by quadrature, is
+    below 1e-17: the certified upper bound must be the double 1.0."""
+    import warnings
+
+    from scipy import integrate
+
+    def deficit_density(x):
+        loss = (abs(x) - abs(x - 1.0)) / 0.01
+        return 50.0 * math.exp(-abs(x - 1.0) / 0.01) * min(1.0, 1000.0 * math.exp(1.0 - loss))
+
+    deficit = sum(integrate.quad(deficit_density, a, b, epsabs=1e-30, limit=200)[0]
+                  for a, b in [(-1.0, 0.0), (0.0, 0.5), (0.5, 1.0), (1.0, 2.0)]) + math.exp(-200)
+    assert deficit < 1e-17
+
+    from dpplugins.accountants import create
+    from dpplugins.events import LaplaceEvent, RandomAllocationEvent
+    accountant = create("balls_and_bins")
+    accountant.compose(RandomAllocationEvent(1000, 10, LaplaceEvent(0.01)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        warnings.filterwarnings("ignore", message=".*certified bounds")
+        bounds = accountant.get_delta_bounds(1.0)
+    assert bounds.upper == 1.0 and 0.0 <= bounds.lower <= bounds.upper

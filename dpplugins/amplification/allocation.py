@@ -633,7 +633,17 @@ class _Cert(NamedTuple):
         return _Cert(*(k * a for a in self))
 
     def extra(self) -> float:
-        return self.additive * math.exp(min(self.log_growth, 700.0))
+        """``additive exp(log_growth)``, rounded up; ``inf`` past double's range.  (It capped
+        ``log_growth`` at 700, an underestimate when ``additive < e^-700``, and multiplied
+        numpy scalars, which warned of the overflow.)"""
+        additive = float(self.additive)
+        if not additive > 0.0:
+            return 0.0
+        if self.log_growth <= 700.0:
+            return additive * math.exp(self.log_growth)  # Python floats: inf, no warning
+        # in logarithms: log rounds to within 745 u, the sum and exp to a few u more
+        log_extra = math.log(additive) + self.log_growth
+        return math.inf if log_extra > 709.0 else math.exp(log_extra) * (1 + 1e-12)
 
 
 _EXACT = _Cert(0.0, 0.0, 0.0, 0.0)

@@ -141,3 +141,33 @@ def test_random_settings_keep_both_bounds_on_their_side_of_the_closed_form(mixed
             assert b.lower <= exact * (1 + 1e-12), (sigma, q, h, eps, b, exact)
             assert exact <= b.upper * (1 + 1e-9), (sigma, q, h, eps, b, exact)
     assert sum(mixed_calls) >= 30, "the sweep did not reach the right-tangent path"
+
+
+@pytest.mark.parametrize("h", [60.0, 99.0, 120.0, 351.0, 700.0, 701.0, 1000.0, 1e5])
+@pytest.mark.parametrize("sigma, q", [(1.0, 0.5), (0.05, 1.0), (0.3, 0.2)])
+def test_grid_steps_past_the_exponential_range_give_finite_valid_bounds(h, sigma, q):
+    """Grid steps above about 50 put grid points (a multiple of h above the mechanism's largest
+    loss, at most 600) where e^(eps + h) exceeds double's range: the tangent construction
+    overflowed, and inf * 0 put a NaN and then an infinite mass into the lower PMF (the pld
+    accountant coarsens that far for about 10^12 steps).  Now its grid stops below the
+    overflow, or it is the identity pair: finite masses, no RuntimeWarning, and both bounds on
+    their side of the closed form (one step, and three steps of the Gaussian, q = 1, whose
+    composition is the Gaussian of sigma / sqrt(3))."""
+    import warnings
+
+    import numpy as np
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        pld = PLD.from_poisson_subsampled_gaussian(sigma, q, value_discretization_interval=h)
+        for direction in ("remove", "add"):
+            component = pld._directions[direction][0][0]
+            assert np.all(np.isfinite(component.lower.pmf))
+            assert np.all(np.isfinite(component.upper.pmf))
+        for eps in (0.0, 0.5, 1.0, 5.0):
+            exact = _subsampled_gaussian_delta(eps, sigma, q)
+            bounds = pld.delta_for_epsilon(eps)
+            assert bounds.lower <= exact + 1e-12 and exact <= bounds.upper + 1e-12
+        if q == 1.0:
+            three = pld.self_compose(3).delta_for_epsilon(1.0)
+            exact = _subsampled_gaussian_delta(1.0, sigma / math.sqrt(3), 1.0)
+            assert three.lower <= exact + 1e-12 and exact <= three.upper + 1e-12

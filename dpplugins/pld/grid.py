@@ -58,6 +58,9 @@ __all__ = ["LossBins", "GridPMF", "pessimistic_from_bins", "optimistic_from_bins
 _UNIT_ROUNDOFF = np.finfo(float).eps / 2
 #: floating-point allowance charged per construction, in units of probability mass
 FP_ALLOWANCE = 64 * _UNIT_ROUNDOFF
+#: the tangent construction evaluates grid points with ``eps + h`` at most this (``e^eps (e^h -
+#: 1)`` stays below double's maximum, about ``e^709``)
+_TOP_LOSS = 700.0
 
 
 @dataclass(frozen=True)
@@ -206,6 +209,19 @@ def optimistic_from_bins(bins: LossBins, top_q: float = 0.0) -> GridPMF:
     ``x_hi-1`` (otherwise it ends before the top anyway).
     """
     h, lo = bins.h, bins.lo
+    # e^(eps + h) must stay in double's range (a grid step above about 100 put grid points
+    # above 709: e^eps overflowed, inf * 0 gave NaN, and the PMF an infinite mass).  Grid points
+    # with eps + h > _TOP_LOSS are cut off the tangent construction: their bins join the mass
+    # above the top, as where the loss range of a mechanism ends, so the construction and its
+    # argument are unchanged; only ``top_q`` (an atom's credit at the old top) is dropped.  The
+    # losses of the mechanisms stop at 600 (MAX_ABS_LOSS), so at grid steps below 100 nothing is
+    # cut.  A grid with fewer than two points left (only extreme compositions coarsen that far)
+    # gets the pair with P = Q, which every pair dominates (Blackwell): a lower bound of 0.
+    top = math.floor(_TOP_LOSS / h) - 1 if h <= _TOP_LOSS else lo - 1
+    if bins.hi > top:
+        if top < lo + 1:
+            return GridPMF(h, 0, np.ones(1), 0.0, 0.0)
+        bins, top_q = bins.restricted(lo, top), 0.0
     n = bins.hi - lo + 1
     eps = (lo + np.arange(n)) * h
     x = np.exp(eps)

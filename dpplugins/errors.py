@@ -39,6 +39,7 @@ class ParameterError(ValueError):
         self.name = name
         self.value = value
         self.valid = valid
+        self.hint = hint
         message = f"{name}={value!r} is invalid: must be {valid}"
         if hint:
             message += f". {hint}"

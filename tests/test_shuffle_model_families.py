@@ -415,3 +415,42 @@ def test_third_value_lower_laws_match_the_output_laws(name, family, R, ns):
         assert law[0] == pytest.approx(row[a_cat].sum(), rel=1e-12, abs=1e-300)
         assert law[1] == pytest.approx(row[b_cat].sum(), rel=1e-12, abs=1e-300)
         assert law[2] == pytest.approx(row[~a_cat & ~b_cat].sum(), rel=1e-12)
+
+
+TINY_FAMILIES = [lambda e: fam.unary_encoding(e, 4), lambda e: fam.unary_encoding(e, 4, optimized=True),
+                 lambda e: fam.subset_selection(e, 5, 2), lambda e: fam.local_hashing(e, 3),
+                 lambda e: fam.laplace_bounded(e)]
+TINY_SPECS = [("general", 1e-12), ("binary_rr", 1e-12), ("krr", 1e-12, 3)]
+
+
+@pytest.mark.parametrize("eps0", [1e-17, 3e-16, 1e-13])
+def test_a_local_epsilon_below_the_floor_is_refused_with_the_answer(eps0):
+    """Below 1.1e-16 e^eps0 rounds to 1: the count pairs met "the wrong orientation" (reported
+    as a bug), the families divided by zero, OUE at 3e-16 got p = 0.  Now a ParameterError
+    naming eps0, its range and why nothing needs accounting there."""
+    for make in TINY_FAMILIES:
+        with pytest.raises(ParameterError, match=r"eps0=.*\[1e-12, 50\].*epsilon\(delta\) = 0"):
+            make(eps0)
+    for spec in [("general", eps0), ("binary_rr", eps0), ("krr", eps0, 3)]:
+        with pytest.raises(ParameterError, match=r"eps0=.*0 or in \[1e-12, 300\]"):
+            sm.epsilon(spec, 1000, 1e-6)
+
+
+@pytest.mark.parametrize("n", [2, 1000, 10**6])
+def test_the_smallest_local_epsilon_answers_zero_where_total_variation_says_so(n):
+    """At eps0 = 1e-12 every bound answers, and at delta = 1e-6 epsilon is exactly 0: the
+    shuffled reports' total variation is at most the randomizer's, tanh(eps0 / 2) < 5e-13
+    (post-processing of the one report that differs), below delta.  The delta at epsilon 0 lies
+    in [0, tanh(eps0 / 2)] by the same argument."""
+    tv = math.tanh(0.5e-12)
+    for make in TINY_FAMILIES:
+        family = make(1e-12)
+        assert fam.epsilon(family, n, 1e-6).epsilon == 0.0
+        assert fam.lower_bound(family, n, 1e-6).epsilon == 0.0
+        bounds = fam.delta_bounds(family, n, 0.0)
+        assert 0.0 <= bounds.lower <= bounds.upper <= tv * (1 + 1e-9)
+    for spec in TINY_SPECS:
+        assert sm.epsilon(spec, n, 1e-6).epsilon == 0.0
+        assert sm.lower_bound(spec, n, 1e-6).epsilon == 0.0
+    # (eps0, delta0) = (1e-12, 1e-9): no amplification is claimed, eps0 itself is an upper bound
+    assert 0.0 <= sm.epsilon(("general", 1e-12, 1e-9), n, 1e-6).epsilon <= 1e-12

@@ -521,7 +521,8 @@ class ShuffleAccountant(Accountant):
             if isinstance(inner, EpsilonDeltaEvent):
                 return Randomizer("general", inner.epsilon, 2, inner.delta)
         except ParameterError as error:
-            return f"a shuffle-model randomizer with {error.valid}"
+            hint = f"; {error.hint}" if error.hint else ""
+            return f"a shuffle-model randomizer with {error.name} {error.valid}{hint}"
         if isinstance(inner, LOCAL_RANDOMIZER_EVENTS):
             return _family_of(inner, event.num_users)
         return ("a ShuffleEvent whose randomizer is a RandomizedResponseEvent, an "
@@ -704,8 +705,9 @@ def _family_of(inner: Event, num_users: int):
         return shuffle_families.laplace_bounded(inner.epsilon0)
     except ParameterError as error:
         field = _FAMILY_FIELDS.get(error.name, error.name)
+        hint = f"; {error.hint}" if error.hint else ""
         return (f"a shuffle-model {kind} with {kind}.{field} {error.valid} (the range of the "
-                "family bounds, dpplugins.amplification.shuffle_model_families)")
+                f"family bounds, dpplugins.amplification.shuffle_model_families){hint}")
 
 
 def _delta0(spec) -> float:

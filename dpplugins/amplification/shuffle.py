@@ -149,6 +149,38 @@ def _randomizer_name(r: tuple) -> str:
     return "binary_rr" if r[1] == 2 else f"{r[1]}-rr"
 
 
+#: the smallest positive local epsilon of the shuffle-model randomizers whose bounds are written
+#: in ``E = e^eps0`` (:class:`~dpplugins.amplification.shuffle_model.Randomizer`, the errata's
+#: pair, the randomizer families): below it ``E - 1`` keeps few digits in double precision, and
+#: below 1.1e-16 ``E`` rounds to 1 (their pairs degenerated: a bare ZeroDivisionError, a "bug")
+LOCAL_EPSILON_FLOOR = 1e-12
+
+
+def check_local_epsilon(eps0, maximum: float, *, zero: bool = True) -> float:
+    """The local epsilon ``eps0`` of a shuffle-model randomizer: 0 (where ``zero``) or in
+    ``[LOCAL_EPSILON_FLOOR, maximum]``, else :class:`ParameterError` saying what holds below
+    the floor: the shuffled output's total variation is at most the randomizer's,
+    ``tanh(eps0/2) <= eps0/2`` (post-processing), so ``epsilon(delta) = 0`` for every
+    ``delta >= eps0/2``.
+
+    Example::
+
+        >>> check_local_epsilon(1.0, 300)
+        1.0
+    """
+    eps0 = check_nonnegative("eps0", eps0)
+    if eps0 == 0 and zero:
+        return 0.0
+    if not LOCAL_EPSILON_FLOOR <= eps0 <= maximum:
+        valid = f"{'0 or ' if zero else ''}in [{LOCAL_EPSILON_FLOOR:g}, {maximum:g}]"
+        hint = ("below 1e-12 no accounting is needed: the shuffled reports' total variation is "
+                "at most eps0/2, so epsilon(delta) = 0 for every delta >= eps0/2; an eps0-DP "
+                "randomizer is also 1e-12-DP, so the general bound at eps0=1e-12 holds at every "
+                "delta") if 0 < eps0 < LOCAL_EPSILON_FLOOR else ""
+        raise ParameterError("eps0", eps0, valid, hint=hint)
+    return eps0
+
+
 def _check_eps0_n(eps0, n) -> tuple[float, int]:
     eps0 = check_nonnegative("eps0", eps0)
     if eps0 > 700:

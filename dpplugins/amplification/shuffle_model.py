@@ -387,9 +387,7 @@ class Randomizer:
     def __post_init__(self) -> None:
         if self.kind not in ("krr", "general"):
             raise ParameterError("randomizer.kind", self.kind, "'krr' or 'general'")
-        eps0 = check_nonnegative("eps0", self.eps0)
-        if eps0 > 300:
-            raise ParameterError("eps0", eps0, "<= 300")
+        eps0 = _shuffle.check_local_epsilon(self.eps0, 300)
         object.__setattr__(self, "eps0", eps0)
         object.__setattr__(self, "k", check_count("k", self.k, minimum=2))
         d0 = check_nonnegative("delta0", self.delta0)
@@ -1084,8 +1082,12 @@ def variation_ratio_pair(p: float, beta: float, q: float, n: int) -> CountPair:
     if p <= 1:
         raise ParameterError("p", p, "> 1")
     beta = check_nonnegative("beta", beta)
-    if beta > (p - 1) / (p + 1) * (1 + 1e-12):
-        raise ParameterError("beta", beta, f"<= (p-1)/(p+1) = {(p - 1) / (p + 1):.6g}")
+    top = (p - 1) / (p + 1)
+    # p = e^eps0 is rounded, so p - 1 carries a relative error u p / (p - 1): at eps0 = 1e-9
+    # that is 2e-7, and Laplace's exact beta = 1 - e^(-eps0/2) < tanh(eps0/2) came out above it
+    if beta > top * (1 + 1e-12 + 4 * UNIT_ROUNDOFF * p / (p - 1)):
+        raise ParameterError("beta", beta, f"<= (p-1)/(p+1) = {top:.6g}")
+    beta = min(beta, top)
     q = check_positive("q", q)
     alpha = beta / (p - 1)
     r = alpha * p / q

@@ -66,7 +66,7 @@ import math
 import numpy as np
 from scipy import stats
 
-from dpplugins.amplification.shuffle import binomial_window
+from dpplugins.amplification.shuffle import binomial_window, check_local_epsilon
 from dpplugins.amplification.shuffle_model import (UNIT_ROUNDOFF as _U, CountPair, StackedBlanket,
                                                    newton_smallest_epsilon)
 from dpplugins.errors import ParameterError, check_count, check_nonnegative, check_open_unit
@@ -87,9 +87,7 @@ def decomposition_for_total_variation(eps0: float, beta: float) -> tuple[float, 
         >>> round(p * (math.e + 1), 12), q
         (1.0, 0.0)
     """
-    eps0 = check_nonnegative("eps0", eps0)
-    if not 0 < eps0 <= 300:
-        raise ParameterError("eps0", eps0, "in (0, 300]")
+    eps0 = check_local_epsilon(eps0, 300, zero=False)
     e = math.exp(eps0)
     top = (e - 1) / (e + 1)
     beta = check_nonnegative("beta", beta)
@@ -111,9 +109,7 @@ class ErrataPair:
 
     def __init__(self, eps0: float, n: int, p: float, q: float, *, eta: float = 2.5e-3,
                  max_blocks: int = 4000) -> None:
-        self.eps0 = check_nonnegative("eps0", eps0)
-        if self.eps0 > 300:
-            raise ParameterError("eps0", eps0, "<= 300")
+        self.eps0 = check_local_epsilon(eps0, 300)
         self.n = check_count("n", n, minimum=1)
         e = math.exp(self.eps0)
         p = check_nonnegative("p", p)

@@ -144,7 +144,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dpplugins.amplification import shuffle_model as _sm
-from dpplugins.amplification.shuffle import ShuffleBound
+from dpplugins.amplification.shuffle import ShuffleBound, check_local_epsilon
 from dpplugins.amplification.shuffle_model_errata import (decomposition_for_total_variation,
                                                           errata_pair)
 from dpplugins.errors import (NumericalError, ParameterError, check_count, check_nonnegative,
@@ -182,10 +182,7 @@ class Family:
 
 
 def _check_eps0(eps0) -> float:
-    eps0 = check_nonnegative("eps0", eps0)
-    if not 0 < eps0 <= 50:
-        raise ParameterError("eps0", eps0, "in (0, 50]")
-    return eps0
+    return check_local_epsilon(eps0, 50, zero=False)
 
 
 def _complete(a: float, b: float) -> tuple[float, float, float]:

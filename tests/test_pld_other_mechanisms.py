@@ -174,3 +174,56 @@ def test_asymmetric_privacy_profile_dominates_each_direction_and_beats_their_max
         upper = both.delta_for_epsilon(epsilon).upper
         assert exact <= upper <= symmetric.delta_for_epsilon(epsilon).upper * (1 + 1e-9) + 1e-13
         assert upper <= exact + 2e-3
+
+
+def _epsilon_delta_step_delta(eps, epsilon, delta0, k=1):
+    """delta(eps) of k steps of the (epsilon, delta0) four-point pair: the optimal composition
+    sum (Kairouz, Oh, Viswanath 2015, Thm 3.3), written out here in mpmath at 50 digits."""
+    import mpmath
+    mpmath.mp.dps = 50
+    e, x = mpmath.mpf(epsilon), mpmath.exp(mpmath.mpf(eps))
+    total = mpmath.mpf(0)
+    for i in range(k + 1):
+        term = mpmath.exp((k - i) * e) - x * mpmath.exp(i * e)
+        if term > 0:
+            total += mpmath.binomial(k, i) * term / (1 + mpmath.exp(e)) ** k
+    survive = (1 - mpmath.mpf(delta0)) ** k
+    return float(1 - survive + survive * total)
+
+
+@pytest.mark.parametrize("epsilon", [1.0, 30.0, 40.0, 299.0])
+def test_epsilon_delta_step_with_a_large_epsilon_matches_the_closed_form(epsilon):
+    """The pair's small mass (1 - delta0) / (1 + e^eps) was computed as a difference: at eps =
+    30 it kept three digits (its loss was 30.001, and the certified lower bound on epsilon,
+    30.00102, was above the true 29.999999), from eps = 37 on it was 0 (a mutually singular
+    pair: epsilon [inf, inf] and delta 1 at every epsilon, both lower bounds false).  Closed
+    form: delta(eps) = delta0 + a - e^eps b on [0, eps0], so epsilon(delta) = eps0 + log(1 -
+    (delta - delta0) / a); three steps against the optimal composition sum."""
+    delta0, delta = 1e-9, 1e-6
+    acc = pld_with(EpsilonDeltaEvent(epsilon, delta0))
+    a = (1 - delta0) / (1 + math.exp(-epsilon))
+    exact = epsilon + math.log1p(-(delta - delta0) / a)
+    bounds = acc.get_epsilon_bounds(delta)
+    assert bounds.lower <= exact * (1 + 1e-12) and exact <= bounds.upper * (1 + 1e-12)
+    assert bounds.upper - bounds.lower <= 1e-9 * exact
+    at = 0.99 * epsilon
+    exact_delta = _epsilon_delta_step_delta(at, epsilon, delta0)
+    lower, upper = acc.get_delta_bounds(at)
+    assert lower <= exact_delta * (1 + 1e-9) and exact_delta <= upper * (1 + 1e-9)
+    three = pld_with(SelfComposedEvent(EpsilonDeltaEvent(epsilon, delta0), 3))
+    exact3 = _epsilon_delta_step_delta(2.5 * epsilon, epsilon, delta0, 3)
+    lower, upper = three.get_delta_bounds(2.5 * epsilon)
+    assert lower <= exact3 * (1 + 1e-9) and exact3 <= upper * (1 + 1e-9)
+
+
+def test_epsilon_delta_step_beyond_the_representable_range_is_bracketed():
+    """eps0 = 800: the pair's small mass (about e^-800) is below double's range.  The upper
+    bound is capped by basic composition (Dwork & Roth 2014, Thm 3.16: epsilon(delta) <= eps0
+    for delta >= delta0), the lower bound comes from the pair of eps0 = 700, which it
+    dominates, cut at the grid's largest loss of 600: both on their side of the closed form."""
+    delta0, delta = 1e-9, 1e-6
+    acc = pld_with(EpsilonDeltaEvent(800.0, delta0))
+    exact = 800.0 + math.log1p(-(delta - delta0) * (1 + math.exp(-800.0)) / (1 - delta0))
+    lower, upper = acc.get_epsilon_bounds(delta)
+    assert 590.0 <= lower <= exact and exact <= upper <= 800.0 * (1 + 1e-11)
+    assert acc.get_epsilon_bounds(1e-12).upper == math.inf  # below delta0: no finite epsilon

@@ -24,7 +24,8 @@ from dpplugins.pld.distribution import (NOISE_RANGE, SINGLE_TAIL, atom_grid_step
                                         within_window_budget)
 
 __all__ = ["PLDAccountant", "poisson_gaussian_pld", "loss_scale", "poisson_gaussian_runs",
-           "is_poisson_gaussian", "epsilon_delta_pair", "zero_out_rr_pair", "loss_range_tail_for"]
+           "is_poisson_gaussian", "epsilon_delta_pair", "epsilon_delta_pairs", "zero_out_rr_pair",
+           "loss_range_tail_for"]
 
 _MIN_H, _MAX_H = 1e-6, 2e-2
 #: smallest grid step the refinement may reach (below _MIN_H: the memory limit is the real stop)
@@ -158,13 +159,50 @@ def poisson_gaussian_runs(history) -> list[tuple[float, float, int]]:
     return runs
 
 
+#: the largest epsilon whose (epsilon, delta) pair is represented as it is: beyond it the small
+#: mass ``(1-delta) / (1+e^eps)`` leaves double's normal range
+EPSILON_DELTA_PAIR_MAX = 700.0
+
+
 def epsilon_delta_pair(epsilon: float, delta: float) -> tuple[list[float], list[float]]:
     """The dominating pair of every (epsilon, delta)-DP mechanism (Kairouz, Oh, Viswanath 2015,
     Thm 2.1 / Murtagh & Vadhan 2016): four outcomes with
-    ``P = (delta, (1-delta) e^eps / (1+e^eps), (1-delta) / (1+e^eps), 0)`` and ``Q`` its mirror."""
-    a = (1 - delta) / (1 + math.exp(-epsilon)) if epsilon < 700 else 1 - delta
-    b = (1 - delta) - a
+    ``P = (delta, (1-delta) e^eps / (1+e^eps), (1-delta) / (1+e^eps), 0)`` and ``Q`` its mirror.
+
+    Both masses are computed from ``t = e^-eps``, each to a few ``u`` relative.  (The small one
+    was ``(1-delta) - `` the large one: at eps = 30 it kept three digits, so the pair's loss was
+    30.001, not 30, and its lower bounds were above the true epsilon; from eps = 37 on it was 0,
+    a mutually singular pair whose delta is 1 at every epsilon.)  Beyond
+    :data:`EPSILON_DELTA_PAIR_MAX` the small mass is below double's normal range: use
+    :func:`epsilon_delta_pairs` (a bracketing).
+
+    Example::
+
+        >>> p, q = epsilon_delta_pair(40.0, 1e-9)
+        >>> round(math.log(p[1] / p[2]), 12)
+        40.0
+    """
+    t = math.exp(-epsilon)
+    a = (1 - delta) / (1 + t)
+    b = (1 - delta) * t / (1 + t)
     return [delta, a, b, 0.0], [0.0, b, a, delta]
+
+
+def epsilon_delta_pairs(epsilon: float, delta: float):
+    """``(dominating, dominated)`` mechanism pairs of an (epsilon, delta)-DP step: the pair of
+    :func:`epsilon_delta_pair` for both up to :data:`EPSILON_DELTA_PAIR_MAX`; beyond it the
+    dominating pair has its small mass at 0 (loss +inf where P has mass ``a``: the pair of
+    epsilon = inf, which dominates) and the dominated one is the pair of epsilon = 700 (the
+    pair of a smaller epsilon is a post-processing of the larger one's: randomized response
+    with more noise; Kairouz, Oh, Viswanath 2015, Thm 2.1)."""
+    if epsilon <= EPSILON_DELTA_PAIR_MAX:
+        pair = mechanisms.discrete_pair(*epsilon_delta_pair(epsilon, delta), symmetric=True)
+        return pair, pair
+    dominating = mechanisms.discrete_pair([delta, 1 - delta, 0.0, 0.0],
+                                          [0.0, 0.0, 1 - delta, delta], symmetric=True)
+    dominated = mechanisms.discrete_pair(*epsilon_delta_pair(EPSILON_DELTA_PAIR_MAX, delta),
+                                         symmetric=True)
+    return dominating, dominated
 
 
 def poisson_gaussian_pld(history, h: float, *, neighbouring: str = "add_remove",
@@ -403,8 +441,7 @@ class PLDAccountant(Accountant):
             if self.neighbouring == "replace_one":
                 return mechanisms.k_randomized_response(leaf.epsilon0, leaf.num_buckets)
             return mechanisms.discrete_pair(*zero_out_rr_pair(leaf.epsilon0, leaf.num_buckets))
-        return mechanisms.discrete_pair(*epsilon_delta_pair(leaf.epsilon, leaf.delta),
-                                        symmetric=True)
+        return epsilon_delta_pairs(leaf.epsilon, leaf.delta)[0]
 
     def _max_losses(self, leaf: Event) -> tuple[float, float]:
         """The largest privacy loss of one leaf in the remove and in the add direction (its
@@ -454,6 +491,25 @@ class PLDAccountant(Accountant):
             return Bounds(math.inf, math.inf)
         return Bounds(total * (1 - 1e-12), total * (1 + 1e-12))
 
+    def _basic_composition_epsilon(self, history, delta: float) -> float:
+        """``sum count_i eps_i`` when ``delta >= sum count_i delta_i`` (else inf): the basic
+        composition theorem (Dwork & Roth 2014, Thm 3.16) over the leaves' own guarantees --
+        an (eps, delta) step's, the largest loss of a pure-DP step -- rounded up.  It caps
+        the PLD's upper bound where the grid cannot represent a step (an (eps, delta) step
+        with eps above :data:`EPSILON_DELTA_PAIR_MAX`, whose dominating pair there is that of
+        eps = inf)."""
+        total_eps, total_delta = [], []
+        for leaf, count in private_leaves(history):
+            if isinstance(leaf, EpsilonDeltaEvent):
+                total_eps.append(leaf.epsilon * count)
+                total_delta.append(leaf.delta * count)
+            else:
+                total_eps.append(self._max_loss(leaf) * count)
+        if math.fsum(total_delta) * (1 + 1e-12) > delta:
+            return math.inf
+        total = math.fsum(total_eps)
+        return total * (1 + 1e-12) if math.isfinite(total) else math.inf
+
     def _generic_counts(self, history) -> dict[Event, int]:
         counts: dict[Event, int] = {}
         for leaf, count in private_leaves(history):
@@ -466,10 +522,15 @@ class PLDAccountant(Accountant):
         def build():
             total = None
             for leaf, count in counts.items():
-                part = PrivacyLossDistribution.from_mechanism(
-                    self._pairs(leaf), value_discretization_interval=h,
-                    tail_mass=self.tail_mass, memory_limit=self.memory_limit
-                ).self_compose(count)
+                options = dict(value_discretization_interval=h, tail_mass=self.tail_mass,
+                               memory_limit=self.memory_limit)
+                if isinstance(leaf, EpsilonDeltaEvent) and \
+                        leaf.epsilon > EPSILON_DELTA_PAIR_MAX:
+                    part = PrivacyLossDistribution.from_bracketing_pairs(
+                        *epsilon_delta_pairs(leaf.epsilon, leaf.delta), **options)
+                else:
+                    part = PrivacyLossDistribution.from_mechanism(self._pairs(leaf), **options)
+                part = part.self_compose(count)
                 total = part if total is None else total.compose(part)
             return total
         return self._cached_pld(key, build)
@@ -853,15 +914,16 @@ class PLDAccountant(Accountant):
             # epsilon(delta) <= epsilon(0): the pure-DP epsilon caps the upper bound, and answers
             # where delta is below what the PLD can certify
             pure = self._pure_epsilon_bounds(history)
+            cap = min(pure.upper, self._basic_composition_epsilon(history, delta))
             try:
                 bounds = self._generic(
                     history, self._epsilon_evaluator(delta),
                     evaluate_upper=lambda pld: pld.epsilon_for_delta(delta, lower=False))
             except NumericalError:
-                if math.isinf(pure.upper):
+                if math.isinf(cap):
                     raise
-                return Bounds(0.0, pure.upper)
-            return Bounds(min(bounds.lower, pure.lower), min(bounds.upper, pure.upper))
+                return Bounds(0.0, cap)
+            return Bounds(min(bounds.lower, pure.lower, cap), min(bounds.upper, cap))
         runs = poisson_gaussian_runs(history)
         mus = self._full_batch_mu(runs)
         if mus is not None:

@@ -523,3 +523,23 @@ def test_admissible_delta0_at_a_subnormal_eps0_is_a_number():
     assert C.admissible_delta0(5e-324, 1e-3) == pytest.approx(exact, rel=1e-9, abs=0.0)
     event = RandomCheckInEvent(200, EpsilonDeltaEvent(5e-324, 1e-9), "fixed", 20, None, 0.5)
     assert isinstance(create("checkin").supports(event), bool)
+
+
+@pytest.mark.parametrize("eps0", [1e-300, 1e-160])
+def test_fixed_window_profile_at_a_tiny_eps0_has_no_overflow(eps0):
+    """eps0 = 1e-300: Thm 3.2's A = p0 (e^eps0 - 1) sqrt(2 e^eps0 / m) is about 1e-300, so
+    ((eps - B) / A)^2 overflowed (a RuntimeWarning from the checkin accountant's epsilon query).
+    exp(-inf) = 0 is the exact value: the profile is 1 up to B and 0 beyond it (B ~ A^2)."""
+    import warnings
+
+    from dpplugins.accountants import create
+    from dpplugins.events import EpsilonDeltaEvent, RandomCheckInEvent
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        profile = C.fixed_window_profile(eps0, 10, 1.0)
+        values = profile(np.array([0.0, 1e-6, 0.5, 3.0]))
+        bounds = create("checkin").compose(
+            RandomCheckInEvent(100, EpsilonDeltaEvent(eps0, 0.0), num_slots=10)
+        ).get_epsilon_bounds(1e-6)
+    assert values[0] == 1.0 and np.all(values[1:] == 0.0)
+    assert 0.0 <= bounds.lower <= bounds.upper < 1e-3

@@ -138,8 +138,10 @@ def _profile_values(a: float, b: float, eps: np.ndarray) -> np.ndarray:
     eps = np.asarray(eps, dtype=float)
     if not (math.isfinite(a) and math.isfinite(b)) or a <= 0:
         return np.ones_like(eps)
-    z = np.maximum(eps - b, 0.0) / a
-    return np.minimum(np.exp(-z * z) * _UP, 1.0)
+    with np.errstate(over="ignore"):
+        # a tiny (eps0 = 1e-300): z * z is +inf, and exp(-inf) = 0 is the exact value
+        z = np.maximum(eps - b, 0.0) / a
+        return np.minimum(np.exp(-z * z) * _UP, 1.0)
 
 
 # -- approximate-DP randomizers: the admissible delta0 ------------------------------------------

@@ -125,7 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Epsilon of every registered accountant and the installed "
                        "references for one training run; accountants that do not support the "
                        "sampler's event show their Poisson number marked not valid, or the "
-                       "reason.", epilog=f"example: {EXAMPLES['compare']}")
+                       "reason.  Exit status 2 when a dpplugins accountant (or a reference "
+                       "named with --accountants) fails; a failing default reference is shown "
+                       "in the table and noted on stderr.",
+                       epilog=f"example: {EXAMPLES['compare']}")
     _add_training_options(p)
     p.add_argument("--accountants", metavar="NAMES",
                    help="comma-separated accountants and/or references to compare (default: "
@@ -252,9 +255,17 @@ def _run_compare(args) -> int:
     else:
         _out(config.describe())
         _out(report.format_table(rows))
-    failed = [r for r in rows if r.error]
+    # a failing dpplugins accountant, or a reference the user named, fails the command; a
+    # default reference (another library) that fails is only reported: its error is not ours
+    # and the table is complete without it
+    failed = [r for r in rows if r.error and (r.kind != "reference" or args.accountants)]
     if failed:
         raise _RowErrors(failed)
+    others = [r for r in rows if r.error and r.kind == "reference"]
+    if others:
+        print(f"dpplugins compare: note: {len(others)} reference accountant(s) of other "
+              f"libraries failed ({', '.join(r.accountant for r in others)}); see the table",
+              file=sys.stderr)
     return 0
 
 

@@ -99,3 +99,27 @@ def test_benchmark_runner_lists_every_script():
     names = {p.name for p in module.scripts()}
     assert {"pld_vs_anchors.py", "shuffle_bound_speed.py"} <= names
     assert "run_all.py" not in names
+
+
+def test_compare_reports_a_failing_reference_without_failing(monkeypatch, capsys):
+    """A reference accountant of another library that raises (dp_accounting's RDP raised
+    'Renyi divergence cannot be negative' at q = 1e-6, sigma = 50, delta = 1e-12) made the
+    whole compare command exit 2 although every dpplugins row answered.  Now the table shows
+    the error, stderr says so in one line, and the status is 0; a failing reference that the
+    user named with --accountants still fails the command, as does a failing dpplugins row."""
+    from dpplugins import cli, report
+
+    def broken(runs, delta):
+        raise ValueError("a bug of the other library")
+
+    ref = report.REFERENCES["opacus.rdp"]
+    # module "math": installed everywhere (the numpy-2 leg has no opacus)
+    monkeypatch.setitem(report.REFERENCES, "opacus.rdp",
+                        report.Reference("math", ref.bound_type, broken, ref.install))
+    argv = ["compare", *CONFIG, "--no-progress"]
+    assert cli.main(argv) == 0
+    captured = capsys.readouterr()
+    assert "a bug of the other library" in captured.out
+    assert "note: 1 reference accountant(s)" in captured.err and "opacus.rdp" in captured.err
+    assert cli.main(argv + ["--accountants", "pld,opacus.rdp"]) == 2
+    assert "opacus.rdp" in capsys.readouterr().err

@@ -201,10 +201,7 @@ def _config(args: argparse.Namespace, noise_multiplier: float | None = None):
     try:
         return _make_config(args, noise_multiplier)
     except ParameterError as error:
-        message = str(error)
-        if error.name in _FLAGS and message.startswith(error.name):
-            message = "--" + error.name.replace("_", "-") + message[len(error.name):]
-        raise _Failure(message) from None
+        raise _Failure(str(_flag_error(error, _FLAGS))) from None
 
 
 def _make_config(args: argparse.Namespace, noise_multiplier: float | None):
@@ -348,10 +345,27 @@ def _run_noise(args) -> int:
     return 0
 
 
-def _run_plot(args) -> int:
-    from dpplugins.plots import check_output_path, plot_epsilon_against_epochs
+def _flag_error(error: ParameterError, names) -> _Failure | ParameterError:
+    """``error`` with its parameter named as the flag (``points`` -> ``--points``) when it is
+    one of ``names``."""
+    message = str(error)
+    if error.name in names and message.startswith(error.name):
+        return _Failure("--" + error.name.replace("_", "-") + message[len(error.name):])
+    return error
 
-    output = check_output_path(args.output)
+
+def _run_plot(args) -> int:
+    from dpplugins.plots import (MAX_POINTS, check_figure_size, check_output_path,
+                                 plot_epsilon_against_epochs)
+
+    try:  # every option checked before anything is computed
+        output = check_output_path(args.output)
+        check_figure_size((args.width, args.height), args.dpi)
+        if not 1 <= args.points <= MAX_POINTS:
+            raise ParameterError("points", args.points, f"an integer in [1, {MAX_POINTS}] "
+                                 "(each point is one certified query per accountant)")
+    except ParameterError as error:
+        raise _flag_error(error, ("output", "width", "height", "dpi", "points")) from None
     config = _config(args)
     if args.tradeoff:
         from dpplugins.accountants import UnsupportedEventError, create

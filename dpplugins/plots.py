@@ -11,7 +11,7 @@ import numpy as np
 from dpplugins.errors import ParameterError, check_count
 from dpplugins.report import TrainingConfig, compare
 
-__all__ = ["plot_epsilon_against_epochs", "check_output_path"]
+__all__ = ["plot_epsilon_against_epochs", "check_output_path", "check_figure_size", "MAX_POINTS"]
 
 
 def _matplotlib():
@@ -24,16 +24,59 @@ def _matplotlib():
     return plt
 
 
+#: most points of a plot against epochs: each is one certified query per accountant
+MAX_POINTS = 200
+#: figure sizes in inches, and dots per inch, a plot accepts (matplotlib's canvas is at most
+#: 2^16 pixels a side; a zero size raised a LinAlgError from its layout)
+MAX_INCHES, DPI_RANGE = 100.0, (10, 1200)
+
+
+def _image_formats() -> set[str]:
+    """File suffixes matplotlib can write (empty when it is not installed)."""
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        return set()
+    return set(FigureCanvasBase.get_supported_filetypes())
+
+
 def check_output_path(path) -> Path:
-    """``path`` as a :class:`~pathlib.Path` whose directory exists (ParameterError otherwise),
-    checked before anything is computed."""
+    """``path`` as a :class:`~pathlib.Path` whose directory exists and whose suffix (if any) is
+    an image format matplotlib writes (ParameterError otherwise), checked before anything is
+    computed."""
     out = Path(path)
     if out.name == "" or out.is_dir():
         raise ParameterError("output", str(path), "a file name (e.g. eps.png), not a directory")
     if not out.parent.is_dir():
         raise ParameterError("output", str(path), f"a path in an existing directory (no "
                              f"directory {str(out.parent)!r})", "create the directory first")
+    suffix = out.suffix.lower().lstrip(".")
+    formats = _image_formats()
+    if suffix and formats and suffix not in formats:
+        raise ParameterError("output", str(path), "a file name ending in an image format: "
+                             + ", ".join("." + f for f in sorted(formats)))
     return out
+
+
+def check_figure_size(size, dpi) -> tuple[tuple[float, float], int]:
+    """``((width, height), dpi)`` of a figure: sizes in ``(0, MAX_INCHES]`` inches, ``dpi`` an
+    integer in ``DPI_RANGE`` (ParameterError naming the bad one otherwise).
+
+    Example::
+
+        >>> check_figure_size((6.4, 4.0), 100)
+        ((6.4, 4.0), 100)
+    """
+    out = []
+    for name, value in zip(("width", "height"), size):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not 0 < float(value) <= MAX_INCHES:
+            raise ParameterError(name, value, f"a size in inches in (0, {MAX_INCHES:g}]")
+        out.append(float(value))
+    dpi = check_count("dpi", dpi, minimum=DPI_RANGE[0])
+    if dpi > DPI_RANGE[1]:
+        raise ParameterError("dpi", dpi, f"an integer in [{DPI_RANGE[0]}, {DPI_RANGE[1]}]")
+    return (out[0], out[1]), dpi
 
 
 def plot_epsilon_against_epochs(config: TrainingConfig, accountants: list[str], path, *,
@@ -46,6 +89,10 @@ def plot_epsilon_against_epochs(config: TrainingConfig, accountants: list[str], 
     for it silently).  Returns the path written."""
     out = check_output_path(path)
     points = check_count("points", points, minimum=1)
+    if points > MAX_POINTS:
+        raise ParameterError("points", points, f"an integer in [1, {MAX_POINTS}] (each point is "
+                             "one certified query per accountant)")
+    size, dpi = check_figure_size(size, dpi)
     if config.epochs is None:
         raise ParameterError("epochs", None, "given for a plot against epochs (not steps)")
     if not accountants:

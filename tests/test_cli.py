@@ -82,6 +82,31 @@ def test_plot_writes_png_of_the_stated_size(tmp_path):
     assert image.std() > 0  # not blank
 
 
+@pytest.mark.parametrize("extra, flag", [
+    (["--points", "100000"], "--points=100000"),  # ran 100,000 queries (past a 300 s timeout)
+    (["--points", "0"], "--points=0"),
+    (["--width", "0"], "--width=0.0"),            # a LinAlgError from matplotlib's layout
+    (["--height", "1e9"], "--height=1000000000.0"),
+    (["--dpi", "5000"], "--dpi=5000"),
+    (["--tradeoff", "--width", "-1"], "--width=-1.0"),
+])
+def test_plot_options_are_checked_before_any_query(tmp_path, extra, flag):
+    pytest.importorskip("matplotlib")
+    result = run("plot", *CONFIG, "--output", str(tmp_path / "eps.png"), *extra, check=False)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert f"error: {flag} is invalid" in result.stderr
+    assert not (tmp_path / "eps.png").exists()
+
+
+def test_plot_output_must_be_an_image_format(tmp_path):
+    """'eps.txt' ended in 'unexpected ValueError: Format 'txt' is not supported' after the
+    whole computation; now the flag is refused first, with the formats."""
+    pytest.importorskip("matplotlib")
+    result = run("plot", *CONFIG, "--output", str(tmp_path / "eps.txt"), check=False)
+    assert result.returncode == 2 and "--output=" in result.stderr and ".png" in result.stderr
+    assert "unexpected" not in result.stderr
+
+
 def test_plot_tradeoff_writes_png(tmp_path):
     pytest.importorskip("matplotlib")
     path = tmp_path / "tradeoff.png"

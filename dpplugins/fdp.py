@@ -486,6 +486,11 @@ def gdp_delta_for_epsilon(mu: float, epsilon) -> np.ndarray:
     return np.maximum(gaussian_delta(eps, mu), 0.0)
 
 
+#: where :func:`gdp_epsilon_for_delta` stops looking (it was 1e12, which refused mu = 1.5e6:
+#: 10^12 full-batch steps at noise 0.8); the root is about mu^2 / 2 + mu z
+_GDP_EPSILON_MAX = 1e300
+
+
 def gdp_epsilon_for_delta(mu: float, delta: float) -> float:
     """Smallest eps >= 0 with ``delta_mu(eps) <= delta`` (DRS Cor. 2.13), rounded up.
 
@@ -506,10 +511,11 @@ def gdp_epsilon_for_delta(mu: float, delta: float) -> float:
         return 0.0
 
     eps = smallest_epsilon(lambda e: gaussian_delta_upper(e, mu), delta,
-                           start=max(1.0, mu * mu / 2), epsilon_max=1e12, rtol=1e-14)
+                           start=max(1.0, min(mu * mu / 2, _GDP_EPSILON_MAX)),
+                           epsilon_max=_GDP_EPSILON_MAX, rtol=1e-14)
     if eps == math.inf:
-        raise NumericalError(f"no epsilon below 1e12 reaches delta={delta:g} for mu={mu:g}",
-                             "use a smaller mu or a larger delta")
+        raise NumericalError(f"no epsilon below {_GDP_EPSILON_MAX:g} reaches delta={delta:g} "
+                             f"for mu={mu:g}", "use a smaller mu or a larger delta")
     return float(eps)
 
 

@@ -69,7 +69,9 @@ def full_batch_epsilon_bounds(mus: tuple[float, float], delta: float) -> Bounds:
     :func:`dpplugins.mechanisms.gaussian.gaussian_delta_upper`).  Lower: the same inverse at
     ``mu_low`` and ``delta (1 + 1e-8)``, lowered by a relative ``1e-9``; the margins cover the
     evaluation error of the log-space profile (numerically checked against 60-digit arithmetic:
-    at most a relative 2e-10 for mu in [1e-3, 2e4], delta in [1e-30, 0.5])."""
+    at most a relative 2e-10 for mu in [1e-3, 2e4], delta in [1e-30, 0.5]; and at delta 1e-5 for
+    mu in [1e4, 1e20] -- 10^12 full-batch steps are mu = 1e6 at sigma 1 -- the upper bound
+    within a relative 5e-13 and the lower one within 1.0005e-9 of the root)."""
     upper = fdp.gdp_epsilon_for_delta(mus[1], delta * (1 - _DELTA_RTOL))
     lower = fdp.gdp_epsilon_for_delta(mus[0], min(delta * (1 + _DELTA_RTOL), 0.5 + delta / 2))
     return Bounds(min(lower * (1 - 1e-9), upper), upper)

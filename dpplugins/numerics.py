@@ -118,10 +118,15 @@ def smallest_epsilon(delta_upper: Callable[[float], float], target: float, *,
         hi = check_positive("start", start)
         doublings = 0
         while not _at_most(delta_upper(hi), target):
+            if hi >= epsilon_max:
+                return math.inf
             lo = hi
-            hi *= 2.0
+            # the last doubling stops at epsilon_max, which is tried itself (doubling past it
+            # answered inf for a root between the last point and epsilon_max: mu-GDP at mu =
+            # 1e6 (1 + 1e-12) from mu^2 / 2 reached 1.000000000002e12 > 1e12)
+            hi = min(hi * 2.0, epsilon_max)
             doublings += 1
-            if hi > epsilon_max or not math.isfinite(hi) or doublings > max_doublings:
+            if not math.isfinite(hi) or doublings > max_doublings:
                 return math.inf
     if not newton:
         return _bisect(delta_upper, target, lo, hi, rtol, max_iterations)

@@ -74,3 +74,18 @@ def test_mixed_sample_rates_still_use_the_pld():
     both = create("pld").compose(SelfComposedEvent(GaussianEvent(2.0), 11))
     assert acc.get_epsilon(1e-5) < both.get_epsilon(1e-5)
     assert math.isfinite(acc.get_epsilon(1e-5))
+
+
+@pytest.mark.parametrize("name", ["pld", "fdp"])
+@pytest.mark.parametrize("sigma", [1.0, 1 / 1.5])
+def test_a_trillion_full_batch_steps_is_answered(name, sigma):
+    """10^12 full-batch steps: mu = 10^6 / sigma.  The search for epsilon doubled from mu^2/2
+    past its cap of 1e12 (1.000000000002e12 at mu = 1e6 (1 + 1e-12), the upper end of the
+    accountant's mu) and refused 'no epsilon below 1e12', though the root is 5.00004e11; at
+    sigma = 1/1.5 the root is above 1e12.  Both bounds against the 40-digit root."""
+    acc = create(name)
+    acc.compose(GaussianEvent(sigma), 10**12)
+    bounds = acc.get_epsilon_bounds(1e-5)
+    exact = _gdp_epsilon(1e6 / sigma, 1e-5)
+    assert bounds.lower <= exact <= bounds.upper
+    assert bounds.upper - bounds.lower <= 2e-9 * exact

@@ -172,3 +172,13 @@ def test_gaussian_epsilon_extremes():
     big = gaussian_epsilon(1e100, 1e-5)
     assert 0.5e200 <= big <= 0.5e200 * (1 + 1e-6)          # mu^2/2 + mu sqrt(2 log(1/delta))
     assert gaussian_epsilon(1e-300, 1e-5) == 0.0           # delta(0) ~ 0.4 mu << 1e-5
+
+
+def test_smallest_epsilon_tries_epsilon_max_itself():
+    """Doubling from 4 jumps to 8, past epsilon_max = 7.5: it answered inf although the
+    profile (a step at 7) meets the target below epsilon_max."""
+    x = smallest_epsilon(lambda e: 1.0 if e < 7.0 else 0.0, 0.5, start=4.0, epsilon_max=7.5,
+                         rtol=1e-12)
+    assert 7.0 <= x <= 7.0 * (1 + 1e-11)
+    assert smallest_epsilon(lambda e: 1.0 if e < 8.0 else 0.0, 0.5, start=4.0,
+                            epsilon_max=7.5) == math.inf

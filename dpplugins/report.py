@@ -336,14 +336,21 @@ class TrainingConfig:
     def describe(self) -> str:
         """One line: sampler, steps, Poisson comparison."""
         what = "projected noisy SGD, " if self.is_pnsgd else ""
-        text = (f"sampler {self.sampler} ({what}{self.steps} steps, {self.steps_per_epoch} per "
-                f"epoch), noise multiplier {self.noise_multiplier:g}, delta {self.delta:g}")
+        text = (f"sampler {self.sampler} ({what}{_count_text(self.steps)} steps, "
+                f"{_count_text(self.steps_per_epoch)} per epoch), noise multiplier "
+                f"{self.noise_multiplier:g}, delta {self.delta:g}")
         if self.sampler != "poisson" or self.is_pnsgd:
             text += (f"; Poisson numbers: sample rate {self.sample_rate:.6g}, "
-                     f"{self.poisson_steps} steps")
+                     f"{_count_text(self.poisson_steps)} steps")
         else:
             text += f"; sample rate {self.sample_rate:.6g}"
         return text
+
+
+def _count_text(count: int) -> str:
+    """A count as digits, or in ``e`` notation beyond 10^15 (a sample rate of 1e-300 has 1e300
+    steps per epoch: 301 digits in a one-line summary)."""
+    return str(count) if count < 10**15 else f"{float(count):.6g}"
 
 
 @dataclass

@@ -244,3 +244,12 @@ def test_progress_uses_tqdm_when_importable(monkeypatch):
     monkeypatch.setattr(report, "_installed", lambda module: module != "tqdm")
     assert len(compare(TrainingConfig(**SMALL), accountants=["pld"], references=False,
                        progress=True)) == 1
+
+
+def test_the_summary_line_writes_huge_counts_compactly():
+    """A sample rate of 1e-300 has 1e300 steps per epoch: the summary printed all 301 digits."""
+    from dpplugins.report import TrainingConfig
+    config = TrainingConfig(None, None, None, 1.0, 1e-5, "poisson", num_steps=1000,
+                            poisson_sample_rate=1e-300)
+    line = config.describe()
+    assert "1e+300 per epoch" in line and "1000 steps" in line and len(line) < 200

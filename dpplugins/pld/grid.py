@@ -209,14 +209,15 @@ def optimistic_from_bins(bins: LossBins, top_q: float = 0.0) -> GridPMF:
     ``x_hi-1`` (otherwise it ends before the top anyway).
     """
     h, lo = bins.h, bins.lo
-    # e^(eps + h) must stay in double's range (a grid step above about 100 put grid points
-    # above 709: e^eps overflowed, inf * 0 gave NaN, and the PMF an infinite mass).  Grid points
+    # e^(eps + h) must stay in double's range (a grid step above about 50 could put it beyond
+    # e^709: e^eps overflowed, inf * 0 gave NaN, and the PMF an infinite mass).  Grid points
     # with eps + h > _TOP_LOSS are cut off the tangent construction: their bins join the mass
     # above the top, as where the loss range of a mechanism ends, so the construction and its
     # argument are unchanged; only ``top_q`` (an atom's credit at the old top) is dropped.  The
-    # losses of the mechanisms stop at 600 (MAX_ABS_LOSS), so at grid steps below 100 nothing is
-    # cut.  A grid with fewer than two points left (only extreme compositions coarsen that far)
-    # gets the pair with P = Q, which every pair dominates (Blackwell): a lower bound of 0.
+    # losses of the mechanisms stop at 600 (MAX_ABS_LOSS) and the grid one step above, so at
+    # grid steps up to 50 nothing is cut.  A grid with fewer than two points left (only
+    # extreme compositions coarsen that far) gets the pair with P = Q, which every pair
+    # dominates (Blackwell): a lower bound of 0.
     top = math.floor(_TOP_LOSS / h) - 1 if h <= _TOP_LOSS else lo - 1
     if bins.hi > top:
         if top < lo + 1:

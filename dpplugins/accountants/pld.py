@@ -491,13 +491,13 @@ class PLDAccountant(Accountant):
             return Bounds(math.inf, math.inf)
         return Bounds(total * (1 - 1e-12), total * (1 + 1e-12))
 
-    def _basic_composition_epsilon(self, history, delta: float) -> float:
-        """``sum count_i eps_i`` when ``delta >= sum count_i delta_i`` (else inf): the basic
-        composition theorem (Dwork & Roth 2014, Thm 3.16) over the leaves' own guarantees --
-        an (eps, delta) step's, the largest loss of a pure-DP step -- rounded up.  It caps
-        the PLD's upper bound where the grid cannot represent a step (an (eps, delta) step
-        with eps above :data:`EPSILON_DELTA_PAIR_MAX`, whose dominating pair there is that of
-        eps = inf)."""
+    def _basic_composition(self, history) -> tuple[float, float]:
+        """``(sum count_i eps_i, sum count_i delta_i)``, both rounded up: the history is
+        (eps, delta)-DP by the basic composition theorem (Dwork & Roth 2014, Thm 3.16) over the
+        leaves' own guarantees -- an (eps, delta) step's, the largest loss of a pure-DP step
+        (eps inf with Gaussian steps).  It caps the PLD's bounds where the grid cannot represent
+        a step: an (eps, delta) step with eps above :data:`EPSILON_DELTA_PAIR_MAX`, whose
+        dominating pair there is that of eps = inf."""
         total_eps, total_delta = [], []
         for leaf, count in private_leaves(history):
             if isinstance(leaf, EpsilonDeltaEvent):
@@ -505,10 +505,15 @@ class PLDAccountant(Accountant):
                 total_delta.append(leaf.delta * count)
             else:
                 total_eps.append(self._max_loss(leaf) * count)
-        if math.fsum(total_delta) * (1 + 1e-12) > delta:
-            return math.inf
-        total = math.fsum(total_eps)
-        return total * (1 + 1e-12) if math.isfinite(total) else math.inf
+        eps, delta = math.fsum(total_eps), math.fsum(total_delta)
+        return (eps * (1 + 1e-12) if math.isfinite(eps) else math.inf,
+                min(1.0, delta * (1 + 1e-12)))
+
+    def _basic_composition_epsilon(self, history, delta: float) -> float:
+        """The epsilon of :meth:`_basic_composition` if ``delta`` is at least its delta, else
+        inf (an upper bound on epsilon(delta) either way)."""
+        eps, total_delta = self._basic_composition(history)
+        return eps if delta >= total_delta else math.inf
 
     def _generic_counts(self, history) -> dict[Event, int]:
         counts: dict[Event, int] = {}
@@ -937,17 +942,30 @@ class PLDAccountant(Accountant):
             # privacy loss) delta is exactly 0 (Dwork & Roth 2014, Thm 3.16)
             if epsilon >= self._pure_epsilon_bounds(history).upper:
                 return Bounds(0.0, 0.0)
-            counts = self._generic_counts(history)
-            if self.value_discretization_interval is None and len(counts) <= _TAIL_MAX_DISTINCT:
-                coarse = self._coarse_step([self._pairs(leaf) for leaf in counts])
-                tail = self._tail_delta(lambda: self._generic_pld(counts, coarse), epsilon)
-                if tail is not None:
-                    return tail
-            bounds = self._generic(history,
-                                   self._delta_evaluator(epsilon))
-            return self._with_cached(bounds, self._plds_of(
-                ("generic",) + tuple(sorted(((repr(leaf), k) for leaf, k in counts.items())))),
-                epsilon)
+            bounds = self._generic_delta_bounds(history, epsilon)
+            basic_eps, basic_delta = self._basic_composition(history)
+            if epsilon >= basic_eps:  # delta(eps) <= delta(basic_eps) <= basic_delta
+                return Bounds(min(bounds.lower, basic_delta), min(bounds.upper, basic_delta))
+            return bounds
+        return self._gaussian_delta_bounds(history, epsilon)
+
+    def _generic_delta_bounds(self, history, epsilon: float) -> Bounds:
+        """delta(epsilon) of a history with Laplace, randomized-response or (eps, delta)
+        steps (:meth:`_generic`, after the cheap tail bound)."""
+        counts = self._generic_counts(history)
+        if self.value_discretization_interval is None and len(counts) <= _TAIL_MAX_DISTINCT:
+            coarse = self._coarse_step([self._pairs(leaf) for leaf in counts])
+            tail = self._tail_delta(lambda: self._generic_pld(counts, coarse), epsilon)
+            if tail is not None:
+                return tail
+        bounds = self._generic(history,
+                               self._delta_evaluator(epsilon))
+        return self._with_cached(bounds, self._plds_of(
+            ("generic",) + tuple(sorted(((repr(leaf), k) for leaf, k in counts.items())))),
+            epsilon)
+
+    def _gaussian_delta_bounds(self, history, epsilon: float) -> Bounds:
+        """delta(epsilon) of a history of Poisson-subsampled Gaussian steps."""
         runs = poisson_gaussian_runs(history)
         mus = self._full_batch_mu(runs)
         if mus is not None:

@@ -11,6 +11,7 @@ from scipy import integrate, stats
 from dpplugins.accountants import create
 from dpplugins.events import (EpsilonDeltaEvent, GaussianEvent, LaplaceEvent,
                               PoissonSampledEvent, RandomizedResponseEvent, SelfComposedEvent)
+from dpplugins.pld import AccuracyWarning
 
 
 def pld_with(*events):
@@ -228,9 +229,15 @@ def test_epsilon_delta_step_beyond_the_representable_range_is_bracketed():
     assert 590.0 <= lower <= exact and exact <= upper <= 800.0 * (1 + 1e-11)
     assert acc.get_epsilon_bounds(1e-12).upper == math.inf  # below delta0: no finite epsilon
     # beyond eps0 the pair's delta is delta0 itself (the atom at +inf); the bracketing pair
-    # alone gave 1 there, basic composition caps it
-    lower, upper = acc.get_delta_bounds(900.0)
+    # alone gave 1 there, basic composition caps it -- without a warning about the uncapped
+    # bounds [1e-9, 1] (it was issued before the cap)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AccuracyWarning)
+        lower, upper = acc.get_delta_bounds(900.0)
     assert lower <= delta0 <= upper <= delta0 * (1 + 1e-11)
+    with pytest.warns(AccuracyWarning, match=r"\[600, 800\].*capped by basic composition"):
+        pld_with(EpsilonDeltaEvent(800.0, delta0)).get_epsilon_bounds(delta)
     two = pld_with(SelfComposedEvent(EpsilonDeltaEvent(800.0, delta0), 2))
     lower, upper = two.get_delta_bounds(1700.0)
     exact2 = delta0 * (2 - delta0)  # 1 - (1 - delta0)^2 without cancellation

@@ -491,6 +491,31 @@ class PLDAccountant(Accountant):
             return Bounds(math.inf, math.inf)
         return Bounds(total * (1 - 1e-12), total * (1 + 1e-12))
 
+    def _capped(self, compute, cap: float) -> Bounds:
+        """``compute()`` (certified bounds) with both ends capped at ``cap``, a certified upper
+        bound from elsewhere.  Where the cap changes them, the computation's AccuracyWarnings
+        (which state the uncapped bounds) are replaced by one stating the capped bounds, if
+        their gap is still above ``eps_tolerance``; every other warning passes unchanged."""
+        if not math.isfinite(cap):
+            return compute()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            bounds = compute()
+        capped = Bounds(min(bounds.lower, cap), min(bounds.upper, cap))
+        changed = capped != bounds
+        for item in caught:
+            if not (changed and issubclass(item.category, AccuracyWarning)):
+                warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
+        gap = capped.upper - capped.lower
+        if changed and capped.upper > 0 and gap > self.eps_tolerance * capped.upper:
+            warnings.warn(
+                f"pld: certified bounds [{capped.lower:.6g}, {capped.upper:.6g}] have a relative "
+                f"gap of {gap / capped.upper:.3g}, above eps_tolerance={self.eps_tolerance:g}; "
+                "the upper one is capped by basic composition (a step the grid cannot "
+                "represent). The bounds are valid; the upper one is the certified value",
+                AccuracyWarning, stacklevel=5)
+        return capped
+
     def _basic_composition(self, history) -> tuple[float, float]:
         """``(sum count_i eps_i, sum count_i delta_i)``, both rounded up: the history is
         (eps, delta)-DP by the basic composition theorem (Dwork & Roth 2014, Thm 3.16) over the
@@ -921,14 +946,14 @@ class PLDAccountant(Accountant):
             pure = self._pure_epsilon_bounds(history)
             cap = min(pure.upper, self._basic_composition_epsilon(history, delta))
             try:
-                bounds = self._generic(
+                bounds = self._capped(lambda: self._generic(
                     history, self._epsilon_evaluator(delta),
-                    evaluate_upper=lambda pld: pld.epsilon_for_delta(delta, lower=False))
+                    evaluate_upper=lambda pld: pld.epsilon_for_delta(delta, lower=False)), cap)
             except NumericalError:
                 if math.isinf(cap):
                     raise
                 return Bounds(0.0, cap)
-            return Bounds(min(bounds.lower, pure.lower, cap), min(bounds.upper, cap))
+            return Bounds(min(bounds.lower, pure.lower), bounds.upper)
         runs = poisson_gaussian_runs(history)
         mus = self._full_batch_mu(runs)
         if mus is not None:
@@ -942,11 +967,10 @@ class PLDAccountant(Accountant):
             # privacy loss) delta is exactly 0 (Dwork & Roth 2014, Thm 3.16)
             if epsilon >= self._pure_epsilon_bounds(history).upper:
                 return Bounds(0.0, 0.0)
-            bounds = self._generic_delta_bounds(history, epsilon)
             basic_eps, basic_delta = self._basic_composition(history)
-            if epsilon >= basic_eps:  # delta(eps) <= delta(basic_eps) <= basic_delta
-                return Bounds(min(bounds.lower, basic_delta), min(bounds.upper, basic_delta))
-            return bounds
+            # delta(eps) <= delta(basic_eps) <= basic_delta
+            cap = basic_delta if epsilon >= basic_eps else math.inf
+            return self._capped(lambda: self._generic_delta_bounds(history, epsilon), cap)
         return self._gaussian_delta_bounds(history, epsilon)
 
     def _generic_delta_bounds(self, history, epsilon: float) -> Bounds:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from numbers import Real
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +70,7 @@ def check_figure_size(size, dpi) -> tuple[tuple[float, float], int]:
     """
     out = []
     for name, value in zip(("width", "height"), size):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+        if isinstance(value, bool) or not isinstance(value, Real) or \
                 not 0 < float(value) <= MAX_INCHES:
             raise ParameterError(name, value, f"a size in inches in (0, {MAX_INCHES:g}]")
         out.append(float(value))

@@ -148,3 +148,15 @@ def test_compare_reports_a_failing_reference_without_failing(monkeypatch, capsys
     assert "note: 1 reference accountant(s)" in captured.err and "opacus.rdp" in captured.err
     assert cli.main(argv + ["--accountants", "pld,opacus.rdp"]) == 2
     assert "opacus.rdp" in capsys.readouterr().err
+
+
+def test_figure_size_check_accepts_numpy_numbers_and_names_the_bad_one():
+    import numpy as np
+
+    from dpplugins.errors import ParameterError
+    from dpplugins.plots import check_figure_size
+    assert check_figure_size((np.int64(5), np.float32(3.0)), np.int64(50)) == ((5.0, 3.0), 50)
+    for size, dpi, name in [((0, 3), 50, "width"), ((5, float("nan")), 50, "height"),
+                            ((True, 3), 50, "width"), ((5, 3), 5, "dpi"), ((5, 3), 5000, "dpi")]:
+        with pytest.raises(ParameterError, match=f"^{name}="):
+            check_figure_size(size, dpi)

@@ -69,8 +69,13 @@ def _log_gap(epsilon: float, target: float) -> float:
     return float(min(max(math.log(epsilon) - math.log(target), -_CLAMP), _CLAMP))
 
 
+class _TargetMetEverywhere(Exception):
+    """The target holds at the smallest noise multiplier searched."""
+
+
 def _bracket(gap, start: float) -> tuple[float, float, float, float]:
-    """``(lo, hi, g_lo, g_hi)`` with ``g_lo > 0 >= g_hi`` (``lo < hi`` in log sigma)."""
+    """``(lo, hi, g_lo, g_hi)`` with ``g_lo > 0 >= g_hi`` (``lo < hi`` in log sigma);
+    :class:`_TargetMetEverywhere` when the target holds down to the smallest sigma searched."""
     x, g = start, gap(start)
     low, high = _LOG_SIGMA_RANGE
     step = None
@@ -86,6 +91,8 @@ def _bracket(gap, start: float) -> tuple[float, float, float, float]:
         if (g > 0) != (g_new > 0):
             lo, hi = (x, x_new) if g > 0 else (x_new, x)
             return lo, hi, max(g, g_new), min(g, g_new)
+        if x_new == low and g_new <= 0:
+            raise _TargetMetEverywhere
         if x_new in (low, high):
             break
         x, g = x_new, g_new
@@ -107,7 +114,9 @@ def find_noise_multiplier(*, target_epsilon: float, delta: float,
     e.g. ``lambda s: sampler.event(s, epochs=3)``) or ``steps`` steps of
     ``accountant.step(noise_multiplier=sigma, sample_rate=sample_rate)``.  ``options`` are passed
     to the accountant's constructor (``dpplugins.accountants.create``).  The accountant must
-    support the event (``UnsupportedEventError`` otherwise, before any search).
+    support the event (``UnsupportedEventError`` otherwise, before any search).  The search
+    covers ``[1e-12, 1e12]``; when the target holds even at ``1e-12`` (a negligible sample
+    rate, say) that is the answer.
 
     Example::
 
@@ -153,8 +162,6 @@ def find_noise_multiplier(*, target_epsilon: float, delta: float,
 
     xtol = tol / 4
     search = (lambda x: gap_at(x, COARSEN)) if coarse else (lambda x: gap_at(x, 1.0))
-    lo, hi, g_lo, g_hi = _bracket(search, 0.0)
-    root = solve(search, lo, hi, g_hi)
     certified_epsilon: dict[float, float] = {}
 
     def certified_gap(x: float) -> float:
@@ -167,6 +174,15 @@ def find_noise_multiplier(*, target_epsilon: float, delta: float,
         return _verify(x, certified_epsilon.get(x, math.inf),
                        lambda sigma: _epsilon_for(accountant, options, record, sigma, delta,
                                                   fast=False), target, tol)
+
+    try:
+        lo, hi, g_lo, g_hi = _bracket(search, 0.0)
+    except _TargetMetEverywhere:
+        # even the smallest noise multiplier searched (1e-12) meets the target -- e.g. a
+        # sample rate so small that delta(0) <= steps * q is below delta: it is the answer,
+        # verified with the certified epsilon (it refused: "could not bracket")
+        return verified(_LOG_SIGMA_RANGE[0])
+    root = solve(search, lo, hi, g_hi)
 
     if coarse:
         # polish at the accountant's own grid: the coarse bound is higher, so the fine root is

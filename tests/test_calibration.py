@@ -35,3 +35,17 @@ def test_calibration_bad_input(kwargs, name):
     with pytest.raises(ParameterError, match=name):
         find_noise_multiplier(**kwargs)
 
+
+
+@pytest.mark.parametrize("accountant", ["pld", "fdp"])
+def test_a_target_met_at_every_noise_returns_the_smallest_searched(accountant):
+    """q = 1e-300, 100 steps: delta(0), the total variation, is at most steps * q = 1e-298
+    (each step differs from the no-example step only when the example is sampled), below
+    delta, so epsilon is 0 at every noise multiplier.  The search refused ('could not bracket
+    a noise multiplier'); the answer is the smallest multiplier it searches, 1e-12."""
+    sigma = find_noise_multiplier(target_epsilon=1.0, delta=1e-5, sample_rate=1e-300,
+                                  steps=100, accountant=accountant)
+    assert sigma == pytest.approx(1e-12, rel=1e-9)
+    acc = create(accountant)
+    acc.step(noise_multiplier=sigma, sample_rate=1e-300, count=100)
+    assert acc.get_epsilon(1e-5) == 0.0

@@ -355,15 +355,13 @@ def _flag_error(error: ParameterError, names) -> _Failure | ParameterError:
 
 
 def _run_plot(args) -> int:
-    from dpplugins.plots import (MAX_POINTS, check_figure_size, check_output_path,
+    from dpplugins.plots import (check_figure_size, check_output_path, check_points,
                                  plot_epsilon_against_epochs)
 
     try:  # every option checked before anything is computed
         output = check_output_path(args.output)
         check_figure_size((args.width, args.height), args.dpi)
-        if not 1 <= args.points <= MAX_POINTS:
-            raise ParameterError("points", args.points, f"an integer in [1, {MAX_POINTS}] "
-                                 "(each point is one certified query per accountant)")
+        check_points(args.points)
     except ParameterError as error:
         raise _flag_error(error, ("output", "width", "height", "dpi", "points")) from None
     config = _config(args)

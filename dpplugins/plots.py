@@ -12,7 +12,8 @@ import numpy as np
 from dpplugins.errors import ParameterError, check_count
 from dpplugins.report import TrainingConfig, compare
 
-__all__ = ["plot_epsilon_against_epochs", "check_output_path", "check_figure_size", "MAX_POINTS"]
+__all__ = ["plot_epsilon_against_epochs", "check_output_path", "check_figure_size",
+           "check_points", "MAX_POINTS"]
 
 
 def _matplotlib():
@@ -59,6 +60,25 @@ def check_output_path(path) -> Path:
     return out
 
 
+def check_points(points) -> int:
+    """The number of epochs a plot evaluates: an integer in ``[1, MAX_POINTS]``
+    (ParameterError otherwise).
+
+    Example::
+
+        >>> check_points(10)
+        10
+    """
+    try:
+        value = check_count("points", points, minimum=1)
+    except ParameterError:
+        value = None
+    if value is None or value > MAX_POINTS:
+        raise ParameterError("points", points, f"an integer in [1, {MAX_POINTS}] (each point is "
+                             "one certified query per accountant)")
+    return value
+
+
 def check_figure_size(size, dpi) -> tuple[tuple[float, float], int]:
     """``((width, height), dpi)`` of a figure: sizes in ``(0, MAX_INCHES]`` inches, ``dpi`` an
     integer in ``DPI_RANGE`` (ParameterError naming the bad one otherwise).
@@ -89,10 +109,7 @@ def plot_epsilon_against_epochs(config: TrainingConfig, accountants: list[str], 
     no number for this configuration, or one whose computation fails, raises (nothing is drawn
     for it silently).  Returns the path written."""
     out = check_output_path(path)
-    points = check_count("points", points, minimum=1)
-    if points > MAX_POINTS:
-        raise ParameterError("points", points, f"an integer in [1, {MAX_POINTS}] (each point is "
-                             "one certified query per accountant)")
+    points = check_points(points)
     size, dpi = check_figure_size(size, dpi)
     if config.epochs is None:
         raise ParameterError("epochs", None, "given for a plot against epochs (not steps)")

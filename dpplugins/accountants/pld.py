@@ -192,9 +192,9 @@ def epsilon_delta_pairs(epsilon: float, delta: float):
     """``(dominating, dominated)`` mechanism pairs of an (epsilon, delta)-DP step: the pair of
     :func:`epsilon_delta_pair` for both up to :data:`EPSILON_DELTA_PAIR_MAX`; beyond it the
     dominating pair has its small mass at 0 (loss +inf where P has mass ``a``: the pair of
-    epsilon = inf, which dominates) and the dominated one is the pair of epsilon = 700 (the
-    pair of a smaller epsilon is a post-processing of the larger one's: randomized response
-    with more noise; Kairouz, Oh, Viswanath 2015, Thm 2.1)."""
+    epsilon = inf, which dominates every pair) and the dominated one is the pair of epsilon =
+    700: that pair is (700, delta)-DP, hence (epsilon, delta)-DP, and every (epsilon, delta)-DP
+    pair is dominated by the (epsilon, delta) pair (Kairouz, Oh, Viswanath 2015, Thm 2.1)."""
     if epsilon <= EPSILON_DELTA_PAIR_MAX:
         pair = mechanisms.discrete_pair(*epsilon_delta_pair(epsilon, delta), symmetric=True)
         return pair, pair

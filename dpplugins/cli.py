@@ -176,9 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tradeoff", action="store_true",
                    help="draw certified and CLT trade-off curves (fdp accountant) instead")
     p.add_argument("--output", required=True, help="PNG path (its directory must exist)")
-    p.add_argument("--width", type=_finite, default=6.4, help="inches (default 6.4)")
-    p.add_argument("--height", type=_finite, default=4.0, help="inches (default 4)")
-    p.add_argument("--dpi", type=_integer, default=100, help="dots per inch (default 100)")
+    p.add_argument("--width", type=_finite, default=None,
+                   help="inches (default 6.4; 10 with --tradeoff)")
+    p.add_argument("--height", type=_finite, default=None,
+                   help="inches (default 4; 4.8 with --tradeoff)")
+    p.add_argument("--dpi", type=_integer, default=None,
+                   help="dots per inch (default 100; 110 with --tradeoff)")
     from dpplugins import cli_shuffle
 
     cli_shuffle.add_parser(sub)
@@ -354,13 +357,21 @@ def _flag_error(error: ParameterError, names) -> _Failure | ParameterError:
     return error
 
 
+#: (width, height, dpi) a plot has when the flags do not set them: one panel against epochs,
+#: two side by side for --tradeoff
+_EPOCHS_FIGURE, _TRADEOFF_FIGURE = (6.4, 4.0, 100), (10.0, 4.8, 110)
+
+
 def _run_plot(args) -> int:
     from dpplugins.plots import (check_figure_size, check_output_path, check_points,
                                  plot_epsilon_against_epochs)
 
+    default = _TRADEOFF_FIGURE if args.tradeoff else _EPOCHS_FIGURE
+    width, height, dpi = (default[i] if value is None else value
+                          for i, value in enumerate((args.width, args.height, args.dpi)))
     try:  # every option checked before anything is computed
         output = check_output_path(args.output)
-        check_figure_size((args.width, args.height), args.dpi)
+        size, dpi = check_figure_size((width, height), dpi)
         check_points(args.points)
     except ParameterError as error:
         raise _flag_error(error, ("output", "width", "height", "dpi", "points")) from None
@@ -372,11 +383,10 @@ def _run_plot(args) -> int:
             acc.compose(config.event())
         except UnsupportedEventError as error:
             raise _refuse_pair("fdp", config, error.reason) from None
-        acc.plot_tradeoff(output)
+        acc.plot_tradeoff(output, size=size, dpi=dpi)
     else:
         plot_epsilon_against_epochs(config, _names(args.accountants), output,
-                                    points=args.points, size=(args.width, args.height),
-                                    dpi=args.dpi)
+                                    points=args.points, size=size, dpi=dpi)
     _out(f"wrote {output}")
     return 0
 

@@ -109,9 +109,21 @@ def test_plot_output_must_be_an_image_format(tmp_path):
 
 def test_plot_tradeoff_writes_png(tmp_path):
     pytest.importorskip("matplotlib")
+    import matplotlib.image
     path = tmp_path / "tradeoff.png"
     run("plot", *CONFIG, "--tradeoff", "--output", str(path))
-    assert path.stat().st_size > 1000
+    assert matplotlib.image.imread(path).shape[:2] == (528, 1100)  # 10 x 4.8 in at 110 dpi
+
+
+def test_plot_tradeoff_has_the_stated_size(tmp_path):
+    """--width/--height/--dpi were ignored by --tradeoff (always 10 x 4.8 in at 110 dpi)."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.image
+    path = tmp_path / "tradeoff.png"
+    run("plot", *CONFIG, "--tradeoff", "--output", str(path), "--width", "5", "--height", "2",
+        "--dpi", "40")
+    image = matplotlib.image.imread(path)
+    assert image.shape[:2] == (80, 200) and image.std() > 0
 
 
 def test_benchmark_runner_lists_every_script():

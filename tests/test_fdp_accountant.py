@@ -301,6 +301,21 @@ def test_plot_tradeoff(tmp_path):
         assert not target.exists()
 
 
+def test_plot_tradeoff_writes_the_format_of_the_suffix_and_checks_its_size(tmp_path):
+    """A '.pdf' path got PNG bytes (the format was fixed); the size is checked like the
+    other plots' before anything is computed."""
+    pytest.importorskip("matplotlib")
+    acc = create("fdp")
+    acc.step(noise_multiplier=1.0, sample_rate=0.05, count=10)
+    target = tmp_path / "tradeoff.pdf"
+    assert acc.plot_tradeoff(target, size=(4, 3), dpi=50).read_bytes()[:5] == b"%PDF-"
+    with pytest.raises(ParameterError, match="width"):
+        acc.plot_tradeoff(tmp_path / "t.png", size=(0, 3))
+    with pytest.raises(ParameterError, match="output"):
+        acc.plot_tradeoff(tmp_path / "t.txt")
+    assert not (tmp_path / "t.png").exists()
+
+
 @pytest.mark.parametrize("sampling,words", [("poisson", "add/remove"), ("uniform", "2C")])
 def test_report_states_relation_and_labels_estimate(sampling, words):
     acc = create("fdp", sampling=sampling)

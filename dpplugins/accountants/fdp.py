@@ -502,14 +502,23 @@ class GDPAccountant(Accountant):
         return TradeoffComparison(alphas, exact, clt, mu, self._kind(self._history), self.neighbouring,
                                   len(self))
 
-    def plot_tradeoff(self, path, alphas=None, *, title: str | None = None) -> Path:
-        """Draw the certified and CLT trade-off curves into a PNG: ``f(alpha)`` on linear axes
-        (left) and the tail, the power ``1 - f(alpha)`` against ``alpha`` on log axes (right),
-        where small-delta guarantees live and where the CLT's optimism shows.
+    def plot_tradeoff(self, path, alphas=None, *, title: str | None = None,
+                      size: tuple[float, float] = (10.0, 4.8), dpi: int = 110) -> Path:
+        """Draw the certified and CLT trade-off curves into an image: ``f(alpha)`` on linear
+        axes (left) and the tail, the power ``1 - f(alpha)`` against ``alpha`` on log axes
+        (right), where small-delta guarantees live and where the CLT's optimism shows.
 
-        Needs matplotlib (``pip install "dpplugins[plot]"``); it is imported here, so the core
-        does not depend on it.  The title always states the sampling scheme and neighbouring
-        relation.  Returns the path written.
+        ``size`` is ``(width, height)`` in inches and ``dpi`` the dots per inch (checked by
+        :func:`dpplugins.plots.check_figure_size`); the format follows the suffix of ``path``
+        (PNG when it has none).  Needs matplotlib (``pip install "dpplugins[plot]"``); it is
+        imported here, so the core does not depend on it.  The title always states the
+        sampling scheme and neighbouring relation.  Returns the path written.
+
+        Example::
+
+            acc = create("fdp")
+            acc.step(noise_multiplier=1.0, sample_rate=0.01, count=1000)
+            acc.plot_tradeoff("tradeoff.pdf", size=(8, 4), dpi=150)
         """
         try:
             from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -517,10 +526,13 @@ class GDPAccountant(Accountant):
         except ImportError:
             raise ImportError("plot_tradeoff needs matplotlib; install it with "
                               "pip install 'dpplugins[plot]' (or pip install matplotlib)") from None
-        path = Path(path)
+        from dpplugins.plots import check_figure_size, check_output_path
+
+        path = check_output_path(path)
+        size, dpi = check_figure_size(size, dpi)
         comparison = self.tradeoff_curve(alphas)
         a, exact, clt = comparison.alphas, comparison.exact.values, comparison.clt.values
-        figure = Figure(figsize=(10.0, 4.8))
+        figure = Figure(figsize=size, dpi=dpi)
         FigureCanvasAgg(figure)
         left, right = figure.add_subplot(1, 2, 1), figure.add_subplot(1, 2, 2)
         labels = ("certified (exact composition, PLD)",
@@ -543,7 +555,7 @@ class GDPAccountant(Accountant):
         subtitle = f"{len(self)} steps; {self.relation}"  # every plot states the relation
         figure.suptitle(f"{title}\n{subtitle}" if title else subtitle, fontsize=9)
         figure.tight_layout()
-        figure.savefig(path, format="png", dpi=110)
+        figure.savefig(path, format=path.suffix.lower().lstrip(".") or "png", dpi=dpi)
         return path
 
     def report(self, delta: float) -> str:

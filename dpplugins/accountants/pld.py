@@ -20,7 +20,8 @@ from dpplugins.mechanisms.pairs import DiscretePair
 from dpplugins.mechanisms.randomized_response import zero_out_rr_pair
 from dpplugins.pld import AccuracyWarning, Bounds, PrivacyLossDistribution
 from dpplugins.pld.distribution import (NOISE_RANGE, SINGLE_TAIL, atom_grid_step,
-                                        component_bin_limit, component_bins, laplace_top_atom,
+                                        component_bin_limit, component_bins,
+                                        grid_noise_multiplier, laplace_top_atom,
                                         within_window_budget)
 
 __all__ = ["PLDAccountant", "poisson_gaussian_pld", "loss_scale", "poisson_gaussian_runs",
@@ -881,12 +882,8 @@ class PLDAccountant(Accountant):
         it; ``inf`` when ``h`` is too small to count them)."""
         largest = 0.0
         for sigma, q, _ in history:
-            # outside NOISE_RANGE the engine builds the grids of the range's ends (bracketing
-            # by dominance, from_poisson_subsampled_gaussian); sigma = 1e308 itself gives a
-            # loss range of 0 * inf here
-            sigma = min(max(sigma, NOISE_RANGE[0]), NOISE_RANGE[1])
             try:
-                pairs = mechanisms.poisson_subsampled_gaussian(sigma, q,
+                pairs = mechanisms.poisson_subsampled_gaussian(grid_noise_multiplier(sigma), q,
                                                                neighbouring=self.neighbouring)
                 largest = max(largest, component_bins(pairs, h, loss_range_tail))
             except (ArithmeticError, ValueError):

@@ -183,8 +183,8 @@ from dpplugins.mechanisms.distributions import Gaussian
 from dpplugins.mechanisms.pairs import DiscretePair
 from dpplugins.mechanisms.types import MechanismPairs
 from dpplugins.mechanisms.gaussian import gaussian as _gaussian_pairs
-from dpplugins.pld.distribution import (NOISE_RANGE, Bounds, PrivacyLossDistribution,
-                                        component_bin_limit, component_bins)
+from dpplugins.pld.distribution import (Bounds, PrivacyLossDistribution, component_bin_limit,
+                                        component_bins, grid_noise_multiplier)
 from dpplugins.pld.spectra import from_log_polar, log_polar, power_rounding
 
 __all__ = ["AllocationPair", "AllocationPLD", "allocation_pairs", "random_allocation_pld",
@@ -263,8 +263,7 @@ def _gaussian_grid_fits(sigma: float, h_loss: float, memory_limit: int) -> bool:
     accounted in closed form instead of refused with an error about a grid step the user never
     chose (reliability issue 21)."""
     try:
-        # above NOISE_RANGE the engine builds the grid of sigma = 1e100 (a dominating pair)
-        bins = component_bins(_gaussian_pairs(min(sigma, NOISE_RANGE[1])), h_loss)
+        bins = component_bins(_gaussian_pairs(grid_noise_multiplier(sigma)), h_loss)
     except (ArithmeticError, ValueError):
         return False
     return bins <= component_bin_limit(memory_limit)

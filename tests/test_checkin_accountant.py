@@ -220,7 +220,6 @@ def test_empty_history_reading_does_not_mutate_and_state_round_trips():
     (dict(num_examples=10, num_slots=5, eps0=-1.0), "eps0"),
     (dict(num_examples=10, num_slots=5, delta0=1e-6), "delta0"),
     (dict(num_examples=10, num_slots=5, eps0=1.0, delta0=1.0), "delta0"),
-    (dict(num_examples=10, num_slots=5, eps0=2.0, delta0=1e-3), "delta0"),   # inadmissible
     (dict(num_examples=10, num_slots=5, noise_multiplier=0.0), "noise_multiplier"),
     (dict(num_examples=10, num_slots=5, neighbouring="add_remove"), "neighbouring"),
     (dict(num_examples=10, num_slots=5, max_batch_size=0), "max_batch_size"),
@@ -269,3 +268,80 @@ def test_amplified_passes_still_use_the_pld():
     acc = create("checkin").compose(RandomCheckIn(10**6, 100, 0.01).event(50.0, 3))
     assert acc.amplifies()
     assert acc.get_epsilon(1e-5) < _gdp_epsilon(acc.gaussian_mu(), 1e-5)
+
+
+# -- no amplification: the optimal composition of the passes' (eps0, delta0) ----------------------
+def _kov_delta_mp(epsilon, eps0, delta0, k):
+    """Optimal composition of k (eps0, delta0)-DP mechanisms (Kairouz, Oh, Viswanath 2015, Thm
+    3.3), summed in 60-digit arithmetic: the exact delta(epsilon) of k randomized responses."""
+    import mpmath
+    with mpmath.workdps(60):
+        e, eps = mpmath.mpf(eps0), mpmath.mpf(epsilon)
+        pure = sum(mpmath.binomial(k, l) * max(mpmath.mpf(0), mpmath.exp((k - l) * e)
+                                               - mpmath.exp(eps + l * e))
+                   for l in range(k + 1)) / (1 + mpmath.exp(e)) ** k
+        survive = (1 - mpmath.mpf(delta0)) ** k
+        return 1 - survive + survive * pure
+
+
+def _kov_epsilon_mp(delta, eps0, delta0, k):
+    import mpmath
+    with mpmath.workdps(60):
+        if _kov_delta_mp(0, eps0, delta0, k) <= delta:
+            return 0.0
+        if _kov_delta_mp(k * eps0, eps0, delta0, k) > delta:   # 1 - (1 - delta0)^k > delta
+            return math.inf
+        lo, hi = mpmath.mpf(0), mpmath.mpf(k * eps0)
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            lo, hi = (lo, mid) if _kov_delta_mp(mid, eps0, delta0, k) <= delta else (mid, hi)
+        return float(hi)
+
+
+@pytest.mark.parametrize("eps0,delta0,passes", [(299.0, 0.0, 1), (40.0, 0.0, 3), (40.0, 1e-9, 2),
+                                                (1e-300, 0.0, 1), (1e-300, 0.0, 5),
+                                                (1.0, 1e-8, 4), (2.0, 1e-3, 3)])
+def test_one_slot_one_client_is_the_optimal_composition_of_the_randomizer(eps0, delta0, passes):
+    """n = m = 1, p0 = 1: a pass is the local randomizer itself, and randomized response with
+    eps0 (and delta0) is the worst (eps0, delta0)-DP randomizer, so the exact epsilon of the
+    history is the optimal composition (mpmath).  The grid of the amplified PLD cannot resolve a
+    large or a tiny eps0: it reported 299.008 for eps0 = 299 and 7.85e-5 for eps0 = 1e-300,
+    where the exact value is 298.999999 and 0.  A delta0 above the theorems' admissible bound
+    (eps0 = 40 with any delta0 > 0; eps0 = 2, delta0 = 1e-3) was refused at set-up; without
+    amplification it is this composition."""
+    acc = create("checkin", num_examples=1, num_slots=1, eps0=eps0, delta0=delta0)
+    acc.step(noise_multiplier=1.0, sample_rate=1.0, count=passes)
+    for delta in [1e-3, 1e-6]:
+        exact = _kov_epsilon_mp(delta, eps0, delta0, passes)
+        eps = acc.get_epsilon(delta)
+        assert exact * (1 - 1e-9) <= eps <= exact * (1 + 1e-8)
+        if 0 < exact < math.inf:
+            probe = exact * 0.999
+            assert float(_kov_delta_mp(probe, eps0, delta0, passes)) <= acc.get_delta(probe)
+            assert acc.get_delta(probe) <= float(_kov_delta_mp(probe, eps0, delta0, passes)) \
+                * (1 + 1e-8)
+
+
+def test_beyond_a_million_passes_the_local_cap_is_basic_composition():
+    """k (eps0, delta0)-DP mechanisms are (k eps0, k delta0)-DP (Dwork & Roth 2014, Thm 3.16)."""
+    from dpplugins.accountants.checkin import composed_local_delta, composed_local_epsilon
+    k = 2 * 10**6
+    assert composed_local_epsilon(1e-6, 1e-3, 1e-13, k) == pytest.approx(2000.0, rel=1e-11)
+    assert composed_local_epsilon(1e-6, 1e-3, 1e-12, k) == math.inf   # k delta0 = 2e-6 > delta
+    assert composed_local_delta(2000.1, 1e-3, 1e-13, k) == pytest.approx(2e-7, rel=1e-11)
+    assert composed_local_delta(1999.0, 1e-3, 1e-13, k) == 1.0
+
+
+def test_inadmissible_delta0_is_accounted_without_amplification_on_any_protocol():
+    """eps0 = 2, delta0 = 1e-3 is above the admissible bound of Thm 3.2 (refused before): each
+    pass is still (eps0, delta0)-DP, so the history is within the optimal composition of the
+    passes (the worst case over protocols of one client per slot: n = m = 1)."""
+    acc = create("checkin", num_examples=1000, num_slots=10, checkin_probability=0.5, eps0=2.0,
+                 delta0=1e-3)
+    acc.step(noise_multiplier=1.0, sample_rate=0.01, count=10 * 4)
+    exact = _kov_epsilon_mp(1e-2, 2.0, 1e-3, 4)
+    assert acc.get_epsilon(1e-2) <= exact * (1 + 1e-8)
+    f = C.pass_privacy_profile("fixed", num_clients=1000, num_slots=10, checkin_probability=0.5,
+                               eps0=2.0, delta0=1e-3)
+    eps = np.array([0.0, 1.0, 2.0, 3.0])
+    assert np.allclose(f(eps), C.single_participation_profile(2.0, 1e-3)(eps), rtol=0, atol=0)

@@ -19,15 +19,17 @@ import numpy as np
 from dpplugins.accountants.base import Accountant, UnsupportedEventError, private_leaves
 from dpplugins.events import EpsilonDeltaEvent, Event, GaussianEvent, RandomCheckInEvent
 from dpplugins.passes import Pass, cut_passes
-from dpplugins.amplification.checkin import (VARIANTS, admissible_delta0, delta1_for_delta0,
-                                             expected_dummy_updates, pass_privacy_profile)
+from dpplugins.amplification.checkin import (VARIANTS, expected_dummy_updates,
+                                             pass_privacy_profile)
+from dpplugins.composition import optimal_composition_delta, optimal_composition_epsilon
 from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_count,
                               check_nonnegative, check_positive, check_probability)
 from dpplugins.mechanisms.gaussian import gaussian_delta, gaussian_delta_upper, gaussian_epsilon
 from dpplugins.pld import Bounds, PrivacyLossDistribution
 from dpplugins.profiles import pld_from_profile, profile_grid
 
-__all__ = ["CheckInAccountant", "pass_profile", "local_noise_multiplier"]
+__all__ = ["CheckInAccountant", "pass_profile", "local_noise_multiplier",
+           "composed_local_epsilon", "composed_local_delta"]
 
 #: grid points of one pass's PLD that fit in the PLD engine's default memory (1 GiB, a few
 #: float64 arrays of the grid)
@@ -44,7 +46,11 @@ class CheckInAccountant(Accountant):
     ``num_slots``, ``window <= num_examples``).
 
     Local randomizer (what one step does to one example): either ``eps0`` (and ``delta0``) -- an
-    ``(eps0, delta0)``-DP randomizer, the steps' noise multipliers are then not used -- or Gaussian
+    ``(eps0, delta0)``-DP randomizer, the steps' noise multipliers are then not used; a ``delta0``
+    above the theorems' admissible bound (:func:`~dpplugins.amplification.checkin.
+    admissible_delta0` at ``delta1 = 1``) is accounted without amplification, each pass
+    ``(eps0, delta0)``-DP (:meth:`local_guarantee`), as are passes where the grid of the
+    amplified bound is coarser than that -- or Gaussian
     noise: ``noise_multiplier`` fixes it (steps with another value are refused), or, if neither is
     given, each step's ``noise_multiplier`` is used.  The Gaussian randomizer has L2 sensitivity
     ``2C`` (replace-one with clipping norm ``C``), so ``mu = 2 / sigma``; every pair
@@ -159,12 +165,6 @@ class CheckInAccountant(Accountant):
         if not isinstance(per_example_noise, (bool, np.bool_)):
             raise ParameterError("per_example_noise", per_example_noise, "True or False")
         self.per_example_noise = bool(per_example_noise)
-        if self.eps0 is not None and self.delta0 > 0 and math.isinf(
-                delta1_for_delta0(self.eps0, self.delta0)):
-            raise ParameterError(
-                "delta0", delta0, f"<= {admissible_delta0(self.eps0, 1.0):.6g} for eps0="
-                f"{self.eps0:g} (the admissible bound of Balle et al. 2020, Thm 3.2/4.1/4.3, at "
-                "delta1 = 1; above it the theorems do not apply)", "lower delta0")
 
     # -- events -------------------------------------------------------------------------------
     def _supports_leaf(self, event: Event) -> bool | str:
@@ -180,11 +180,8 @@ class CheckInAccountant(Accountant):
         if isinstance(randomizer, EpsilonDeltaEvent):
             if randomizer.epsilon <= 0:
                 return "a local randomizer with eps0 > 0"
-            if randomizer.delta >= 1 or (randomizer.delta > 0 and math.isinf(
-                    delta1_for_delta0(randomizer.epsilon, randomizer.delta))):
-                return (f"delta0 <= {admissible_delta0(randomizer.epsilon, 1.0):.6g} for eps0="
-                        f"{randomizer.epsilon:g} (Balle et al. 2020, Thm 3.2/4.1/4.3 at "
-                        "delta1 = 1)")
+            if randomizer.delta >= 1:
+                return "a local randomizer with delta0 < 1"
             return True
         return ("a Gaussian (GaussianEvent) or (eps0, delta0) (EpsilonDeltaEvent) local "
                 "randomizer")
@@ -350,37 +347,100 @@ class CheckInAccountant(Accountant):
                 return True
         return False
 
+    def local_guarantee(self, history=None) -> tuple[float, float, int] | None:
+        """``(eps0, delta0, passes)`` when every pass of the history uses an (eps0, delta0)
+        randomizer: the largest eps0 and delta0 of any pass and the number of passes; ``None``
+        when a pass is Gaussian.
+
+        Each pass is ``(eps0, delta0)``-DP without any amplification (a client is in at most one
+        slot and the slot choice does not depend on the data:
+        :func:`~dpplugins.amplification.checkin.single_participation_profile`), and an
+        ``(eps0, delta0)``-DP pass is also ``(eps, delta)``-DP for every larger pair, so the
+        history is the adaptive composition of ``passes`` ``(eps0, delta0)``-DP mechanisms."""
+        eps0 = delta0 = 0.0
+        passes = 0
+        for p, count in self._cut(history):
+            if not isinstance(p.events[0], EpsilonDeltaEvent):
+                return None
+            eps0 = max(eps0, max(e.epsilon for e in p.events))
+            delta0 = max(delta0, max(e.delta for e in p.events))
+            passes += count
+        return (eps0, delta0, passes) if passes else None
+
     def _epsilon_bounds(self, history, delta: float) -> Bounds:
         mu = self.gaussian_mu(history)
         if mu is not None and not self.amplifies(history):
             return Bounds(0.0, _gaussian_epsilon(mu, delta))
+        local = self.local_guarantee(history)
         try:
             pld = self._cached(("pld",), self._pld)
             upper = pld.epsilon_for_delta(delta, lower=False).upper
         except NumericalError:
-            if mu is None:
+            if mu is None and local is None:
                 raise
             upper = math.inf
         if mu is not None:
             upper = min(upper, _gaussian_epsilon(mu, delta))
+        if local is not None:
+            upper = min(upper, composed_local_epsilon(delta, *local))
         return Bounds(0.0, upper)
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
         mu = self.gaussian_mu(history)
         if mu is not None and not self.amplifies(history):
             return Bounds(0.0, min(_gaussian_delta_up(epsilon, mu), 1.0))
+        local = self.local_guarantee(history)
         try:
             pld = self._cached(("pld",), self._pld)
             upper = pld.delta_for_epsilon(epsilon).upper
         except NumericalError:
-            if mu is None:
+            if mu is None and local is None:
                 raise
             upper = 1.0
         if mu is not None:
             plain = _gaussian_delta_up(epsilon, mu)
             if math.isfinite(plain):   # (NaN where both tails underflow, at eps ~ 1e308)
                 upper = min(upper, plain)
+        if local is not None:
+            upper = min(upper, composed_local_delta(epsilon, *local))
         return Bounds(0.0, min(upper, 1.0))
+
+
+#: most passes composed by the optimal composition theorem (its sum has passes + 1 terms);
+#: beyond, basic composition
+_OPTIMAL_COMPOSITION_MAX = 10**6
+
+
+def composed_local_epsilon(delta: float, eps0: float, delta0: float, passes: int) -> float:
+    """Upper bound on epsilon(delta) of ``passes`` adaptive ``(eps0, delta0)``-DP passes with
+    no amplification: the optimal composition theorem (Kairouz, Oh, Viswanath 2015,
+    arXiv:1311.0776, Thm 3.3; :func:`dpplugins.composition.optimal_composition_epsilon`) up
+    to 10^6 passes, basic composition beyond (``(k eps0, k delta0)``; Dwork & Roth 2014,
+    Thm 3.16): ``k eps0`` if ``k delta0 <= delta``, else ``inf``.  The accountant takes the
+    minimum with the amplified bound, which its grid cannot resolve for a very large or a
+    very small eps0 (299.008 for eps0 = 299 in one pass; 7.85e-5 for eps0 = 1e-300).
+
+    Example::
+
+        >>> composed_local_epsilon(1e-6, 299.0, 0.0, 1)
+        299.0
+    """
+    if passes <= _OPTIMAL_COMPOSITION_MAX:
+        return optimal_composition_epsilon(delta, eps0, delta0, passes)
+    with np.errstate(over="ignore"):
+        total = float(np.float64(passes) * eps0) * (1 + 1e-12)
+    return total if passes * delta0 * (1 + 1e-12) <= delta else math.inf
+
+
+def composed_local_delta(epsilon: float, eps0: float, delta0: float, passes: int) -> float:
+    """Upper bound on delta(epsilon) of the same composition as :func:`composed_local_epsilon`:
+    the optimal composition theorem's exact delta up to 10^6 passes; beyond, ``k delta0`` where
+    ``epsilon >= k eps0`` and 1 elsewhere."""
+    if passes <= _OPTIMAL_COMPOSITION_MAX:
+        return optimal_composition_delta(epsilon, eps0, delta0, passes)
+    if epsilon >= float(np.float64(passes) * eps0) * (1 + 1e-12):
+        return min(passes * delta0 * (1 + 1e-12), 1.0)
+    return 1.0
 
 
 def _gaussian_delta_up(epsilon: float, mu: float) -> float:

@@ -668,9 +668,10 @@ def pass_privacy_profile(variant: str, *, num_clients: int, num_slots: int,
     ``sensitivity`` in units of the clipping norm).  The result is the pointwise minimum of valid
     bounds, hence valid:
 
-    * the theorem's profile (for a Gaussian randomizer: for every ``eps0`` on ``eps0_grid``, with
-      the exact ``delta0 = gaussian_local_delta0(eps0)`` -- the tightest pair at that eps0 -- when
-      it is admissible; default grid: 64 log-spaced values in ``[1e-3, 10]``);
+    * the theorem's profile when ``delta0`` is admissible (:func:`delta1_for_delta0` finite; a
+      pure randomizer always is), for a Gaussian randomizer for every ``eps0`` on ``eps0_grid``
+      with the exact ``delta0 = gaussian_local_delta0(eps0)`` -- the tightest pair at that
+      eps0 -- that is admissible (default grid: 64 log-spaced values in ``[1e-3, 10]``);
     * the single-participation profile (each client enters one slot per run): the
       ``(eps0, delta0)`` dominating pair, or the exact Gaussian profile.
 
@@ -701,7 +702,8 @@ def pass_privacy_profile(variant: str, *, num_clients: int, num_slots: int,
         eps0 = check_positive("eps0", eps0)
         delta0 = _check_delta0(delta0)
         parts.append(single_participation_profile(eps0, delta0))
-        parts.append(_theorem_profile(variant, n, m, p0, eps0, delta0))
+        if math.isfinite(_delta1(eps0, delta0)):   # else no theorem applies (no amplification)
+            parts.append(_theorem_profile(variant, n, m, p0, eps0, delta0))
     else:
         sigma = check_positive("noise_multiplier", noise_multiplier)
         sens = check_positive("sensitivity", sensitivity)

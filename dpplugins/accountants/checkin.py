@@ -47,10 +47,10 @@ class CheckInAccountant(Accountant):
 
     Local randomizer (what one step does to one example): either ``eps0`` (and ``delta0``) -- an
     ``(eps0, delta0)``-DP randomizer, the steps' noise multipliers are then not used; a ``delta0``
-    above the theorems' admissible bound (:func:`~dpplugins.amplification.checkin.
-    admissible_delta0` at ``delta1 = 1``) is accounted without amplification, each pass
-    ``(eps0, delta0)``-DP (:meth:`local_guarantee`), as are passes where the grid of the
-    amplified bound is coarser than that -- or Gaussian
+    above the theorems' admissible bound
+    (:func:`~dpplugins.amplification.checkin.admissible_delta0` at ``delta1 = 1``) is accounted
+    without amplification, each pass ``(eps0, delta0)``-DP (:meth:`local_guarantee`), and so is
+    any history where that beats the amplified bound's grid -- or Gaussian
     noise: ``noise_multiplier`` fixes it (steps with another value are refused), or, if neither is
     given, each step's ``noise_multiplier`` is used.  The Gaussian randomizer has L2 sensitivity
     ``2C`` (replace-one with clipping norm ``C``), so ``mu = 2 / sigma``; every pair

@@ -113,3 +113,16 @@ def test_an_unreachable_target_is_a_clear_error():
     # in [1e-12, 1e12] by the bracket
     with pytest.raises(NumericalError, match="could not bracket"):
         calibration._bracket(lambda x: 1.0, 0.0)
+
+
+def test_calibration_with_a_small_memory_limit_answers():
+    """With memory_limit = 4 MiB the search's one-grid bound raised NumericalError (its window
+    did not fit and it had no budget); now its grid is coarsened like a query's first grid.
+    The answer meets the target by the certified epsilon (at that memory limit) and is within
+    1 % of the answer at the default limit (a looser grid asks for a little more noise)."""
+    common = dict(target_epsilon=8.0, delta=1e-5, sample_rate=0.5, steps=10**6)
+    sigma = find_noise_multiplier(**common, memory_limit=2**22)
+    acc = create("pld", memory_limit=2**22)
+    acc.step(noise_multiplier=sigma, sample_rate=0.5, count=10**6)
+    assert acc.get_epsilon(1e-5) <= 8.0
+    assert sigma == pytest.approx(find_noise_multiplier(**common), rel=1e-2)

@@ -289,3 +289,51 @@ def test_a_tiny_sample_rate_and_tiny_delta_answer_within_the_tolerance():
     assert b.lower <= theirs * (1 + 1e-9)
     assert abs(b.upper - theirs) <= 1e-3 * theirs
     assert b.upper - b.lower <= 1e-3 * b.upper
+
+
+# -- a small memory_limit: a coarser first grid, not a refusal -----------------------------------
+def _rdp_epsilon(sigma, q, steps, delta):
+    """dp_accounting's RDP accountant: an independent upper bound on epsilon."""
+    import dp_accounting
+    from dp_accounting.rdp import rdp_privacy_accountant
+    acc = rdp_privacy_accountant.RdpAccountant()
+    acc.compose(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps))
+    return acc.get_epsilon(delta)
+
+
+@pytest.mark.parametrize("memory_limit", [2**22, 2**24])
+def test_a_small_memory_limit_coarsens_the_first_grid_instead_of_refusing(memory_limit):
+    """10^6 steps at q = 0.5, sigma 300: with memory_limit 4 or 16 MiB the first grid's window
+    (about 650,000 bins) did not fit, and get_epsilon and epsilon_upper_fast raised 'use a
+    coarser value_discretization_interval', a grid step the user never chose.  The window
+    budget now respects the memory limit: the bounds are looser, still certified (they contain
+    those of the default limit, and the lower one is below dp_accounting's RDP bound)."""
+    sigma, q, steps, delta = 300.0, 0.5, 10**6, 1e-5
+    small = create("pld", memory_limit=memory_limit)
+    small.step(noise_multiplier=sigma, sample_rate=q, count=steps)
+    default = create("pld")
+    default.step(noise_multiplier=sigma, sample_rate=q, count=steps)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AccuracyWarning)
+        bounds = small.get_epsilon_bounds(delta)
+        fast = small.epsilon_upper_fast(delta)
+        reference = default.get_epsilon_bounds(delta)
+    assert bounds.lower <= reference.lower <= reference.upper <= bounds.upper < 8.1
+    assert reference.lower <= fast < 8.1
+    assert bounds.lower <= _rdp_epsilon(sigma, q, steps, delta)
+
+
+@pytest.mark.slow
+def test_epsilon_upper_fast_answers_a_billion_steps():
+    """10^9 steps at q = 0.5, sigma 8300 (what calibrating target 8 visits): the one-grid bound
+    needed 33 million window bins at the accountant's own grid and raised NumericalError,
+    which stopped find_noise_multiplier after minutes.  It now coarsens within the budget: a
+    valid upper bound, at least the certified lower bound of the full query."""
+    acc = create("pld")
+    acc.step(noise_multiplier=8300.0, sample_rate=0.5, count=10**9)
+    fast = acc.epsilon_upper_fast(1e-5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AccuracyWarning)
+        bounds = acc.get_epsilon_bounds(1e-5)
+    assert bounds.lower <= fast < 1.05 * bounds.upper

@@ -833,6 +833,11 @@ def _window_edges(components: Sequence[tuple[GridPMF, int]], tail_mass: float):
     return w_lo, w_hi, tail_above, tail_below
 
 
+#: bytes per bin of a composed FFT window (real input, complex half-spectrum accumulators and
+#: error bounds): :func:`compose_grid_pmfs` refuses a window above ``memory_limit`` / this
+BYTES_PER_WINDOW_BIN = 8 * 6
+
+
 def window_bins(components: Sequence[tuple[GridPMF, int]], tail_mass: float) -> int:
     """Bins of the FFT window :func:`compose_grid_pmfs` would use for ``components`` (from the
     components' cumulants: no transform; 1 when there is no finite part)."""
@@ -984,7 +989,7 @@ def compose_grid_pmfs(components: Sequence[tuple[GridPMF, int]], *, tail_mass: f
         # a component with all its mass at +inf: the composition has no finite part
         return ComposedPLD(h, 0, np.zeros(1), 1.0 if survive == 0 else inf_mass, 0.0, 0.0,
                            construction_error)
-    bytes_per_bin = 8 * 6  # real input, complex half-spectrum accumulators and error bounds
+    bytes_per_bin = BYTES_PER_WINDOW_BIN
     w_lo, w_hi, tail_above, tail_below = _window(components, tail_mass, memory_limit // bytes_per_bin)
     if w_hi < w_lo:
         # the whole finite part is below the tail allowance: keep none of it, charge all of it

@@ -32,8 +32,8 @@ from dpplugins.errors import (NumericalError, ParameterError, check_count, check
 from dpplugins.mechanisms.distributions import Laplace
 from dpplugins.mechanisms.pairs import MAX_ABS_LOSS, grid_range
 from dpplugins.mechanisms.types import MechanismPairs
-from dpplugins.pld.compose import (LAMBDA_GRID, ComposedPLD, _CumulantSum, compose_grid_pmfs,
-                                   grid_minimum, lambda_index, window_bins)
+from dpplugins.pld.compose import (BYTES_PER_WINDOW_BIN, LAMBDA_GRID, ComposedPLD, _CumulantSum,
+                                   compose_grid_pmfs, grid_minimum, lambda_index, window_bins)
 from dpplugins.pld.grid import (GridPMF, optimistic_from_bins, pessimistic_from_bins,
                                 pessimistic_from_profile)
 
@@ -98,8 +98,14 @@ def within_window_budget(build: Callable[[float], "PrivacyLossDistribution"], h:
     at little noise) would otherwise compose tens of millions of bins on the first grid.  The
     window's edges are Chernoff bounds in loss units, so its bins scale like ``1 / h``: the
     step is raised by the excess (``snap`` rounds it, e.g. up to the accountant's ladder), at
-    most three times.  Any grid step gives certified bounds; a coarser one is only looser."""
+    most three times.  Any grid step gives certified bounds; a coarser one is only looser.
+
+    The budget is also at most what the PLD's ``memory_limit`` allows a window
+    (``memory_limit // BYTES_PER_WINDOW_BIN``, the limit at which the composition refuses), so a
+    small ``memory_limit`` gives a coarser first grid instead of a NumericalError about a grid
+    step the caller never chose."""
     pld = build(h)
+    max_bins = min(max_bins, max(int(pld.memory_limit) // BYTES_PER_WINDOW_BIN, 1))
     for _ in range(3):
         bins = pld.composed_window_bins()
         if bins <= max_bins:

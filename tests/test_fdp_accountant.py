@@ -23,6 +23,7 @@ from conftest import epsilon_from_delta_curve, gaussian_delta_exact, hockey_stic
 from dpplugins.accountants import available, create, get_class
 from dpplugins.accountants.fdp import GDPAccountant
 from dpplugins.errors import ParameterError
+from dpplugins.pld import AccuracyWarning
 from dpplugins.fdp import CLTEstimateWarning
 
 DELTA = 1e-5
@@ -378,3 +379,17 @@ def test_tiny_fixed_batches_use_a_bounded_grid_and_beat_rdp(monkeypatch):
     rdp.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.SampledWithoutReplacementDpEvent(
         10**6, 1, dp_accounting.GaussianDpEvent(sigma / 2)), 10**6))
     assert 0 < upper < rdp.get_epsilon(1e-5)
+
+
+def test_uniform_one_grid_bound_keeps_within_a_small_memory_limit():
+    """Fixed-size batches, 10^6 steps, memory_limit = 4 MiB: epsilon_upper_fast (calibration's
+    search bound) raised NumericalError, its window did not fit; it now coarsens the grid like
+    the first grid of a query, and stays within 1 % of the value at the default limit."""
+    small = create("fdp", sampling="uniform", memory_limit=2**22)
+    default = create("fdp", sampling="uniform")
+    for acc in (small, default):
+        acc.step(noise_multiplier=300.0, sample_rate=0.5, count=10**6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AccuracyWarning)
+        reference = default.get_epsilon(1e-5)
+        assert reference * (1 - 1e-3) <= small.epsilon_upper_fast(1e-5) <= reference * 1.01

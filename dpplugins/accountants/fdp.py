@@ -394,8 +394,12 @@ class GDPAccountant(Accountant):
             return full_batch_epsilon_bounds(mus, delta).upper
         h = self._uniform_grid_step(runs)
         if self.value_discretization_interval is None:
-            h = float(min(h * coarsen, _MAX_H))
-        pld = self._uniform_pld(runs, h)
+            # coarser still where the window would exceed the first grid's budget (as the
+            # first grid of a query): 10^6 steps with memory_limit = 4 MiB raised NumericalError
+            h, pld = within_window_budget(lambda step: self._uniform_pld(runs, step),
+                                          float(min(h * coarsen, _MAX_H)))
+        else:
+            pld = self._uniform_pld(runs, h)
         return pld.epsilon_for_delta(delta, lower=False).upper
 
     def certified_pld(self) -> PrivacyLossDistribution | None:

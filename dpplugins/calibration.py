@@ -223,8 +223,14 @@ def find_noise_multiplier(*, target_epsilon: float, delta: float,
     g = certified_gap(root)
     if g < _ACCEPT_BELOW:
         # the certificate (refined grids) is clearly tighter than the search bound here, as
-        # near epsilon = 0 where one grid is loose: continue the search on it, downwards
-        step, x0, g0 = 0.01, root, g
+        # near epsilon = 0 where one grid is loose: continue the search on it, downwards.
+        # Steps: the bracket's Newton step first (eps ~ 1/sigma: the root is near x + g) when
+        # the certificate is positive, else 0.01; then the secant through the last two positive
+        # certificates, 10 % past its root (at most 4 times the last step, at least 0.01), or
+        # doubling.  (Doubling from 0.01 alone took 14 certified evaluations for q = 1e-6,
+        # 10^9 steps, target 0.01, where one grid was 3.6 times the certificate: 156 s.)
+        x0, g0 = root, g
+        step = min(max(abs(g0), 0.01), 5.0) if g0 > -_CLAMP else 0.01
         for _ in range(40):
             x1 = max(x0 - step, _LOG_SIGMA_RANGE[0])
             g1 = certified_gap(x1)
@@ -233,7 +239,12 @@ def find_noise_multiplier(*, target_epsilon: float, delta: float,
                 break
             if x1 == x0:
                 break
-            x0, g0, step = x1, g1, 2 * step
+            if -_CLAMP < g0 < g1:
+                secant = g1 * (x1 - x0) / (g1 - g0)   # distance from x1 down to the secant root
+                step = max(min(1.1 * secant, 4 * step), 0.01)
+            else:
+                step = 2 * step
+            x0, g0 = x1, g1
     return verified(root)
 
 

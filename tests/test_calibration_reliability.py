@@ -126,3 +126,23 @@ def test_calibration_with_a_small_memory_limit_answers():
     acc.step(noise_multiplier=sigma, sample_rate=0.5, count=10**6)
     assert acc.get_epsilon(1e-5) <= 8.0
     assert sigma == pytest.approx(find_noise_multiplier(**common), rel=1e-2)
+
+
+@pytest.mark.parametrize("looseness", [40.0, 3.6])
+def test_a_loose_search_bound_is_corrected_in_few_certified_evaluations(monkeypatch, looseness):
+    """A synthetic run whose certified epsilon is 1/sigma and whose one-grid search bound is
+    ``looseness`` times that (q = 1e-6 over 10^9 steps had a one-grid bound 3.6 to 40 times its
+    certificate): the downward search on the certificate started at a step of 0.01 and doubled,
+    14 certified evaluations at 9 s each (past a 150 s timeout).  The bracket's Newton step
+    (eps ~ 1/sigma) lands on the root at once.  The answer is the closed-form root 100 within
+    the tolerance, on the feasible side."""
+    calls = []
+
+    def synthetic(name, options, record, sigma, delta, *, fast, coarsen=1.0):
+        calls.append(fast)
+        return (looseness * coarsen if fast else 1.0) / sigma
+
+    monkeypatch.setattr(calibration, "_epsilon_for", synthetic)
+    sigma = find_noise_multiplier(target_epsilon=0.01, delta=1e-5, sample_rate=0.5, steps=10)
+    assert 1.0 / sigma <= 0.01 and sigma <= 100.0 * (1 + 1e-3)
+    assert calls.count(False) <= 6

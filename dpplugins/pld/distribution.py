@@ -47,22 +47,6 @@ SINGLE_TAIL = 1e-24
 #: noise multipliers for which the Gaussian grid constructions are computed directly; outside,
 #: :meth:`PrivacyLossDistribution.from_poisson_subsampled_gaussian` brackets by dominance
 NOISE_RANGE = (1e-100, 1e100)
-
-
-def grid_noise_multiplier(noise_multiplier: float) -> float:
-    """The noise multiplier whose grid the engine builds for ``noise_multiplier``: itself inside
-    :data:`NOISE_RANGE`, the nearer end of the range outside it (where
-    :meth:`PrivacyLossDistribution.from_poisson_subsampled_gaussian` brackets by dominance).
-    Sizing a grid from the noise multiplier itself would fail there: ``sigma = 1e308`` gives a
-    loss range of ``0 * inf``.
-
-    Example::
-
-        >>> grid_noise_multiplier(1e300), grid_noise_multiplier(2.0)
-        (1e+100, 2.0)
-    """
-    return min(max(noise_multiplier, NOISE_RANGE[0]), NOISE_RANGE[1])
-
 #: largest share of delta we let the floating-point and truncation terms take before recomputing
 #: in extended precision, then tilted towards the query (:func:`compose_grid_pmfs`)
 FP_SHARE = 1e-3
@@ -86,6 +70,21 @@ def _lower_levels_done(upper: float, lower: float, ideal: float, lower_rtol: flo
     if upper - lower <= lower_rtol * upper:
         return True
     return upper - ideal > lower_rtol * upper and ideal - lower <= 0.5 * (upper - lower)
+
+
+def grid_noise_multiplier(noise_multiplier: float) -> float:
+    """The noise multiplier whose grid the engine builds for ``noise_multiplier``: itself inside
+    :data:`NOISE_RANGE`, the nearer end of the range outside it (where
+    :meth:`PrivacyLossDistribution.from_poisson_subsampled_gaussian` brackets by dominance).
+    Sizing a grid from the noise multiplier itself would fail there: ``sigma = 1e308`` gives a
+    loss range of ``0 * inf``.
+
+    Example::
+
+        >>> grid_noise_multiplier(1e300), grid_noise_multiplier(2.0)
+        (1e+100, 2.0)
+    """
+    return min(max(noise_multiplier, NOISE_RANGE[0]), NOISE_RANGE[1])
 
 
 def within_window_budget(build: Callable[[float], "PrivacyLossDistribution"], h: float,

@@ -55,6 +55,48 @@ def test_optimal_composition_epsilon_is_certified_and_tight(e, d, k, delta):
         assert _enumerated_delta(eps * (1 - 1e-6), e, d, k) > delta * (1 - 1e-9)
 
 
+def _kov_delta_mpmath(epsilon: float, e: float, k: int):
+    """The optimal-composition sum (pure steps) in 40-digit arithmetic, term by term."""
+    import mpmath
+    with mpmath.workdps(40):
+        e_, eps_ = mpmath.mpf(e), mpmath.mpf(epsilon)
+        log_norm = k * mpmath.log(1 + mpmath.exp(e_))
+        total = mpmath.mpf(0)
+        for l in range(k + 1):
+            margin = (k - 2 * l) * e_ - eps_
+            if margin > 0:
+                total += mpmath.exp(mpmath.log(mpmath.binomial(k, l)) + (k - l) * e_ - log_norm) \
+                    * -mpmath.expm1(-margin)
+        return total
+
+
+@pytest.mark.parametrize("k,e,epsilon", [(5000, 1.2106722348428598, 4776.378673060615),
+                                         (10000, 0.003197085493048723, 0.1653183263426864),
+                                         (3000, 0.011421385694352219, 0.4120505984203917),
+                                         (20000, 1.0, 10000.0)])
+def test_optimal_composition_delta_is_rounded_up_for_many_steps(k, e, epsilon):
+    """Thousands of steps: the sum's logarithms (log-gammas of k) carry rounding far above the
+    fixed 1e-12 margin the sum had, and it came out below the 40-digit value (by 3.5e-12
+    relatively in the first case).  Now every term is raised by its own rounding bound."""
+    exact = _kov_delta_mpmath(epsilon, e, k)
+    got = composition.optimal_composition_delta(epsilon, e, 0.0, k)
+    assert exact <= got <= exact * (1 + 1e-7) + 1e-300
+
+
+def test_optimal_composition_of_huge_steps_answers_without_overflow():
+    """eps0 = 1e300 or 1e308 per step (reachable from the checkin accountant's cap): the sum
+    overflowed (RuntimeWarnings, inf - inf) before answering."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert composition.optimal_composition_epsilon(1e-6, 1e308, 0.0, 2) == math.inf
+        assert composition.optimal_composition_epsilon(1e-6, 1e300, 0.0, 2) == \
+            pytest.approx(2e300, rel=1e-9)
+        # one step below its eps0: delta = (e^e0 - e^eps) / (1 + e^e0), which rounds to 1
+        assert composition.optimal_composition_delta(1.0, 1e300, 0.0, 1) == 1.0
+        assert composition.optimal_composition_delta(3e300, 1e300, 0.0, 2) <= 1e-300
+
+
 def test_optimal_composition_epsilon_ends():
     assert composition.optimal_composition_epsilon(1e-6, 0.0, 0.0, 10) == 0.0
     # k (eps, d) mechanisms cannot reach delta below 1 - (1 - d)^k

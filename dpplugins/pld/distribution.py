@@ -99,12 +99,15 @@ def within_window_budget(build: Callable[[float], "PrivacyLossDistribution"], h:
     step is raised by the excess (``snap`` rounds it, e.g. up to the accountant's ladder), at
     most three times.  Any grid step gives certified bounds; a coarser one is only looser.
 
-    The budget is also at most what the PLD's ``memory_limit`` allows a window
+    The budget is also at most what a PLD's ``memory_limit`` allows a window
     (``memory_limit // BYTES_PER_WINDOW_BIN``, the limit at which the composition refuses), so a
     small ``memory_limit`` gives a coarser first grid instead of a NumericalError about a grid
-    step the caller never chose."""
+    step the caller never chose (``build`` may return any object with
+    ``composed_window_bins``; one without ``memory_limit`` keeps ``max_bins``)."""
     pld = build(h)
-    max_bins = min(max_bins, max(int(pld.memory_limit) // BYTES_PER_WINDOW_BIN, 1))
+    memory_limit = getattr(pld, "memory_limit", None)
+    if memory_limit is not None:
+        max_bins = min(max_bins, max(int(memory_limit) // BYTES_PER_WINDOW_BIN, 1))
     for _ in range(3):
         bins = pld.composed_window_bins()
         if bins <= max_bins:

@@ -393,6 +393,30 @@ def test_clone_pair_rdp_matches_enumeration(eps0, n):
     assert np.all(ours <= np.array(exact) + 1e-9)
 
 
+@pytest.mark.parametrize("eps0,n", [(1.0, 7), (3.0, 6)])
+def test_clone_pair_rdp_at_large_orders_is_finite_and_above_the_exact_value(eps0, n):
+    """Orders above 710 / eps0: the outside term e^(eps0 (a - 1)) overflowed to inf with a
+    RuntimeWarning; the value is now at most eps0 (the pair is eps0-DP) and, with each term
+    raised by its rounding bound, never below the exact Renyi divergence of the enumerated
+    pair (summed in 50-digit arithmetic)."""
+    import warnings
+    import mpmath
+    c = shuffle.fmt21_clone_probability(eps0)
+    p0, p1 = clone_pair_by_enumeration(eps0, n, c)
+    keys = sorted(set(p0) | set(p1))
+    orders = [16.0, 1000.0, 20000.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ours = shuffle.clone_pair_rdp(eps0, n, orders)
+    with mpmath.workdps(50):
+        for order, value in zip(orders, ours):
+            exact = max(mpmath.log(sum(mpmath.mpf(x.get(k, 0.0)) ** order
+                                       * mpmath.mpf(y.get(k, 0.0)) ** (1 - order)
+                                       for k in keys if x.get(k, 0.0) > 0)) / (order - 1)
+                        for x, y in ((p0, p1), (p1, p0)))
+            assert float(exact) <= value <= eps0
+
+
 def test_clone_pair_rdp_large_n_decreases_and_bad_orders_rejected():
     small = shuffle.clone_pair_rdp(1.0, 10_000, [2.0])[0]
     large = shuffle.clone_pair_rdp(1.0, 100_000, [2.0])[0]

@@ -104,8 +104,9 @@ def _kov_delta(epsilon: float, e: float, d: float, k: int) -> float:
     overflow for a huge ``e``).  Rounding (our derivation): each logarithm is off by a few
     ulps of the magnitudes of its parts, at most ``16 u S`` with ``S`` their sum, so each term
     is raised by ``exp(16 u S)``; the sum of at most ``k + 1`` positive terms is off by
-    ``(k + 1) u`` relatively, and is raised by ``exp(2 (k + 1) u)``.  (The old fixed margin of 1e-12 was exceeded: at k = 5000,
-    e = 1.21, epsilon = 4776 the sum was 3.5e-12 below the 40-digit value.)"""
+    ``(k + 1) u`` relatively, and is raised by ``exp(2 (k + 1) u)``.  (The old fixed margin of
+    1e-12 was exceeded: at k = 5000, e = 1.21, epsilon = 4776 the sum was 3.5e-12 below the
+    40-digit value.)"""
     l = np.arange(k + 1, dtype=float)
     with np.errstate(over="ignore", invalid="ignore"):
         margin = (k - 2 * l) * e - epsilon      # log of e^((k-l)e) / e^(epsilon + l e)

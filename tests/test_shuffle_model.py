@@ -14,6 +14,7 @@ import json
 import math
 from collections import defaultdict
 
+import mpmath
 import numpy as np
 import pytest
 from scipy import stats
@@ -22,8 +23,8 @@ from dpplugins.accountants import UnsupportedEventError, create
 from dpplugins.amplification import shuffle as sh
 from dpplugins.amplification import shuffle_model as sm
 from dpplugins.errors import ParameterError
-from dpplugins.events import (EpsilonDeltaEvent, GaussianEvent, RandomizedResponseEvent,
-                              SelfComposedEvent, ShuffleEvent, from_dict)
+from dpplugins.events import (EpsilonDeltaEvent, GaussianEvent, LocalHashingEvent,
+                              RandomizedResponseEvent, SelfComposedEvent, ShuffleEvent, from_dict)
 from dpplugins.samplers import ShuffledEpochs
 
 
@@ -333,3 +334,106 @@ def test_binary_rr_at_large_n_uses_the_exact_worst_case():
     assert sm.epsilon(("binary_rr", 4.0), 30_000_000, 1e-8).method == "binary_rr_exact"
     assert b.upper - b.lower <= 0.01 * b.upper
     assert b.upper <= sh.fmt23_epsilon(4.0, 30_000_000, 1e-8).epsilon * (1 + 1e-9)
+
+
+# -- queries below what the amplified bounds certify (session 18's hostile pass) ------------------
+def _raw_or_krr_row(eps0, delta0, value, k=3):
+    """An (eps0, delta0)-DP randomizer on k values: its input tagged "raw" (outputs k..2k-1)
+    with probability delta0, else k-ary randomized response (outputs 0..k-1)."""
+    row = [(1 - delta0) * p for p in krr_row(eps0, k, value)] + [0.0] * k
+    row[k + value] = delta0
+    return row
+
+
+def test_epsilon_below_delta0_is_infinite_not_an_error():
+    """delta < delta0: a ParameterError blaming delta0 came back (n >= 2, one round).  An
+    (eps0, delta0)-DP randomizer may publish its input with probability delta0; enumerated for
+    n = 2 its shuffled reports have delta(50) >= delta0, so no finite epsilon exists at a smaller
+    delta and inf is the answer."""
+    eps0, delta0 = 10.0, 0.01
+    for x, y in itertools.permutations(range(3), 2):   # the randomizer is (eps0, delta0)-DP
+        p, q = _raw_or_krr_row(eps0, delta0, x), _raw_or_krr_row(eps0, delta0, y)
+        assert sum(max(a - math.exp(eps0) * b, 0.0) for a, b in zip(p, q)) <= delta0 * (1 + 1e-12)
+    law0 = histogram_law([_raw_or_krr_row(eps0, delta0, 0), _raw_or_krr_row(eps0, delta0, 2)])
+    law1 = histogram_law([_raw_or_krr_row(eps0, delta0, 1), _raw_or_krr_row(eps0, delta0, 2)])
+    assert hockey(law0, law1, 50.0) >= delta0 * (1 - 1e-12)
+    for n in (2, 7, 1000):
+        acc = create("shuffle")
+        acc.compose(ShuffleEvent(n, EpsilonDeltaEvent(eps0, delta0)))
+        for delta in (1e-15, 1e-10, 0.999 * delta0):
+            lower, upper = acc.get_epsilon_bounds(delta)
+            assert upper == math.inf and 0 <= lower
+        assert acc.get_epsilon(0.5) <= eps0 * (1 + 1e-12)
+    res = sh.epsilon(eps0, 2, 1e-10, delta0=delta0)
+    assert res.epsilon == math.inf and res.method == "none"
+
+
+def _kov_delta(eps, eps0, k):
+    """Kairouz-Oh-Viswanath (2015, arXiv:1311.0776) Thm 3.3 for k pure eps0-DP steps, with
+    mpmath at 50 digits: sum_i C(k, i) (e^((k-i) eps0) - e^(eps + i eps0))_+ / (1 + e^eps0)^k."""
+    mpmath.mp.dps = 50
+    e0, e = mpmath.mpf(eps0), mpmath.mpf(eps)
+    total = mpmath.fsum(mpmath.binomial(k, i) * max(mpmath.exp((k - i) * e0)
+                                                    - mpmath.exp(e + i * e0), 0)
+                        for i in range(k + 1))
+    return total / (1 + mpmath.exp(e0)) ** k
+
+
+@pytest.mark.parametrize("n,eps0,rounds", [(1, 1e-3, 1), (1000, 1.0, 1000), (2, 0.5, 300)])
+def test_delta_below_the_composition_error_falls_back_to_optimal_composition(n, eps0, rounds):
+    """delta = 1e-15 sits below the composed grid's construction error (7.1e-15 a round): the
+    accountant raised NumericalError although eps0-DP rounds are certified without amplification.
+    The answer is now the optimal composition of the rounds -- checked against Kairouz, Oh,
+    Viswanath's sum in 50-digit arithmetic: delta at the answer is <= 1e-15, and just below it
+    (relative 1e-6) it is not."""
+    acc = create("shuffle")
+    acc.compose(SelfComposedEvent(ShuffleEvent(n, RandomizedResponseEvent(eps0, 2)), rounds))
+    lower, upper = acc.get_epsilon_bounds(1e-15)
+    assert 0 <= lower <= upper <= rounds * eps0
+    assert _kov_delta(upper, eps0, rounds) <= 1e-15
+    assert _kov_delta(upper * (1 - 1e-6), eps0, rounds) > 1e-15
+
+
+# -- more users than the bounds are computed for ---------------------------------------------------
+@pytest.mark.parametrize("k,m,eps", [(2, 2, 0.3), (3, 2, 0.5), (3, 3, 0.2), (2, 4, 0.1)])
+def test_more_users_never_increase_the_exact_delta(k, m, eps):
+    """The argument behind MAX_USERS (``shuffle.check_users``): an n-user round is a
+    post-processing of an m-user one (m < n), so the exact worst-case delta of shuffled k-RR
+    (enumerated over every dataset) does not increase with the number of users."""
+    for n in range(m + 1, m + 3):
+        assert shuffled_krr_worst(1.5, k, n, eps) <= shuffled_krr_worst(1.5, k, m, eps) * (1 + 1e-12)
+
+
+def test_more_than_max_users_is_refused_by_the_bounds_with_the_way_out():
+    """n = 10**16 asked numpy for 9 GiB (and the machine's memory without a limit); the bounds
+    now refuse n above MAX_USERS at once, naming the bound that holds instead."""
+    from dpplugins.amplification import shuffle_model_families as fam
+
+    big = 10**16
+    calls = [lambda: sh.epsilon(1.0, big, 1e-6), lambda: sm.epsilon(("krr", 1.0, 2), big, 1e-6),
+             lambda: sm.delta_bounds(("krr", 1.0, 5), big, 0.1),
+             lambda: sm.Round(("krr", 1.0, 2), big, 3),
+             lambda: fam.epsilon(fam.unary_encoding(1.0, 8), big, 1e-6),
+             lambda: fam.composed_delta_bounds(fam.local_hashing(1.0, 4), big, 2, 0.1)]
+    for call in calls:
+        with pytest.raises(ParameterError, match=r"n=10000000000000000 .*1e\+09.*valid for any"):
+            call()
+    assert sh.check_users(sh.MAX_USERS) == sh.MAX_USERS
+
+
+@pytest.mark.parametrize("k", [10**400, 2**53 + 1])
+def test_huge_domains_are_refused_not_overflowed(k):
+    """10**400 buckets overflowed a float deep in the bounds (an OverflowError from supports());
+    the number of values is now checked against 2**53 (double precision)."""
+    from dpplugins.amplification import shuffle_model_families as fam
+
+    for call in (lambda: sm.randomizer(("krr", 1.0, k)), lambda: fam.local_hashing(1.0, k),
+                 lambda: fam.unary_encoding(1.0, k), lambda: fam.subset_selection(1.0, k, 2)):
+        with pytest.raises(ParameterError, match=r"2\*\*53"):
+            call()
+    acc = create("shuffle")
+    for event in (ShuffleEvent(100, RandomizedResponseEvent(1.0, k)),
+                  ShuffleEvent(100, LocalHashingEvent(1.0, k))):
+        assert not acc.supports(event)
+        with pytest.raises(UnsupportedEventError, match="2\\*\\*53"):
+            acc.compose(event)

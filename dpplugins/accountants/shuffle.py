@@ -65,6 +65,7 @@ import numpy as np
 
 from dpplugins.accountants.base import Accountant, UnsupportedEventError, private_leaves
 from dpplugins.amplification import shuffle as shuffle_bounds
+from dpplugins.amplification.shuffle import MAX_USERS
 from dpplugins.amplification import swap as swap_bounds
 from dpplugins.errors import (NumericalError, ParameterError, check_count, check_positive)
 from dpplugins.events import (Event, GaussianEvent, ProtocolEvent, ShuffledEpochsEvent,
@@ -564,38 +565,62 @@ class ShuffleAccountant(Accountant):
         for leaf, count in leaves:
             key = (self._shuffle_model_randomizer(leaf), leaf.num_users)
             counts[key] = counts.get(key, 0) + count
-        return [Round(r, n, c) for (r, n), c in counts.items()]
+        # more users cannot increase epsilon (dpplugins.amplification.shuffle.check_users): a
+        # round of more than MAX_USERS users is accounted as one of MAX_USERS for the upper
+        # bounds (its lower bounds are not valid for more users: see _users_capped)
+        return [Round(r, min(n, MAX_USERS), c) for (r, n), c in counts.items()]
+
+    @staticmethod
+    def _users_capped(history: tuple) -> bool:
+        """Whether a round has more than MAX_USERS users (then the lower bounds are 0)."""
+        from dpplugins.events import ShuffleEvent
+
+        return any(isinstance(leaf, ShuffleEvent) and leaf.num_users > MAX_USERS
+                   for leaf, _ in private_leaves(history))
 
     def _epsilon_bounds(self, history, delta: float) -> Bounds:
-        from dpplugins.amplification import shuffle_model
-        from dpplugins.amplification import shuffle_model_families as shuffle_families
-
         rounds = self._shuffle_rounds(history)
         if rounds is None:
             return self._epochs_epsilon_bounds(history, delta)
+        # the rounds without amplification (basic composition) cap the upper bound, and answer
+        # where delta is below what the composition can certify
+        cap = _no_amplification(rounds, delta)
+        capped = self._users_capped(history)
+        try:
+            bounds = self._rounds_epsilon_bounds(rounds, delta, self.lower_bound and not capped)
+        except NumericalError:
+            if math.isinf(cap):
+                raise
+            return Bounds(0.0, cap)
+        lower = 0.0 if capped else min(bounds.lower, cap)
+        return Bounds(lower, min(bounds.upper, cap))
+
+    def _rounds_epsilon_bounds(self, rounds, delta: float, lower: bool) -> Bounds:
+        from dpplugins.amplification import shuffle_model
+        from dpplugins.amplification import shuffle_model_families as shuffle_families
+
         families = _families_path(rounds)
         if families == "one":
             r = rounds[0]
             if r.count == 1:
-                if not self.lower_bound:
+                if not lower:
                     return Bounds(0.0, shuffle_families.epsilon(r.randomizer, r.n, delta).epsilon)
                 return shuffle_families.epsilon_bounds(r.randomizer, r.n, delta)
             return shuffle_families.composed_epsilon_bounds(
                 r.randomizer, r.n, r.count, delta,
-                value_discretization_interval=self.value_discretization_interval,
-                lower=self.lower_bound)
+                value_discretization_interval=self.value_discretization_interval, lower=lower)
         if families == "mixed":
             return shuffle_families.composed_rounds_epsilon_bounds(
                 rounds, delta, value_discretization_interval=self.value_discretization_interval,
-                lower=self.lower_bound)
+                lower=lower)
         if len(rounds) == 1 and rounds[0].count == 1 and rounds[0].n >= 2:
             r = rounds[0]
-            if not self.lower_bound:
+            if not lower:
                 return Bounds(0.0, shuffle_model.epsilon(r.randomizer, r.n, delta).epsilon)
             return shuffle_model.epsilon_bounds(r.randomizer, r.n, delta)
         return shuffle_model.composed_epsilon_bounds(
             rounds, delta, value_discretization_interval=self.value_discretization_interval,
-            lower=self.lower_bound)
+            lower=lower)
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
         from dpplugins.amplification import shuffle_model
@@ -604,6 +629,7 @@ class ShuffleAccountant(Accountant):
         rounds = self._shuffle_rounds(history)
         if rounds is None:
             return self._epochs_delta_bounds(history, epsilon)
+        lower = self.lower_bound and not self._users_capped(history)
         families = _families_path(rounds)
         if families == "one":
             r = rounds[0]
@@ -613,19 +639,19 @@ class ShuffleAccountant(Accountant):
                 found = shuffle_families.composed_delta_bounds(
                     r.randomizer, r.n, r.count, epsilon,
                     value_discretization_interval=self.value_discretization_interval,
-                    lower=self.lower_bound)
-            return found if self.lower_bound else Bounds(0.0, found.upper)
-        if families == "mixed":
-            return shuffle_families.composed_rounds_delta_bounds(
+                    lower=lower)
+        elif families == "mixed":
+            found = shuffle_families.composed_rounds_delta_bounds(
                 rounds, epsilon, value_discretization_interval=self.value_discretization_interval,
-                lower=self.lower_bound)
-        if len(rounds) == 1 and rounds[0].count == 1:
+                lower=lower)
+        elif len(rounds) == 1 and rounds[0].count == 1:
             r = rounds[0]
             found = shuffle_model.delta_bounds(r.randomizer, r.n, epsilon)
-            return found if self.lower_bound else Bounds(0.0, found.upper)
-        return shuffle_model.composed_delta_bounds(
-            rounds, epsilon, value_discretization_interval=self.value_discretization_interval,
-            lower=self.lower_bound)
+        else:
+            found = shuffle_model.composed_delta_bounds(
+                rounds, epsilon, value_discretization_interval=self.value_discretization_interval,
+                lower=lower)
+        return found if lower else Bounds(0.0, found.upper)
 
     def _pure_epsilon_bounds(self, history: tuple) -> Bounds:
         """delta = 0: shuffling does not amplify pure DP (the event "every report is the user's
@@ -653,10 +679,7 @@ class ShuffleAccountant(Accountant):
         rounds = self._shuffle_rounds(tuple(self._history)) if self._history else None
         if rounds is None:
             return self._epochs_no_amplification_epsilon(delta)
-        spent = sum(r.count * _delta0(r.randomizer) for r in rounds)
-        if spent > delta:
-            return math.inf
-        return sum(r.count * r.randomizer.eps0 for r in rounds)
+        return _no_amplification(rounds, delta)
 
     def summary(self, delta: float) -> str:
         """A short report (shuffled epochs as above; shuffle-model rounds: the bounds and what
@@ -666,7 +689,10 @@ class ShuffleAccountant(Accountant):
             return self._epochs_summary(delta)
         lower, upper = self.get_epsilon_bounds(delta)
         names = ", ".join(f"{r.count} x {r.randomizer.name} (eps0={r.randomizer.eps0:g}, "
-                          f"n={r.n})" for r in rounds)
+                          f"n={r.n}{'+' if r.n == MAX_USERS else ''})" for r in rounds)
+        if self._users_capped(tuple(self._history)):
+            names += (f" (rounds of more than {MAX_USERS:.0e} users accounted as {MAX_USERS:.0e}: "
+                      "more users cannot increase epsilon; lower bound 0)")
         return (f"shuffle model ({self.neighbouring}; replace-one bounds), {names}, "
                 f"delta={delta:g}: epsilon in [{lower:.4g}, {upper:.4g}] (no amplification: "
                 f"{self.no_amplification_epsilon(delta):.4g})")
@@ -708,6 +734,25 @@ def _family_of(inner: Event, num_users: int):
         hint = f"; {error.hint}" if error.hint else ""
         return (f"a shuffle-model {kind} with {kind}.{field} {error.valid} (the range of the "
                 f"family bounds, dpplugins.amplification.shuffle_model_families){hint}")
+
+
+def _no_amplification(rounds, delta: float) -> float:
+    """Epsilon of the rounds without amplification: each round is (eps0, delta0)-DP like its
+    randomizer (:func:`dpplugins.amplification.shuffle.no_amplification_epsilon`).  Rounds of
+    one randomizer compose by the optimal composition theorem (Kairouz, Oh, Viswanath 2015,
+    arXiv:1311.0776, Thm 3.3; :func:`dpplugins.accountants.checkin.composed_local_epsilon`);
+    several randomizers by basic composition (Dwork & Roth 2014, Thm 3.16): ``sum count eps0``
+    (rounded up) when ``sum count delta0 <= delta``, else inf."""
+    if len(rounds) == 1 and delta > 0:
+        from dpplugins.accountants.checkin import composed_local_epsilon
+
+        r = rounds[0]
+        return composed_local_epsilon(delta, r.randomizer.eps0, _delta0(r.randomizer), r.count)
+    spent = math.fsum(r.count * _delta0(r.randomizer) for r in rounds)
+    if spent > delta:
+        return math.inf
+    total = math.fsum(r.count * r.randomizer.eps0 for r in rounds)
+    return total * (1 + 1e-12) if math.isfinite(total) else math.inf
 
 
 def _delta0(spec) -> float:

@@ -94,7 +94,8 @@ from dpplugins.numerics import largest_violating_epsilon, smallest_epsilon
 from dpplugins.pld import Bounds, PrivacyLossDistribution
 
 __all__ = [
-    "ShuffleBound", "normalise_randomizer", "METHODS",
+    "ShuffleBound", "normalise_randomizer", "METHODS", "MAX_USERS", "check_users",
+    "MAX_DOMAIN_SIZE", "check_domain_size",
     "fmt21_clone_probability", "fmt23_clone_probability", "clone_pair_delta",
     "clone_pair_epsilon", "clone_pair_profile", "fmt21_epsilon", "fmt23_epsilon",
     "fmt21_closed_form_epsilon", "balle2020_epsilon", "no_amplification_epsilon", "epsilon",
@@ -137,7 +138,7 @@ def normalise_randomizer(randomizer) -> tuple:
     if randomizer == "binary_rr":
         return ("krr", 2)
     if isinstance(randomizer, (tuple, list)) and len(randomizer) == 2 and randomizer[0] == "krr":
-        k = check_count("randomizer k", randomizer[1], minimum=2)
+        k = check_domain_size("randomizer k", randomizer[1], 2)
         return ("krr", k)
     raise ParameterError("randomizer", randomizer,
                          "'general', 'binary_rr' or ('krr', k) with an integer k >= 2")
@@ -181,11 +182,58 @@ def check_local_epsilon(eps0, maximum: float, *, zero: bool = True) -> float:
     return eps0
 
 
+#: the most users a shuffle-model bound is computed for: the count windows grow like sqrt(n)
+#: (n = 10^9 takes about half a minute; 10^16 asked for 9 GiB), and more users cannot increase
+#: epsilon, so the bounds at MAX_USERS hold for any larger n (:func:`check_users`)
+MAX_USERS = 10**9
+
+
+def check_users(n, minimum: int = 2) -> int:
+    """The number of users ``n`` of a shuffle-model bound: an integer in
+    ``[minimum, MAX_USERS]``, else :class:`ParameterError` with the way out for a larger n.
+
+    Why the bounds at ``MAX_USERS`` hold for more users (our derivation): a neighbouring pair of
+    n-user datasets is ``(D + E, D' + E)`` with ``(D, D')`` a neighbouring pair of m < n users and
+    ``E`` the other n - m users' values.  Appending E's reports (the randomizer is public, E
+    fixed) to the m-user shuffled reports and shuffling again is a post-processing that yields
+    the n-user release, so ``delta_n(eps) <= delta_m(eps)`` for every eps, round by round.
+
+    Example::
+
+        >>> check_users(1000)
+        1000
+    """
+    n = check_count("n", n, minimum=minimum)
+    if n > MAX_USERS:
+        raise ParameterError(
+            "n", n, f"an integer in [{minimum}, {MAX_USERS:.0e}]",
+            hint=f"more users cannot increase epsilon, so the bound for n={MAX_USERS:.0e} is "
+                 "valid for any larger n: ask for that (the 'shuffle' accountant does so itself)")
+    return n
+
+
+#: the largest number of values (buckets, domain size) of a shuffle-model randomizer: its
+#: probabilities are computed in double precision, which holds every integer up to 2^53
+MAX_DOMAIN_SIZE = 2**53
+
+
+def check_domain_size(name: str, value, minimum: int) -> int:
+    """A randomizer's number of values (k of k-RR, d, g): an integer in
+    ``[minimum, MAX_DOMAIN_SIZE]``, else :class:`ParameterError` (10**400 buckets overflowed a
+    float deep in the bounds)."""
+    value = check_count(name, value, minimum=minimum)
+    if value > MAX_DOMAIN_SIZE:
+        raise ParameterError(name, value, f"an integer in [{minimum}, 2**53]",
+                             hint="the randomizer's probabilities are computed in double "
+                                  "precision")
+    return value
+
+
 def _check_eps0_n(eps0, n) -> tuple[float, int]:
     eps0 = check_nonnegative("eps0", eps0)
     if eps0 > 700:
         raise ParameterError("eps0", eps0, "<= 700 (e^eps0 must be finite)")
-    return eps0, check_count("n", n, minimum=2)
+    return eps0, check_users(n)
 
 
 def _check_delta0(delta0) -> float:
@@ -451,7 +499,11 @@ def epsilon(eps0: float, n: int, delta: float, *, randomizer="general", method: 
     be 0).  ``method``: ``"best"`` (smallest valid bound; ``.method`` names it), ``"fmt21"``,
     ``"fmt23"`` (restricted class only), ``"fmt21_closed_form"``, ``"balle2020"``, ``"none"``.
     With ``delta0 > 0`` only ``"balle2020"`` and ``"none"`` apply (FMT21's approximate-DP
-    extension is not implemented; see the module docstring).
+    extension is not implemented; see the module docstring); below ``delta0`` no epsilon is
+    finite, and ``"best"`` answers ``inf`` (method ``"none"``): the randomizer that publishes
+    its input with probability ``delta0`` and runs eps0-DP randomized response otherwise is
+    (eps0, delta0)-DP, and its shuffled reports have ``delta(eps) >= delta0`` at every eps (our
+    two-line argument, in the code).
 
     Example::
 
@@ -493,7 +545,12 @@ def epsilon(eps0: float, n: int, delta: float, *, randomizer="general", method: 
         except ParameterError:
             continue  # this bound does not apply here (validity condition, delta0 split)
     if not candidates:
-        raise ParameterError("delta0", delta0, f"<= delta={delta:g} (no bound applies)")
+        # "none" applies whenever delta0 <= delta, so here delta < delta0: an (eps0, delta0)-DP
+        # randomizer may publish its input with probability delta0 (and be eps0-DP otherwise),
+        # and then, on a dataset where the differing user's value is held by nobody else, the
+        # shuffled reports show that value with probability >= delta0 under one dataset and 0
+        # under the other: delta(eps) >= delta0 > delta for every eps, so no finite epsilon
+        return _bound(math.inf, delta, "none", eps0, n, r, {"none": math.inf})
     best = min(candidates, key=candidates.get)
     return _bound(candidates[best], delta, best, eps0, n, r, candidates)
 

@@ -389,7 +389,7 @@ class Randomizer:
             raise ParameterError("randomizer.kind", self.kind, "'krr' or 'general'")
         eps0 = _shuffle.check_local_epsilon(self.eps0, 300)
         object.__setattr__(self, "eps0", eps0)
-        object.__setattr__(self, "k", check_count("k", self.k, minimum=2))
+        object.__setattr__(self, "k", _shuffle.check_domain_size("k", self.k, 2))
         d0 = check_nonnegative("delta0", self.delta0)
         if d0 >= 1:
             raise ParameterError("delta0", d0, "in [0, 1)")
@@ -1145,7 +1145,7 @@ _MAX_EXACT_BINARY_PROFILE_N = 1_000_000
 
 
 def _check_n_delta(n, delta) -> tuple[int, float]:
-    return check_count("n", n, minimum=2), check_open_unit("delta", delta)
+    return _shuffle.check_users(n, 2), check_open_unit("delta", delta)
 
 
 def _blanket(eps0: float, n: int, k: int) -> Blanket:
@@ -1331,7 +1331,7 @@ def delta_bounds(spec, n: int, epsilon_: float) -> Bounds:
     """Certified bounds on delta(epsilon) of one round (upper: the same bounds as
     :func:`epsilon`; lower: :func:`lower_bound`'s datasets)."""
     r = randomizer(spec)
-    n = check_count("n", n, minimum=1)
+    n = _shuffle.check_users(n, 1)
     eps = check_nonnegative("epsilon", epsilon_)
     if n == 1:
         v = float(_single_user_profile(r)(np.array([eps]))[0])
@@ -1385,7 +1385,7 @@ def upper_profile(spec, n: int) -> Callable[[np.ndarray], np.ndarray]:
     valid in both directions (every bound here is symmetric or takes the maximum of both).
     Values are memoised per eps (the PLD constructor asks for each point twice)."""
     r = randomizer(spec)
-    n = check_count("n", n, minimum=1)
+    n = _shuffle.check_users(n, 1)
     raw = _profile_cached(r, n)
     memo = _profile_memo(r, n)
 
@@ -1479,7 +1479,7 @@ def round_pld(spec, n: int, *, value_discretization_interval: float | None = Non
     every epsilon it gives is an upper bound.  The profile is sampled at ``profile_points``
     points up to where it falls below 1e-16 (coarser sampling is valid, only looser)."""
     r = randomizer(spec)
-    n = check_count("n", n, minimum=1)
+    n = _shuffle.check_users(n, 1)
     h = value_discretization_interval or default_grid_step(r, n)
     eps_hi = _eps_max(r, n)
     step = max(h, eps_hi / profile_points)
@@ -1517,7 +1517,7 @@ def lower_round_pld(spec, n: int, *, value_discretization_interval: float | None
     randomizers, which include it) with every other user holding the differing user's X0 value;
     k-RR: every other user holding a, reduced to the count of reports of b (a post-processing)."""
     r = randomizer(spec)
-    n = check_count("n", n, minimum=1)
+    n = _shuffle.check_users(n, 1)
     h = value_discretization_interval or default_grid_step(r, n)
     eps0 = r.eps0
     if r.kind == "krr" and r.k >= 3:
@@ -1588,7 +1588,7 @@ class Round:
         # a composition
         if isinstance(self.randomizer, (tuple, list, str)):
             object.__setattr__(self, "randomizer", randomizer(self.randomizer))
-        object.__setattr__(self, "n", check_count("n", self.n, minimum=1))
+        object.__setattr__(self, "n", _shuffle.check_users(self.n, 1))
         object.__setattr__(self, "count", check_count("count", self.count, minimum=0))
 
 
@@ -1661,7 +1661,7 @@ def composed_delta_bounds(rounds: Sequence, epsilon_: float, *,
 
 
 def _as_rounds(rounds: Sequence) -> list[Round]:
-    rs = [x if isinstance(x, Round) else Round(randomizer(x[0]), check_count("n", x[1], minimum=1),
+    rs = [x if isinstance(x, Round) else Round(randomizer(x[0]), _shuffle.check_users(x[1], 1),
                                                  check_count("count", x[2], minimum=0))
           for x in rounds]
     return [x for x in rs if x.count > 0]

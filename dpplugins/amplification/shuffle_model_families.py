@@ -144,7 +144,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dpplugins.amplification import shuffle_model as _sm
-from dpplugins.amplification.shuffle import ShuffleBound, check_local_epsilon
+from dpplugins.amplification.shuffle import (ShuffleBound, check_domain_size,
+                                             check_local_epsilon, check_users)
 from dpplugins.amplification.shuffle_model_errata import (decomposition_for_total_variation,
                                                           errata_pair)
 from dpplugins.errors import (NumericalError, ParameterError, check_count, check_nonnegative,
@@ -236,7 +237,7 @@ def unary_encoding(eps0: float, d: int, *, optimized: bool = False) -> Family:
         0.380797
     """
     eps0 = _check_eps0(eps0)
-    d = check_count("d", d, minimum=3)
+    d = check_domain_size("d", d, 3)
     if optimized:
         a, b = 0.5, 1.0 / (math.exp(eps0) + 1.0)
     else:
@@ -271,7 +272,7 @@ def subset_selection(eps0: float, d: int, k: int) -> Family:
         True
     """
     eps0 = _check_eps0(eps0)
-    d = check_count("d", d, minimum=3)
+    d = check_domain_size("d", d, 3)
     k = check_count("k", k, minimum=1)
     if k >= d:
         raise ParameterError("k", k, f"in [1, d - 1] = [1, {d - 1}]")
@@ -322,7 +323,7 @@ def local_hashing(eps0: float, g: int) -> Family:
         0.231059
     """
     eps0 = _check_eps0(eps0)
-    g = check_count("g", g, minimum=2)
+    g = check_domain_size("g", g, 2)
     e = math.exp(eps0)
     z = e + g - 1
     split = 1 - 1 / g
@@ -386,7 +387,7 @@ def _check(family, n, delta) -> tuple[Family, int, float]:
     if not isinstance(family, Family):
         raise ParameterError("family", family, "a Family (unary_encoding, subset_selection, "
                              "local_hashing, laplace_bounded)")
-    return family, check_count("n", n, minimum=2), check_open_unit("delta", delta)
+    return family, check_users(n, 2), check_open_unit("delta", delta)
 
 
 @functools.lru_cache(maxsize=256)
@@ -480,7 +481,7 @@ def delta_bounds(family: Family, n: int, epsilon_: float) -> Bounds:
     """
     if not isinstance(family, Family):
         raise ParameterError("family", family, "a Family")
-    n = check_count("n", n, minimum=2)
+    n = check_users(n, 2)
     eps = check_nonnegative("epsilon", epsilon_)
     if eps >= family.eps0:
         return Bounds(0.0, 0.0)
@@ -661,7 +662,7 @@ def composed_delta_bounds(family: Family, n: int, count: int, epsilon_: float, *
     """
     if not isinstance(family, Family):
         raise ParameterError("family", family, "a Family")
-    n = check_count("n", n, minimum=2)
+    n = check_users(n, 2)
     count = check_count("count", count, minimum=0)
     eps = check_nonnegative("epsilon", epsilon_)
     if count == 0:
@@ -686,7 +687,7 @@ def _as_rounds(rounds) -> list[tuple[object, int, int]]:
                 raise ParameterError(f"rounds[{i}]", item, "a Round or a (randomizer or Family, "
                                      "n, count) triple") from None
         spec = spec if isinstance(spec, Family) else _sm.randomizer(spec)
-        n = check_count("n", n, minimum=2 if isinstance(spec, Family) else 1)
+        n = check_users(n, 2 if isinstance(spec, Family) else 1)
         count = check_count("count", count, minimum=0)
         if count:
             out.append((spec, n, count))

@@ -59,10 +59,11 @@ from hypothesis import strategies as st
 
 from fuzz_worker import Call, Outcome, Worker, method
 from dpplugins.accountants import available, create
-from dpplugins.events import (EpsilonDeltaEvent, FixedBatchEvent, GaussianEvent, LaplaceEvent,
-                              PNSGDEvent, PoissonSampledEvent, RandomAllocationEvent,
-                              RandomCheckInEvent, RandomizedResponseEvent, SelfComposedEvent,
-                              SwapEvent)
+from dpplugins.events import (BoundedLaplaceEvent, EpsilonDeltaEvent, FixedBatchEvent,
+                              GaussianEvent, LaplaceEvent, LocalHashingEvent, PNSGDEvent,
+                              PoissonSampledEvent, RandomAllocationEvent, RandomCheckInEvent,
+                              RandomizedResponseEvent, SelfComposedEvent, ShuffleEvent,
+                              SubsetSelectionEvent, SwapEvent, UnaryEncodingEvent)
 from dpplugins.samplers import (RandomCheckIn, ShuffledEpochs, SlidingWindowCheckIn,
                                 balls_and_bins)
 
@@ -429,6 +430,69 @@ def _checkin_eps_delta_dominate(data, p):
     return {**p, "epochs": _epochs(_more_steps(data, steps), t)}
 
 
+# -- the shuffle model: n users' reports of one local randomizer, shuffled, in rounds -----------
+LOCAL_EPSILON = with_edges(log_uniform(1e-4, 20.0), 1e-4, 20.0)
+DOMAIN_SIZE = with_edges(st.integers(3, 64), 3, 1000)
+
+
+def _shuffle_model(randomizer: Callable, extra: Callable, min_users: int):
+    """A family's draw: ``randomizer(params)`` builds the local randomizer's Call, ``extra(data)``
+    draws its own parameters; ``min_users`` is the smallest n its bounds take (the family
+    bounds need two users)."""
+    def draw(data):
+        return {"n": data.draw(log_int(min_users, MAX_SIZE), "num_users"),
+                "eps0": data.draw(LOCAL_EPSILON, "eps0"), **extra(data),
+                "rounds": data.draw(STEPS, "rounds"), "_min_users": min_users}
+
+    def build(p):
+        return Call.of(SelfComposedEvent, Call.of(ShuffleEvent, p["n"], randomizer(p)),
+                       p["rounds"])
+    return draw, build
+
+
+def _shuffle_dominate(data, p):
+    """Fewer users and more rounds: the n-user rounds are a post-processing of those of fewer
+    users (append the extra users' reports, shuffle again), so epsilon cannot decrease."""
+    fewer = max(p["_min_users"], p["n"] // data.draw(st.integers(1, 10), label="users divisor"))
+    return {**p, "n": fewer, "rounds": _more_steps(data, p["rounds"])}
+
+
+def _subset_extra(data):
+    d = data.draw(DOMAIN_SIZE, "num_values")
+    return {"d": d, "k": data.draw(st.integers(1, d - 1), "subset_size")}
+
+
+SHUFFLE_MODEL = {
+    "rr": (lambda p: Call.of(RandomizedResponseEvent, p["eps0"], p["k"]),
+           lambda data: {"k": data.draw(with_edges(st.integers(2, 10), 1000), "num_buckets")},
+           1, {"k": "count2"}, {"k": 2}),
+    "eps_delta": (lambda p: Call.of(EpsilonDeltaEvent, p["eps0"], p["delta0"]),
+                  lambda data: {"delta0": data.draw(with_edges(log_uniform(1e-12, 1e-2), 0.0),
+                                                    "delta0")},
+                  1, {"delta0": "delta"}, {"delta0": 1e-9}),
+    "ue": (lambda p: Call.of(UnaryEncodingEvent, p["eps0"], p["d"], p["optimized"]),
+           lambda data: {"d": data.draw(DOMAIN_SIZE, "num_values"),
+                         "optimized": data.draw(st.booleans(), "optimized")},
+           2, {"d": "count2", "optimized": "flag"}, {"d": 8, "optimized": True}),
+    "subset": (lambda p: Call.of(SubsetSelectionEvent, p["eps0"], p["d"], p["k"]),
+               _subset_extra, 2, {"d": "count2", "k": "count1"}, {"d": 16, "k": 2}),
+    "olh": (lambda p: Call.of(LocalHashingEvent, p["eps0"], p["g"]),
+            lambda data: {"g": data.draw(with_edges(st.integers(2, 16), 1000), "num_buckets")},
+            2, {"g": "count2"}, {"g": 4}),
+    "laplace": (lambda p: Call.of(BoundedLaplaceEvent, p["eps0"]), lambda data: {}, 2, {}, {}),
+}
+
+
+def _shuffle_model_family(name: str) -> "Family":
+    randomizer, extra, min_users, domains, default = SHUFFLE_MODEL[name]
+    draw, build = _shuffle_model(randomizer, extra, min_users)
+    eps_domain = "positive" if name == "laplace" else "nonneg"
+    return Family(f"shuffle_model_{name}", draw, build,
+                  {"n": "count1", "eps0": eps_domain, "rounds": "count", **domains},
+                  {"n": 100, "eps0": 1.0, "rounds": 2, "_min_users": min_users, **default},
+                  _shuffle_dominate, finite=name != "eps_delta", noise=None)
+
+
 PNSGD_VARIANTS = ("shuffled", "randomly_stopped", "online")
 
 
@@ -607,6 +671,7 @@ FAMILIES = [
            {"n": 100, "epochs": 2, "sigma": 2.0, "noise": "gaussian", "lipschitz": 1.0,
             "diameter": 1.0, "learning_rate": 0.5, "variant": "shuffled", "contraction": 1.0,
             "smoothness": None, "_period": 100}, _protocol_dominate),
+    *(_shuffle_model_family(name) for name in SHUFFLE_MODEL),
     # version 0.1: options and step()
     Family("step_poisson", _legacy_poisson,
            lambda p: ({}, {"noise_multiplier": p["sigma"], "sample_rate": p["q"],

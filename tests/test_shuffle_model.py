@@ -173,6 +173,25 @@ def test_binary_rr_worst_case_matches_enumeration(eps0):
             assert bounds.lower - 1e-12 <= exact <= bounds.upper + 1e-12
 
 
+def test_binary_rr_delta_search_stops_where_only_numerical_error_is_left():
+    """delta(0.1) at n = 1e7, eps0 = 1 is about 1e-27 (the blanket's profile) under the FFT
+    convolution's rounding charge of about 1e-11: the singletons' lower bounds are 0 and every
+    block stayed open until max_blocks (600 blocks, 2314 cores in one query: 17 s; 78 s at
+    n = 1e8).  A block whose own core's certified lower bound is within tolerance is no longer
+    split: a few dozen blocks.  Where the bounds are resolved (n = 1e4, delta ~ 2.5e-9) the
+    search is unchanged and the answer is above the exact lower pairs (validity at small n:
+    test_binary_rr_worst_case_matches_enumeration)."""
+    wc = sm.BinaryRRWorstCase(1.0, 10**7)
+    bounds, blocks = wc.delta(0.1)
+    assert len(blocks) < 200
+    assert 0 <= bounds.lower <= bounds.upper <= 1e-10
+    wc = sm.BinaryRRWorstCase(1.0, 10**4)
+    bounds, _ = wc.delta(0.05)
+    assert bounds.upper <= bounds.lower * (1 + wc.tol)
+    for pair in sm.krr_lower_pairs(1.0, 10**4, 2).values():
+        assert pair.delta(0.05).lower <= bounds.upper
+
+
 @pytest.mark.parametrize("k", [3, 4])
 def test_krr_upper_bounds_dominate_enumeration(k):
     for eps0 in (1.0, 3.0):

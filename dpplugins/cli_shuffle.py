@@ -75,7 +75,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         epilog=f"example: {EXAMPLE}\nrandomizers: "
                + "; ".join(f"{k}: {v}" for k, v in _HELP.items()))
     p.add_argument("--eps0", type=_number, required=True, help="local privacy level eps0 > 0")
-    p.add_argument("--n", type=_count, required=True, help="number of users (>= 2)")
+    p.add_argument("--n", type=_count, required=True,
+                   help="number of users, 2 to 1e8 (the bound at 1e8 holds for more users)")
     p.add_argument("--delta", type=_number, required=True, help="target delta in (0, 1)")
     p.add_argument("--randomizer", choices=RANDOMIZERS, default="general",
                    help="the local randomizer (default: general)")

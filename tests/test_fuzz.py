@@ -489,7 +489,10 @@ def _shuffle_model_family(name: str) -> "Family":
     eps_domain = "positive" if name == "laplace" else "nonneg"
     return Family(f"shuffle_model_{name}", draw, build,
                   {"n": "count1", "eps0": eps_domain, "rounds": "count", **domains},
-                  {"n": 100, "eps0": 1.0, "rounds": 2, "_min_users": min_users, **default},
+                  # one round: the bad-input test puts n = 10**400 here, accounted as 10**8
+                  # users, where two composed rounds of unary encoding take 15-26 s (issue 16's
+                  # goal at that size is 30 s) against the fuzz's 20 s limit
+                  {"n": 100, "eps0": 1.0, "rounds": 1, "_min_users": min_users, **default},
                   _shuffle_dominate, finite=name != "eps_delta", noise=None)
 
 

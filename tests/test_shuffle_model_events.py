@@ -400,5 +400,5 @@ def test_rounds_of_more_than_max_users_are_accounted_as_max_users():
         assert big.get_epsilon_bounds(delta) == (0.0, ref.get_epsilon(delta))
     for eps in (0.01, 0.5):
         assert big.get_delta_bounds(eps) == (0.0, ref.get_delta_bounds(eps).upper)
-    assert "accounted as 1e+09" in big.summary(1e-6)
+    assert "accounted as 1e+08" in big.summary(1e-6)
     assert "accounted as" not in ref.summary(1e-6)

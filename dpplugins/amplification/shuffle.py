@@ -183,9 +183,10 @@ def check_local_epsilon(eps0, maximum: float, *, zero: bool = True) -> float:
 
 
 #: the most users a shuffle-model bound is computed for: the count windows grow like sqrt(n)
-#: (n = 10^9 takes about half a minute; 10^16 asked for 9 GiB), and more users cannot increase
+#: (n = 10^16 asked for 9 GiB); at 10^8 one query of two composed unary-encoding rounds takes
+#: 15-17 s (10^9: 80 s), the size issue 16's goal names (30 s).  More users cannot increase
 #: epsilon, so the bounds at MAX_USERS hold for any larger n (:func:`check_users`)
-MAX_USERS = 10**9
+MAX_USERS = 10**8
 
 
 def check_users(n, minimum: int = 2) -> int:

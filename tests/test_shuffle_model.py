@@ -192,6 +192,24 @@ def test_binary_rr_delta_search_stops_where_only_numerical_error_is_left():
         assert pair.delta(0.05).lower <= bounds.upper
 
 
+def test_binary_rr_epsilon_at_a_tiny_delta_takes_the_stronger_clone():
+    """delta = 1e-15, n = 1e6: every FFT-convolved core of the exact search is at its rounding
+    floor (about 1e-11), so the search answered eps0 = 1 -- no amplification -- after running to
+    max_blocks (7.6 s; 87 s at n = 1e8).  FMT23's stronger clone (valid for binary RR) now caps
+    it and stops the search once a dataset is certified above it: 0.00856, checked against
+    shuffle.fmt23_epsilon (the clone pair summed in the other module), and above the exact
+    lower pairs.  Where the exact search resolves delta it still answers."""
+    spec, n = ("binary_rr", 1.0), 10**6
+    found = sm.epsilon(spec, n, 1e-15)
+    reference = sh.fmt23_epsilon(1.0, n, 1e-15, randomizer="binary_rr").epsilon
+    assert found.method == "fmt23"
+    assert reference <= found.epsilon <= reference * (1 + 1e-5)
+    assert sm.lower_bound(spec, n, 1e-15).epsilon <= found.epsilon < 0.01
+    resolved = sm.epsilon(spec, n, 1e-6)
+    assert resolved.method == "binary_rr_exact"
+    assert resolved.epsilon <= resolved.candidates["fmt23"]
+
+
 @pytest.mark.parametrize("k", [3, 4])
 def test_krr_upper_bounds_dominate_enumeration(k):
     for eps0 in (1.0, 3.0):

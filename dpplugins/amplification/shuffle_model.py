@@ -818,20 +818,29 @@ class BinaryRRWorstCase:
             lo = hi + 1
         return out
 
-    def _search(self, score: Callable[[int, int], tuple[float, ...]]) -> tuple[float, float,
-                                                                            list[_Block]]:
+    def _search(self, score: Callable[[int, int], tuple[float, ...]], cap: float = math.inf
+                ) -> tuple[float, float, list[_Block]]:
         """Maximise ``score`` over datasets: returns (upper, lower, final blocks).  ``score(lo,
-        hi)`` is ``(upper, lower)`` or ``(upper, lower, core_lower)`` (:class:`_Block`)."""
+        hi)`` is ``(upper, lower)`` or ``(upper, lower, core_lower)`` (:class:`_Block`).
+
+        ``cap``: a certified upper bound from elsewhere, which the caller takes the minimum
+        with.  Once a *singleton* is certified at or above it, the maximum over datasets is
+        too, so no refinement can beat the cap and the search stops (the minimum is the same;
+        at delta = 1e-15 every singleton's bound is eps0 -- its FFT rounding charge is about
+        1e-11 -- and the search used to run to max_blocks: 87 s at n = 1e8)."""
         blocks = [_Block(lo, hi, *score(lo, hi)) for lo, hi in self._initial()]
-        while True:
+        while not any(b.lo == b.hi and b.upper >= cap for b in blocks):
             best_lower = max(b.lower for b in blocks)
             target = (1 + self.tol) * best_lower
             # a block is split while its bound is above the target -- unless even its core's own
             # certified lower bound is not: then the excess is the core's numerical gap (FFT
-            # rounding charges, truncated windows), which the halves' cores carry too, so
-            # splitting cannot bring it down (at n = 1e7, delta(0.1) ~ 1e-27 under an FFT charge
-            # of 1.5e-11, every block stayed open until max_blocks: 17 s, 78 s at n = 1e8).  Any
-            # partition is valid, so this changes only how far the search refines.
+            # rounding charges, truncated windows), which the halves' cores carry nearly whole
+            # (their windows are hardly shorter), so splitting brings it down only slowly (at
+            # n = 1e7, delta(0.1) ~ 1e-27 under an FFT charge of 1.5e-11, every block stayed open
+            # until max_blocks: 17 s, 78 s at n = 1e8; stopping there leaves an upper bound of
+            # 2.0e-11 instead of 1.5e-11).  Any partition is valid, so this changes only how far
+            # the search refines.  (Epsilon searches give core_lower only to blocks stuck at
+            # the cap; elsewhere they refine as before.)
             open_ = [b for b in blocks if b.lo < b.hi and b.upper > target + 1e-300
                      and b.core_lower > target]
             if not open_ or len(blocks) >= self.max_blocks:
@@ -843,23 +852,29 @@ class BinaryRRWorstCase:
                                                                       (mid + 1, worst.hi))]
         return max(b.upper for b in blocks), max(b.lower for b in blocks), blocks
 
-    def epsilon(self, delta: float) -> tuple[Bounds, list[_Block]]:
-        """Certified bounds on epsilon(delta) over all neighbouring datasets (memoised)."""
+    def epsilon(self, delta: float, cap: float = math.inf) -> tuple[Bounds, list[_Block]]:
+        """Certified bounds on epsilon(delta) over all neighbouring datasets (memoised; ``cap``
+        as in :meth:`_search`: where it stops the search, the upper bound is at least ``cap``).
+        """
         memo = self.__dict__.setdefault("_memo", {})
-        if delta not in memo:
-            memo[delta] = self._epsilon(delta)
-        return memo[delta]
+        if (delta, cap) not in memo:
+            memo[(delta, cap)] = self._epsilon(delta, cap)
+        return memo[(delta, cap)]
 
-    def _epsilon(self, delta: float) -> tuple[Bounds, list[_Block]]:
+    def _epsilon(self, delta: float, cap: float) -> tuple[Bounds, list[_Block]]:
         if self.eps0 == 0:
             return Bounds(0.0, 0.0), []
 
         def score(lo, hi):
             core = self._core(lo, hi)
             up = core.epsilon(delta)
-            low = core.epsilon_lower(delta, up) if lo == hi else -math.inf
-            return up, low
-        up, low, blocks = self._search(score)
+            if lo == hi:
+                low = core.epsilon_lower(delta, up)
+                return up, low, low
+            # a block stuck at or above the cap: is its excess only its core's numerical gap?
+            # (then _search leaves it; at delta = 1e-15 the FFT-convolved cores are all there)
+            return up, -math.inf, core.epsilon_lower(delta, up) if up >= cap else math.inf
+        up, low, blocks = self._search(score, cap)
         return Bounds(min(max(low, 0.0), up), up), blocks
 
     def delta(self, epsilon: float) -> tuple[Bounds, list[_Block]]:
@@ -1194,6 +1209,19 @@ def _binary_worst_case(eps0: float, n: int) -> BinaryRRWorstCase:
 
 
 @functools.lru_cache(maxsize=256)
+def _binary_exact(eps0: float, n: int, delta: float) -> tuple[Bounds, float]:
+    """``(bounds, strong)``: FMT23's stronger clone at ``delta`` (binary RR is in the errata's
+    class E_eps0) and the binary-RR branch and bound capped by it (:meth:`BinaryRRWorstCase._search`;
+    the upper bound is the smaller of the two).  At delta = 1e-15 the exact search is at its
+    FFT rounding floor and answered eps0 (no amplification) after 8 s at n = 1e6 and 87 s at
+    n = 1e8; the stronger clone answers 0.0086 and 0.00082 in under half a second."""
+    strong = _strong_clone(eps0, n).epsilon(delta, eps0)
+    if n > _MAX_EXACT_BINARY_N:
+        return Bounds(0.0, strong), strong
+    return _binary_worst_case(eps0, n).epsilon(delta, cap=strong)[0], strong
+
+
+@functools.lru_cache(maxsize=256)
 def _strong_clone(eps0: float, n: int) -> CountPair:
     return clone_pair(eps0, n, 2.0 / (math.exp(eps0) + 1.0))
 
@@ -1220,10 +1248,9 @@ def _epsilon_cached(r: Randomizer, n: int, delta: float) -> ShuffleBound:
         return _bound(0.0, delta, "none", r, n, {"none": 0.0})
     cands: dict[str, float] = {}
     if r.kind == "krr" and r.k == 2:
+        cands["fmt23"] = _binary_exact(eps0, n, delta)[1]
         if n <= _MAX_EXACT_BINARY_N:
-            cands["binary_rr_exact"] = _binary_worst_case(eps0, n).epsilon(delta)[0].upper
-        else:
-            cands["fmt23"] = _strong_clone(eps0, n).epsilon(delta, eps0)
+            cands["binary_rr_exact"] = _binary_exact(eps0, n, delta)[0].upper
     elif r.kind == "krr":
         low = _lower_pairs(eps0, n, r.k)["others_at_c"].epsilon_lower(delta, eps0)
         blanket = _blanket(eps0, n, r.k)
@@ -1291,7 +1318,7 @@ def _lower_cached(r: Randomizer, n: int, delta: float) -> ShuffleBound:
     cands: dict[str, float] = {}
     k = r.k if r.kind == "krr" else 3
     if r.kind == "krr" and k == 2 and n <= _MAX_EXACT_BINARY_N:
-        cands["binary_rr_exact"] = _binary_worst_case(eps0, n).epsilon(delta)[0].lower
+        cands["binary_rr_exact"] = _binary_exact(eps0, n, delta)[0].lower
     ks = (k,) if r.kind == "krr" else (2, 3)
     for kk in ks:
         if kk == 2 and "binary_rr_exact" in cands:

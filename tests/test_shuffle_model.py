@@ -386,7 +386,7 @@ def test_epsilon_below_delta0_is_infinite_not_an_error():
     """delta < delta0: a ParameterError blaming delta0 came back (n >= 2, one round).  An
     (eps0, delta0)-DP randomizer may publish its input with probability delta0; enumerated for
     n = 2 its shuffled reports have delta(50) >= delta0, so no finite epsilon exists at a smaller
-    delta and inf is the answer."""
+    delta: inf is the answer, and a certified lower bound too."""
     eps0, delta0 = 10.0, 0.01
     for x, y in itertools.permutations(range(3), 2):   # the randomizer is (eps0, delta0)-DP
         p, q = _raw_or_krr_row(eps0, delta0, x), _raw_or_krr_row(eps0, delta0, y)
@@ -394,15 +394,21 @@ def test_epsilon_below_delta0_is_infinite_not_an_error():
     law0 = histogram_law([_raw_or_krr_row(eps0, delta0, 0), _raw_or_krr_row(eps0, delta0, 2)])
     law1 = histogram_law([_raw_or_krr_row(eps0, delta0, 1), _raw_or_krr_row(eps0, delta0, 2)])
     assert hockey(law0, law1, 50.0) >= delta0 * (1 - 1e-12)
-    for n in (2, 7, 1000):
+    # ... so inf is also a certified lower bound, and delta >= delta0 at every epsilon
+    for n, rounds in ((1, 1), (2, 1), (7, 1), (1000, 1), (1000, 3)):
         acc = create("shuffle")
-        acc.compose(ShuffleEvent(n, EpsilonDeltaEvent(eps0, delta0)))
+        acc.compose(SelfComposedEvent(ShuffleEvent(n, EpsilonDeltaEvent(eps0, delta0)), rounds))
         for delta in (1e-15, 1e-10, 0.999 * delta0):
-            lower, upper = acc.get_epsilon_bounds(delta)
-            assert upper == math.inf and 0 <= lower
-        assert acc.get_epsilon(0.5) <= eps0 * (1 + 1e-12)
+            assert acc.get_epsilon_bounds(delta) == (math.inf, math.inf)
+        assert acc.get_epsilon(0.5) <= rounds * eps0 * (1 + 1e-12)
+        for eps in (0.0, 1.0, 1000.0):
+            lower, upper = acc.get_delta_bounds(eps)
+            assert delta0 <= lower <= upper
+        assert create("shuffle", lower_bound=False).compose(acc.history[0]).get_epsilon_bounds(
+            1e-10) == (0.0, math.inf)
     res = sh.epsilon(eps0, 2, 1e-10, delta0=delta0)
     assert res.epsilon == math.inf and res.method == "none"
+    assert sm.lower_bound(("general", eps0, delta0), 2, 1e-10).epsilon == math.inf
 
 
 def _kov_delta(eps, eps0, k):

@@ -582,6 +582,10 @@ class ShuffleAccountant(Accountant):
         rounds = self._shuffle_rounds(history)
         if rounds is None:
             return self._epochs_epsilon_bounds(history, delta)
+        if delta < _published(rounds):
+            # a round's randomizer may publish its input with probability delta0
+            # (shuffle_model.lower_bound): no finite epsilon, and the lower bound says so
+            return Bounds(math.inf if self.lower_bound else 0.0, math.inf)
         # the rounds without amplification (basic composition) cap the upper bound, and answer
         # where delta is below what the composition can certify
         cap = _no_amplification(rounds, delta)
@@ -651,7 +655,10 @@ class ShuffleAccountant(Accountant):
             found = shuffle_model.composed_delta_bounds(
                 rounds, epsilon, value_discretization_interval=self.value_discretization_interval,
                 lower=lower)
-        return found if lower else Bounds(0.0, found.upper)
+        if not lower:
+            return Bounds(0.0, found.upper)
+        # a round's randomizer may publish its input with probability delta0: delta >= delta0
+        return Bounds(min(max(found.lower, _published(rounds)), found.upper), found.upper)
 
     def _pure_epsilon_bounds(self, history: tuple) -> Bounds:
         """delta = 0: shuffling does not amplify pure DP (the event "every report is the user's
@@ -753,6 +760,13 @@ def _no_amplification(rounds, delta: float) -> float:
         return math.inf
     total = math.fsum(r.count * r.randomizer.eps0 for r in rounds)
     return total * (1 + 1e-12) if math.isfinite(total) else math.inf
+
+
+def _published(rounds) -> float:
+    """The largest delta0 of the rounds' randomizers: one of them may publish its input with
+    that probability, so delta(eps) is at least this at every eps (a certified lower bound;
+    :func:`dpplugins.amplification.shuffle.epsilon` has the argument)."""
+    return max((_delta0(r.randomizer) for r in rounds), default=0.0)
 
 
 def _delta0(spec) -> float:

@@ -1313,6 +1313,11 @@ def epsilon(spec, n: int, delta: float) -> ShuffleBound:
 @functools.lru_cache(maxsize=512)
 def _lower_cached(r: Randomizer, n: int, delta: float) -> ShuffleBound:
     eps0 = r.eps0
+    if r.delta0 > delta:
+        # the class holds a randomizer that publishes its input with probability delta0
+        # (:func:`dpplugins.amplification.shuffle.epsilon`): on a dataset where nobody else holds
+        # the differing value, delta(eps) >= delta0 > delta at every eps
+        return _bound(math.inf, delta, "publishes_input", r, n, {"publishes_input": math.inf})
     if eps0 == 0:
         return _bound(0.0, delta, "lower bound", r, n, {})
     cands: dict[str, float] = {}
@@ -1398,6 +1403,8 @@ def delta_bounds(spec, n: int, epsilon_: float) -> Bounds:
                 low = max(low, pair.delta(eps).lower)
         if r.kind == "krr" and r.k == 2 and n <= _MAX_EXACT_BINARY_N:
             low = max(low, _binary_worst_case(r.eps0, n).delta(eps)[0].lower)
+    # an (eps0, delta0) randomizer may publish its input with probability delta0 (lower_bound)
+    low = max(low, r.delta0)
     return Bounds(min(low, upper), upper)
 
 

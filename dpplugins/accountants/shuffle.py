@@ -696,7 +696,7 @@ class ShuffleAccountant(Accountant):
             return self._epochs_summary(delta)
         lower, upper = self.get_epsilon_bounds(delta)
         names = ", ".join(f"{r.count} x {r.randomizer.name} (eps0={r.randomizer.eps0:g}, "
-                          f"n={r.n}{'+' if r.n == MAX_USERS else ''})" for r in rounds)
+                          f"n={r.n})" for r in rounds)
         if self._users_capped(tuple(self._history)):
             names += (f" (rounds of more than {MAX_USERS:.0e} users accounted as {MAX_USERS:.0e}: "
                       "more users cannot increase epsilon; lower bound 0)")

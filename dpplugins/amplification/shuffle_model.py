@@ -762,8 +762,9 @@ class _Block:
     hi: int
     upper: float   # certified bound for every dataset in the block
     lower: float   # certified lower bound (singletons only; -inf otherwise)
-    #: the block's core's own certified lower bound (its upper minus its numerical gap; -inf
-    #: where not computed): a lower bound on the core, not on any dataset of the block
+    #: the block's core's own certified lower bound (its upper minus its numerical gap; inf
+    #: where not computed, and the block is split as before): a lower bound on the core, not on
+    #: any dataset of the block
     core_lower: float = math.inf
 
 

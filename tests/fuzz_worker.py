@@ -58,6 +58,11 @@ def method(obj: Any, name: str, *args, **kwargs) -> Any:
     return getattr(obj, name)(*args, **kwargs)
 
 
+def pack(*values: Any) -> tuple:
+    """``values`` as a tuple: a tuple of Calls as one picklable, lazily evaluated argument."""
+    return values
+
+
 def evaluate(value: Any) -> Any:
     return value.evaluate() if isinstance(value, Call) else value
 

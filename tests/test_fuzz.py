@@ -57,9 +57,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, note, settings
 from hypothesis import strategies as st
 
-from fuzz_worker import Call, Outcome, Worker, method
+from fuzz_worker import Call, Outcome, Worker, method, pack
 from dpplugins.accountants import available, create
-from dpplugins.events import (BoundedLaplaceEvent, EpsilonDeltaEvent, FixedBatchEvent,
+from dpplugins.events import (BoundedLaplaceEvent, ComposedEvent, EpsilonDeltaEvent, FixedBatchEvent,
                               GaussianEvent, LaplaceEvent, LocalHashingEvent, PNSGDEvent,
                               PoissonSampledEvent, RandomAllocationEvent, RandomCheckInEvent,
                               RandomizedResponseEvent, SelfComposedEvent, ShuffleEvent,
@@ -483,6 +483,22 @@ SHUFFLE_MODEL = {
 }
 
 
+def _shuffle_model_mixed(data):
+    """A family round (unary encoding) and randomized-response rounds of any number of users
+    (one included) in one history: the families' and the randomizers' bounds compose."""
+    return {"n": data.draw(log_int(2, MAX_SIZE), "num_users"),
+            "eps0": data.draw(LOCAL_EPSILON, "eps0"), "d": data.draw(DOMAIN_SIZE, "num_values"),
+            "rounds": data.draw(log_int(1, 100), "rounds"),
+            "m": data.draw(log_int(1, MAX_SIZE), "rr_users"),
+            "eps1": data.draw(LOCAL_EPSILON, "rr_eps0"),
+            "rr_rounds": data.draw(log_int(1, 100), "rr_rounds"), "_min_users": 2}
+
+
+def _shuffle_mixed_dominate(data, p):
+    fewer = _shuffle_dominate(data, p)
+    return {**fewer, "m": max(1, p["m"] // data.draw(st.integers(1, 10), label="rr divisor"))}
+
+
 def _shuffle_model_family(name: str) -> "Family":
     randomizer, extra, min_users, domains, default = SHUFFLE_MODEL[name]
     draw, build = _shuffle_model(randomizer, extra, min_users)
@@ -675,6 +691,16 @@ FAMILIES = [
             "diameter": 1.0, "learning_rate": 0.5, "variant": "shuffled", "contraction": 1.0,
             "smoothness": None, "_period": 100}, _protocol_dominate),
     *(_shuffle_model_family(name) for name in SHUFFLE_MODEL),
+    Family("shuffle_model_mixed", _shuffle_model_mixed,
+           lambda p: Call.of(ComposedEvent, Call.of(
+               pack, Call.of(SelfComposedEvent, Call.of(ShuffleEvent, p["n"], Call.of(
+                   UnaryEncodingEvent, p["eps0"], p["d"])), p["rounds"]),
+               Call.of(SelfComposedEvent, Call.of(ShuffleEvent, p["m"], Call.of(
+                   RandomizedResponseEvent, p["eps1"], 2)), p["rr_rounds"]))),
+           {"n": "count1", "eps0": "nonneg", "d": "count2", "rounds": "count", "m": "count1",
+            "eps1": "nonneg", "rr_rounds": "count"},
+           {"n": 100, "eps0": 1.0, "d": 8, "rounds": 1, "m": 1, "eps1": 1.0, "rr_rounds": 1,
+            "_min_users": 2}, _shuffle_mixed_dominate, noise=None),
     # version 0.1: options and step()
     Family("step_poisson", _legacy_poisson,
            lambda p: ({}, {"noise_multiplier": p["sigma"], "sample_rate": p["q"],

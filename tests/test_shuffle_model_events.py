@@ -402,3 +402,39 @@ def test_rounds_of_more_than_max_users_are_accounted_as_max_users():
         assert big.get_delta_bounds(eps) == (0.0, ref.get_delta_bounds(eps).upper)
     assert "accounted as 1e+08" in big.summary(1e-6)
     assert "accounted as" not in ref.summary(1e-6)
+
+
+def test_one_user_round_beside_a_family_round_answers():
+    """A family round composed with a one-user round: where the composed lower bound certified
+    nothing, the fallback asked each round for its one-round lower bound, and the one-user
+    round raised 'n=1 is invalid: must be an integer >= 2' on a valid query (delta 0.5).  It
+    now contributes nothing to the fallback.  Checked against the history's own delta(0):
+    epsilon(delta) is 0 exactly when delta >= delta(0)."""
+    acc = create("shuffle")
+    acc.compose(ShuffleEvent(1000, UnaryEncodingEvent(1.0, 8)))
+    acc.compose(ShuffleEvent(1, RandomizedResponseEvent(1.0, 2)))
+    at_zero = acc.get_delta_bounds(0.0)
+    for delta in (0.5, 0.9):
+        assert delta > at_zero.upper and acc.get_epsilon_bounds(delta) == (0.0, 0.0)
+    lower, upper = acc.get_epsilon_bounds(0.4 * at_zero.lower)
+    assert 0 < upper and 0 <= lower <= upper
+
+
+@pytest.mark.parametrize("wide", [UnaryEncodingEvent(20.0, 41), RandomizedResponseEvent(20.0, 41)])
+def test_rounds_of_very_different_eps0_compose_on_a_grid_that_fits(wide):
+    """eps0 = 20 beside eps0 = 1e-4 (found by the mixed fuzz family): the composition took the
+    narrow round's grid step (1e-6), on which the wide round's profile needs 4e7 bins, and
+    raised "value_discretization_interval=1e-06 is invalid" -- an option nobody had set.  The
+    step is now floored where the widest round has 2^18 bins.  Checked against basic
+    composition (Dwork & Roth Thm 3.16: epsilon <= 20 + 1e-4 at every delta) and the wide
+    round's own exact lower bound (a post-processing of the composition)."""
+    acc = create("shuffle")
+    acc.compose(ShuffleEvent(11, wide))
+    acc.compose(ShuffleEvent(1, RandomizedResponseEvent(1e-4, 2)))
+    alone = create("shuffle").compose(ShuffleEvent(11, wide))
+    for delta in (3.7e-6, 0.5):
+        lower, upper = acc.get_epsilon_bounds(delta)
+        assert alone.get_epsilon_bounds(delta).lower * (1 - 1e-9) <= upper
+        assert 0 <= lower <= upper <= (20 + 1e-4) * (1 + 1e-9)
+    lower, upper = acc.get_delta_bounds(19.5)
+    assert 0 <= lower <= upper <= 1

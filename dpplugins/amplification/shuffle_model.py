@@ -1520,6 +1520,19 @@ def default_grid_step(spec, n: int) -> float:
     return float(np.clip(pair.epsilon(1e-6, r.eps0) / 400, 1e-6, 1e-2))
 
 
+def composition_grid_step(steps: Sequence[float], eps0s: Sequence[float]) -> float:
+    """The grid step on which rounds are composed: the finest of the rounds' own ``steps``, but
+    no finer than the widest round needs -- its own step, or the step at which its profile PLD
+    (spanning ``[-eps_max, eps_max]``, ``eps_max <= max(eps0, 1e-6)``, :func:`_eps_max`) has
+    2^18 bins, whichever is finer.  A round of eps0 = 20 composed with one of eps0 = 1e-4 took
+    the latter's step 1e-6 and raised "value_discretization_interval=1e-06 is invalid" (4e7
+    bins), an option nobody had set.  One kind of round keeps its own step; a coarser grid is
+    valid, only looser for the narrow rounds."""
+    widest = max(range(len(steps)), key=lambda i: eps0s[i])
+    floor = 2.0 * max(eps0s[widest], 1e-6) / 2**18 * 1.01
+    return max(min(steps), min(steps[widest], floor))
+
+
 def round_pld(spec, n: int, *, value_discretization_interval: float | None = None,
               profile_points: int = 80) -> PrivacyLossDistribution:
     """Dominating PLD of one round from :func:`upper_profile` (pessimistic connect-the-dots,
@@ -1651,7 +1664,8 @@ def composed_epsilon_bounds(rounds: Sequence, delta: float, *,
     rs = _as_rounds(rounds)
     if not rs:
         return Bounds(0.0, 0.0)
-    h = value_discretization_interval or min(default_grid_step(x.randomizer, x.n) for x in rs)
+    h = value_discretization_interval or composition_grid_step(
+        [default_grid_step(x.randomizer, x.n) for x in rs], [x.randomizer.eps0 for x in rs])
     upper_pld = None
     for x in rs:
         part = round_pld(x.randomizer, x.n, value_discretization_interval=h).self_compose(x.count)
@@ -1684,7 +1698,8 @@ def composed_delta_bounds(rounds: Sequence, epsilon_: float, *,
     rs = _as_rounds(rounds)
     if not rs:
         return Bounds(0.0, 0.0)
-    h = value_discretization_interval or min(default_grid_step(x.randomizer, x.n) for x in rs)
+    h = value_discretization_interval or composition_grid_step(
+        [default_grid_step(x.randomizer, x.n) for x in rs], [x.randomizer.eps0 for x in rs])
     upper_pld = None
     for x in rs:
         part = round_pld(x.randomizer, x.n, value_discretization_interval=h).self_compose(x.count)

@@ -705,8 +705,9 @@ def _eps0_sum(rs) -> float | None:
 def _grid(rs, h: float | None) -> float:
     if h is not None:
         return h
-    return min(_grid_step(spec, n) if isinstance(spec, Family) else _sm.default_grid_step(spec, n)
-               for spec, n, _ in rs)
+    return _sm.composition_grid_step(
+        [_grid_step(spec, n) if isinstance(spec, Family) else _sm.default_grid_step(spec, n)
+         for spec, n, _ in rs], [spec.eps0 for spec, _, _ in rs])
 
 
 def _upper_pld(rs, h: float) -> PrivacyLossDistribution:
@@ -799,6 +800,11 @@ def _single_round_lower(rs, one_round) -> float:
     support too large) or certifies nothing."""
     best = 0.0
     for spec, n, _ in rs:
+        if n < 2:
+            # one user's report is its randomizer: no lower-bound pair is built for it (the
+            # pairs need two users; asking raised ParameterError on a valid query of a history
+            # that mixes a family round with a one-user round); it contributes 0, still valid
+            continue
         try:
             best = max(best, float(one_round(spec, n)))
         except _ENGINE_FAILURES:

@@ -10,6 +10,8 @@ References used (none of them goes through our FFT / grid code):
 """
 
 import math
+import warnings
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -24,7 +26,8 @@ from dpplugins.amplification.allocation import (MonteCarloEstimate, allocation_p
                                                 monte_carlo_delta, random_allocation_pld)
 from dpplugins.errors import NumericalError, ParameterError
 from dpplugins.mechanisms.types import MechanismPairs
-from dpplugins.pld import PrivacyLossDistribution
+from dpplugins.events import RandomAllocationEvent, RandomizedResponseEvent
+from dpplugins.pld import AccuracyWarning, PrivacyLossDistribution
 
 
 def _exact_gaussian_epsilon(mu: float, delta: float) -> float:
@@ -397,3 +400,20 @@ def test_a_delta_below_the_compositions_reach_falls_back_to_the_pure_dp_epsilon(
     with pytest.warns(AccuracyWarning, match="pure-DP epsilon"):
         bounds = accountant.get_epsilon_bounds(1e-300)
     assert bounds.lower == 0.0 and 0.0 < bounds.upper <= 2.0 * (1 + 1e-11) + 4e-12
+
+
+def test_epsilon_is_capped_by_the_pure_dp_epsilon_where_the_composition_answers_inf():
+    """Found by the long fuzz: k = 14 participations of 5-ary randomized response (eps0 0.165)
+    in one step of 214,734, check-in probability 0.082: at delta = 2.8e-13 the composition
+    answered an upper bound of inf (and delta = 0 answered [0, inf]) for a mechanism that is
+    pure DP.  Both are now capped by the pure-DP epsilon; checked against basic composition of
+    the example's k randomized-response steps (Dwork & Roth 2014, Thm 3.16): at most 14 eps0."""
+    eps0 = 0.16540281033182866
+    event = RandomAllocationEvent(214734, Fraction(1, 214734), RandomizedResponseEvent(eps0, 5),
+                                  participations=14, checkin_probability=0.08198800292126773)
+    acc = create("balls_and_bins").compose(event)
+    for delta in (0.0, 2.8e-13):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", AccuracyWarning)
+            lower, upper = acc.get_epsilon_bounds(delta)
+        assert 0 <= lower <= upper <= 14 * eps0 * (1 + 1e-9)

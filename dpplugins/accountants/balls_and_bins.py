@@ -419,10 +419,13 @@ class RandomAllocationAccountant(Accountant):
         if math.isfinite(pure) and delta >= optimal_composition_delta(0.0, pure, 0.0, 1):
             return Bounds(0.0, 0.0)
         try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                bounds = self._evaluate(history, lambda pld: pld.epsilon_for_delta(delta), delta,
-                                        epochs=epochs)
+            # the pure-DP epsilon caps the upper bound too (the composition answered inf at
+            # delta = 2.8e-13 for k = 14 participations of randomized response, whose pure-DP
+            # epsilon is 1.82)
+            return self._capped(
+                lambda: self._evaluate(history, lambda pld: pld.epsilon_for_delta(delta), delta,
+                                       epochs=epochs), pure,
+                f"the upper one is the pure-DP epsilon of the history (at delta={delta:g})")
         except NumericalError as error:
             if not math.isfinite(pure):
                 raise
@@ -433,21 +436,6 @@ class RandomAllocationAccountant(Accountant):
                 f"the history; the composition could not answer at delta={delta:g} "
                 f"({getattr(error, 'what', error)})"), stacklevel=3)
             return Bounds(0.0, pure)
-        # the pure-DP epsilon caps the upper bound too (the composition answered inf at
-        # delta = 2.8e-13 for k = 14 participations of randomized response, whose pure-DP
-        # epsilon is 2.3); a warning of the uncapped bounds is restated with the capped ones
-        capped = Bounds(min(bounds.lower, pure), min(bounds.upper, pure))
-        for item in caught:
-            if capped != bounds and issubclass(item.category, AccuracyWarning):
-                continue
-            warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
-        if capped != bounds and capped.upper > 0 and (
-                capped.upper - capped.lower > self.eps_tolerance * capped.upper):
-            warnings.warn(AccuracyWarning(
-                f"balls_and_bins: certified bounds [{capped.lower:.6g}, {capped.upper:.6g}]; "
-                f"the upper one is the pure-DP epsilon of the history (the composition gave "
-                f"{bounds.upper:.6g} at delta={delta:g}).  The bounds are valid"), stacklevel=3)
-        return capped
 
     def _pure_epsilon_bounds(self, history) -> Bounds:
         """delta = 0: ``[0, _pure_epsilon_upper]`` (inf with Gaussian steps)."""

@@ -32,13 +32,14 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
+import warnings
 from typing import Any, ClassVar, Iterable
 
 from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_count, check_nonnegative,
                               check_probability, check_real)
 from dpplugins.events import (Event, GaussianEvent, NonPrivateEvent, PoissonSampledEvent,
                               SelfComposedEvent, UnsupportedEvent, from_dict, leaves)
-from dpplugins.pld import Bounds
+from dpplugins.pld import AccuracyWarning, Bounds
 
 __all__ = ["Accountant", "UnsupportedEventError", "validate_history", "is_non_private",
            "private_leaves", "MAX_COMPOSITIONS", "compositions"]
@@ -354,6 +355,32 @@ class Accountant:
             if is_non_private(leaf):
                 return None
         return history
+
+    def _capped(self, compute, cap: float, reason: str) -> Bounds:
+        """``compute()`` (certified bounds) with both ends capped at ``cap``, a certified upper
+        bound from elsewhere.  Where the cap changes them, the computation's AccuracyWarnings
+        (which state the uncapped bounds) are replaced by one stating the capped bounds and
+        ``reason`` (what the cap is), if their gap is still above ``eps_tolerance``; every other
+        warning passes unchanged."""
+        if not math.isfinite(cap):
+            return compute()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            bounds = compute()
+        capped = Bounds(min(bounds.lower, cap), min(bounds.upper, cap))
+        changed = capped != bounds
+        for item in caught:
+            if not (changed and issubclass(item.category, AccuracyWarning)):
+                warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
+        gap = capped.upper - capped.lower
+        tolerance = getattr(self, "eps_tolerance", 0.0)
+        if changed and capped.upper > 0 and gap > tolerance * capped.upper:
+            warnings.warn(
+                f"{self.name}: certified bounds [{capped.lower:.6g}, {capped.upper:.6g}] have a "
+                f"relative gap of {gap / capped.upper:.3g}, above eps_tolerance={tolerance:g}; "
+                f"{reason}. The bounds are valid; the upper one is the certified value",
+                AccuracyWarning, stacklevel=5)
+        return capped
 
     def _pure_epsilon_bounds(self, history: tuple) -> Bounds:
         """Bounds on epsilon at delta = 0 (pure DP); by default only ``[0, inf]`` is known."""

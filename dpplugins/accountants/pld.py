@@ -282,6 +282,11 @@ def clear_step_cache() -> None:
         _step_cache_bins = 0
 
 
+#: what the basic-composition cap of :meth:`PLDAccountant._basic_composition` is (the warning
+#: of :meth:`~dpplugins.accountants.base.Accountant._capped` says it)
+_BASIC_CAP = "the upper one is capped by basic composition (a step the grid cannot represent)"
+
+
 def _with_gap(bounds: Bounds) -> tuple[Bounds, float]:
     """The bounds and their relative gap ``(upper - lower) / upper``."""
     return bounds, (bounds.upper - bounds.lower) / bounds.upper if bounds.upper > 0 else 0.0
@@ -491,31 +496,6 @@ class PLDAccountant(Accountant):
         if math.isinf(total):
             return Bounds(math.inf, math.inf)
         return Bounds(total * (1 - 1e-12), total * (1 + 1e-12))
-
-    def _capped(self, compute, cap: float) -> Bounds:
-        """``compute()`` (certified bounds) with both ends capped at ``cap``, a certified upper
-        bound from elsewhere.  Where the cap changes them, the computation's AccuracyWarnings
-        (which state the uncapped bounds) are replaced by one stating the capped bounds, if
-        their gap is still above ``eps_tolerance``; every other warning passes unchanged."""
-        if not math.isfinite(cap):
-            return compute()
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            bounds = compute()
-        capped = Bounds(min(bounds.lower, cap), min(bounds.upper, cap))
-        changed = capped != bounds
-        for item in caught:
-            if not (changed and issubclass(item.category, AccuracyWarning)):
-                warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
-        gap = capped.upper - capped.lower
-        if changed and capped.upper > 0 and gap > self.eps_tolerance * capped.upper:
-            warnings.warn(
-                f"pld: certified bounds [{capped.lower:.6g}, {capped.upper:.6g}] have a relative "
-                f"gap of {gap / capped.upper:.3g}, above eps_tolerance={self.eps_tolerance:g}; "
-                "the upper one is capped by basic composition (a step the grid cannot "
-                "represent). The bounds are valid; the upper one is the certified value",
-                AccuracyWarning, stacklevel=5)
-        return capped
 
     def _basic_composition(self, history) -> tuple[float, float]:
         """``(sum count_i eps_i, sum count_i delta_i)``, both rounded up: the history is
@@ -945,7 +925,8 @@ class PLDAccountant(Accountant):
             try:
                 bounds = self._capped(lambda: self._generic(
                     history, self._epsilon_evaluator(delta),
-                    evaluate_upper=lambda pld: pld.epsilon_for_delta(delta, lower=False)), cap)
+                    evaluate_upper=lambda pld: pld.epsilon_for_delta(delta, lower=False)), cap,
+                    _BASIC_CAP)
             except NumericalError:
                 if math.isinf(cap):
                     raise
@@ -967,7 +948,8 @@ class PLDAccountant(Accountant):
             basic_eps, basic_delta = self._basic_composition(history)
             # delta(eps) <= delta(basic_eps) <= basic_delta
             cap = basic_delta if epsilon >= basic_eps else math.inf
-            return self._capped(lambda: self._generic_delta_bounds(history, epsilon), cap)
+            return self._capped(lambda: self._generic_delta_bounds(history, epsilon), cap,
+                                _BASIC_CAP)
         return self._gaussian_delta_bounds(history, epsilon)
 
     def _generic_delta_bounds(self, history, epsilon: float) -> Bounds:

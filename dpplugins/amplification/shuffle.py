@@ -184,8 +184,8 @@ def check_local_epsilon(eps0, maximum: float, *, zero: bool = True) -> float:
 
 #: the most users a shuffle-model bound is computed for: the count windows grow like sqrt(n)
 #: (n = 10^16 asked for 9 GiB); at 10^8 one query of two composed unary-encoding rounds takes
-#: 15-17 s (10^9: 80 s), the size issue 16's goal names (30 s).  More users cannot increase
-#: epsilon, so the bounds at MAX_USERS hold for any larger n (:func:`check_users`)
+#: 15-26 s (10^9: 80 s).  More users cannot increase epsilon, so the bounds at MAX_USERS hold
+#: for any larger n (:func:`check_users`)
 MAX_USERS = 10**8
 
 

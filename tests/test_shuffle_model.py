@@ -480,3 +480,36 @@ def test_huge_domains_are_refused_not_overflowed(k):
         assert not acc.supports(event)
         with pytest.raises(UnsupportedEventError, match="2\\*\\*53"):
             acc.compose(event)
+
+
+def test_smallest_bound_never_drops_the_winner_at_a_probe_and_stays_above_the_minimum():
+    """``smallest_bound`` evaluates every bound at probe points only; against the brute-force
+    minimum of all bounds at every point: equal at the probes, never below it anywhere (each
+    bound is an upper bound, so a dropped one may only loosen), and equal everywhere when the
+    winners at the probes are the winners everywhere."""
+    eps = np.linspace(0.0, 1.0, 81)
+    calls = []
+
+    def counted(fn, name):
+        def bound(e):
+            calls.append(name)
+            return fn(e)
+        return bound
+
+    bounds = [counted(lambda e: math.exp(-3 * e), "a"),     # smallest for e > 0.5
+              counted(lambda e: 0.6 * math.exp(-2 * e), "b"),  # smallest for e < 0.51
+              counted(lambda e: 0.9, "c")]                   # never the smallest
+    brute = np.array([min(b(e) for b in bounds) for e in eps])
+    calls.clear()
+    got = sm.smallest_bound(bounds, eps)
+    assert np.all(got >= brute)
+    np.testing.assert_allclose(got, brute, rtol=0, atol=0)
+    assert calls.count("c") == 8 and calls.count("a") == 81 and calls.count("b") == 81
+    # a bound that wins only between two probes is dropped there: looser, never below
+    dip = [lambda e: 1.0, lambda e: 0.5 if abs(e - 0.075) < 0.005 else 2.0]  # eps[6] only
+    got = sm.smallest_bound(dip, eps)
+    brute = np.array([min(b(e) for b in dip) for e in eps])
+    assert np.all(got >= brute) and got[6] == 1.0 > brute[6]
+    # few points or one bound: every bound everywhere
+    np.testing.assert_array_equal(sm.smallest_bound(dip, eps[:16]),
+                                  [min(b(e) for b in dip) for e in eps[:16]])

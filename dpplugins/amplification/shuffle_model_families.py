@@ -512,33 +512,27 @@ def epsilon_bounds(family: Family, n: int, delta: float) -> Bounds:
 def upper_profile(family: Family, n: int):
     """Vectorised certified upper bound on one round's privacy profile ``delta(eps)``, eps >= 0,
     valid in both directions: the smallest of FMT21's clone pair and (where they apply) the
-    Lemma 7.3 pair and the relaxed blanket (48 blocks of M), all symmetric bounds."""
+    Lemma 7.3 pair and the relaxed blanket (48 blocks of M), all symmetric bounds; between
+    probe points only the bounds that were (nearly) the smallest at a probe are evaluated
+    (:func:`~dpplugins.amplification.shuffle_model.smallest_bound`; valid for any subset)."""
     family, n, _ = _check(family, n, 0.5)
     fmt21 = _sm._fmt21_clone(family.eps0, n)
-    pair = errata_pair(family.eps0, n, *family.lemma73) if family.lemma73 is not None else None
-    blanket = _blanket(family, n, 48) if family.blanket is not None else None
+    bounds = [lambda e: fmt21.delta(e).upper]
+    if family.lemma73 is not None:
+        bounds.append(errata_pair(family.eps0, n, *family.lemma73).delta)
+    if family.blanket is not None:
+        bounds.append(_blanket(family, n, 48).delta)
 
     memo = _profile_memo(family, n)   # values per eps (every PLD of (family, n) reuses them)
 
     def fn(eps):
         eps = np.asarray(eps, dtype=float)
-        out = []
-        for e in eps.ravel():
-            e = float(e)
-            if e in memo:
-                out.append(memo[e])
-                continue
-            if e >= family.eps0:
-                v = 0.0
-            else:
-                v = fmt21.delta(e).upper
-                if pair is not None:
-                    v = min(v, pair.delta(e))
-                if blanket is not None:
-                    v = min(v, blanket.delta(e))
-            memo[e] = v
-            out.append(v)
-        return np.array(out).reshape(eps.shape)
+        missing = sorted({float(e) for e in eps.ravel()} - memo.keys())
+        # delta(eps) = 0 at eps >= eps0 (the round is eps0-DP)
+        below = [e for e in missing if e < family.eps0]
+        memo.update((e, 0.0) for e in missing if e >= family.eps0)
+        memo.update(zip(below, _sm.smallest_bound(bounds, below).tolist()))
+        return np.array([memo[float(e)] for e in eps.ravel()]).reshape(eps.shape)
     return fn
 
 

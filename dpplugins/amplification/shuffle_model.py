@@ -192,6 +192,8 @@ Laws = tuple[tuple[float, float, float], tuple[float, float, float], tuple[float
 _U = float(np.finfo(float).eps) / 2
 #: the unit round-off of double precision (shared with the sibling shuffle-model modules)
 UNIT_ROUNDOFF = _U
+#: what the count-pair engine raises at extreme laws (probabilities near the underflow range)
+ENGINE_FAILURES = (NumericalError, ZeroDivisionError, FloatingPointError, OverflowError)
 
 
 def newton_smallest_epsilon(fn, delta: float, hi: float, guess: float,
@@ -1237,6 +1239,30 @@ def _lower_pairs(eps0: float, n: int, k: int) -> dict[str, CountPair]:
     return krr_lower_pairs(eps0, n, k)
 
 
+def fixed_dataset_pairs(r: Randomizer, n: int) -> dict[str, CountPair]:
+    """The exact pairs of :func:`krr_lower_pairs` for one round of ``r`` (n >= 2 users, eps0 >
+    0): k-RR's own; binary and ternary RR's for a general randomizer (both are in its class).
+    Each gives certified lower bounds at any n without a search (binary RR's branch and bound
+    finds better datasets, at a cost of seconds to a minute at n = 1e8)."""
+    ks = (r.k,) if r.kind == "krr" else (2, 3)
+    return {f"{k}rr_{name}": pair for k in ks
+            for name, pair in _lower_pairs(r.eps0, n, k).items()}
+
+
+def fixed_dataset_epsilon_lower(r: Randomizer, n: int, delta: float) -> float:
+    """The largest certified lower bound on epsilon(delta) of :func:`fixed_dataset_pairs`."""
+    return max(pair.epsilon_lower(delta, r.eps0) for pair in fixed_dataset_pairs(r, n).values())
+
+
+def fixed_dataset_delta_lower(r: Randomizer, n: int, epsilon_: float) -> float:
+    """The largest certified lower bound on delta(epsilon_) of :func:`fixed_dataset_pairs`, and
+    at least ``delta0`` (:func:`lower_bound`)."""
+    if epsilon_ >= r.eps0:
+        return r.delta0
+    return max([pair.delta(epsilon_).lower for pair in fixed_dataset_pairs(r, n).values()]
+               + [r.delta0])
+
+
 def _bound(eps: float, delta: float, method: str, r: Randomizer, n: int,
            candidates: Mapping[str, float]) -> ShuffleBound:
     return ShuffleBound(float(eps), float(delta), method, r.eps0, n, r.name, dict(candidates))
@@ -1322,15 +1348,12 @@ def _lower_cached(r: Randomizer, n: int, delta: float) -> ShuffleBound:
     if eps0 == 0:
         return _bound(0.0, delta, "lower bound", r, n, {})
     cands: dict[str, float] = {}
-    k = r.k if r.kind == "krr" else 3
-    if r.kind == "krr" and k == 2 and n <= _MAX_EXACT_BINARY_N:
+    if r.kind == "krr" and r.k == 2 and n <= _MAX_EXACT_BINARY_N:
+        # its j = 0 singleton is the "others at a" pair
         cands["binary_rr_exact"] = _binary_exact(eps0, n, delta)[0].lower
-    ks = (k,) if r.kind == "krr" else (2, 3)
-    for kk in ks:
-        if kk == 2 and "binary_rr_exact" in cands:
-            continue  # its j = 0 singleton is the "others at a" pair
-        for name, pair in _lower_pairs(eps0, n, kk).items():
-            cands[f"{kk}rr_{name}"] = pair.epsilon_lower(delta, eps0)
+    else:
+        for name, pair in fixed_dataset_pairs(r, n).items():
+            cands[name] = pair.epsilon_lower(delta, eps0)
     best = max(cands, key=cands.get)
     return ShuffleBound(cands[best], delta, best, eps0, n, "lower bound", cands)
 
@@ -1396,16 +1419,10 @@ def delta_bounds(spec, n: int, epsilon_: float) -> Bounds:
         upper = float(upper_profile(r, n)(np.array([eps]))[0])
     elif eps >= r.eps0:
         upper = 0.0
-    low = 0.0
-    if r.eps0 > 0 and eps < r.eps0:
-        k = r.k if r.kind == "krr" else 3
-        for kk in ((k,) if r.kind == "krr" else (2, 3)):
-            for pair in _lower_pairs(r.eps0, n, kk).values():
-                low = max(low, pair.delta(eps).lower)
-        if r.kind == "krr" and r.k == 2 and n <= _MAX_EXACT_BINARY_N:
-            low = max(low, _binary_worst_case(r.eps0, n).delta(eps)[0].lower)
     # an (eps0, delta0) randomizer may publish its input with probability delta0 (lower_bound)
-    low = max(low, r.delta0)
+    low = fixed_dataset_delta_lower(r, n, eps) if r.eps0 > 0 else r.delta0
+    if r.kind == "krr" and r.k == 2 and n <= _MAX_EXACT_BINARY_N and eps < r.eps0:
+        low = max(low, _binary_worst_case(r.eps0, n).delta(eps)[0].lower)
     return Bounds(min(low, upper), upper)
 
 
@@ -1725,6 +1742,8 @@ def composed_epsilon_bounds(rounds: Sequence, delta: float, *,
                 low = low_pld.epsilon_for_delta(min(delta + margin, 0.999999)).lower
             except NumericalError:
                 low = 0.0
+        low = max(low, best_single_round_lower(
+            rs, lambda spec, n: fixed_dataset_epsilon_lower(spec, n, delta)))
     return Bounds(min(low, up), up)
 
 
@@ -1759,7 +1778,35 @@ def composed_delta_bounds(rounds: Sequence, epsilon_: float, *,
             low = max(0.0, low_pld.delta_for_epsilon(eps).lower - margin)
         except NumericalError:
             low = 0.0
+        low = max(low, best_single_round_lower(
+            rs, lambda spec, n: fixed_dataset_delta_lower(spec, n, eps)))
     return Bounds(min(low, up), up)
+
+
+def best_single_round_lower(rounds, one_round: Callable[[object, int], float]) -> float:
+    """The largest one-round lower bound ``one_round(randomizer, n)`` among ``rounds``
+    (:class:`Round` or ``(randomizer, n, count)`` triples): any one round is a post-processing
+    of the whole adaptive composition (drop the other rounds' outputs), so its certified lower
+    bound holds for the composition.  The composed lower bound is at least this: a round's
+    three-category pair can beat the composition of the reduced pairs of
+    :func:`~dpplugins.amplification.shuffle_model_families.lower_round_pld` (few rounds), a
+    k-RR round's two-dimensional pair beats its one-dimensional reduction composed at large n
+    (:func:`lower_round_pld`), and the composed pair may certify nothing.  Callers pass
+    bounds without a search (:func:`fixed_dataset_epsilon_lower`): binary RR's branch and
+    bound would cost up to a minute per round kind at n = 1e8."""
+    best = 0.0
+    for item in rounds:
+        spec, n = (item.randomizer, item.n) if isinstance(item, Round) else item[:2]
+        if n < 2:
+            # one user's report is its randomizer: no lower-bound pair is built for it (the
+            # pairs need two users; asking raised ParameterError on a valid query of a history
+            # that mixes a family round with a one-user round); it contributes 0, still valid
+            continue
+        try:
+            best = max(best, float(one_round(spec, n)))
+        except ENGINE_FAILURES:
+            continue
+    return best
 
 
 def _as_rounds(rounds: Sequence) -> list[Round]:

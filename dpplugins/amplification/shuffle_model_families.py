@@ -429,8 +429,7 @@ def epsilon(family: Family, n: int, delta: float) -> ShuffleBound:
     return _epsilon_cached(family, n, delta)
 
 
-#: what the count-pair engine raises at extreme laws (probabilities near the underflow range)
-_ENGINE_FAILURES = (NumericalError, ZeroDivisionError, FloatingPointError, OverflowError)
+_ENGINE_FAILURES = _sm.ENGINE_FAILURES
 
 
 def _usable(laws: Laws) -> bool:
@@ -805,30 +804,10 @@ def composed_rounds_epsilon_bounds(rounds, delta: float, *,
             except NumericalError:
                 low = 0.0
         # a round's own (three-category) bound can beat a composition of count pairs
-        low = max(low, _single_round_lower(rs, lambda spec, n: (
-            lower_bound(spec, n, delta) if isinstance(spec, Family)
-            else _sm.lower_bound(spec, n, delta)).epsilon))
+        low = max(low, _sm.best_single_round_lower(rs, lambda spec, n: (
+            lower_bound(spec, n, delta).epsilon if isinstance(spec, Family)
+            else _sm.fixed_dataset_epsilon_lower(spec, n, delta))))
     return Bounds(min(max(low, 0.0), up), up)
-
-
-def _single_round_lower(rs, one_round) -> float:
-    """The largest one-round lower bound among the rounds: any one round is a post-processing
-    of the whole adaptive composition (drop the other rounds' outputs), so its certified lower
-    bound holds for the composition.  The composed lower bound is at least this: a round's
-    three-category pair can beat the composition of the reduced pairs of
-    :func:`lower_round_pld` (few rounds), and the composed pair may certify nothing."""
-    best = 0.0
-    for spec, n, _ in rs:
-        if n < 2:
-            # one user's report is its randomizer: no lower-bound pair is built for it (the
-            # pairs need two users; asking raised ParameterError on a valid query of a history
-            # that mixes a family round with a one-user round); it contributes 0, still valid
-            continue
-        try:
-            best = max(best, float(one_round(spec, n)))
-        except _ENGINE_FAILURES:
-            continue
-    return best
 
 
 def composed_rounds_delta_bounds(rounds, epsilon_: float, *,
@@ -864,7 +843,7 @@ def composed_rounds_delta_bounds(rounds, epsilon_: float, *,
                           - rho * (1 + math.exp(min(eps, 700.0))))
             except NumericalError:
                 low = 0.0
-        low = max(low, _single_round_lower(rs, lambda spec, n: (
-            delta_bounds(spec, n, eps) if isinstance(spec, Family)
-            else _sm.delta_bounds(spec, n, eps)).lower))
+        low = max(low, _sm.best_single_round_lower(rs, lambda spec, n: (
+            delta_bounds(spec, n, eps).lower if isinstance(spec, Family)
+            else _sm.fixed_dataset_delta_lower(spec, n, eps))))
     return Bounds(min(low, up), up)

@@ -998,6 +998,51 @@ class StackedBlanket:
         return value + error * (1 + 1e-12) + self.outside, -x * max(tail, 0.0)
 
 
+#: the largest convolution :meth:`CountLaw.poisson_binomial` computes directly (beyond, FFT)
+_DIRECT_CONVOLUTION_TERMS = 1 << 26
+
+
+@dataclass(frozen=True)
+class CountLaw:
+    """The law of a count on a window: ``pmf[i] = P(count = lo + i)`` to within relative
+    ``relative_error`` each, and ``outside`` (at least the mass off the window, plus any
+    absolute error of the entries) charged in full wherever it is used."""
+
+    lo: int
+    pmf: np.ndarray
+    outside: float
+    relative_error: float
+
+    @classmethod
+    def binomial(cls, trials: int, prob: float) -> "CountLaw":
+        """``Bin(trials, prob)`` on its e^-75 window (Boost's pmf: relative ``1e-12``)."""
+        lo, hi, out = binomial_window(trials, prob)
+        return cls(lo, stats.binom.pmf(np.arange(lo, hi + 1), trials, prob), out, 1e-12)
+
+    @classmethod
+    def poisson_binomial(cls, groups: Sequence[tuple[int, float]]) -> "CountLaw":
+        """The sum of independent ``Bin(n_g, p_g)`` over ``groups`` (each a group of users with
+        one probability): their windows convolved.  The product of the windows holds all but
+        the sum of their outside masses (union bound).  Direct convolution sums non-negative
+        products, so each entry keeps relative accuracy (``1e-12`` per factor plus ``u`` per
+        addition); windows whose product exceeds 2^26 terms are convolved by FFT and its l1
+        error bound (:func:`_fft_convolve`) is added to ``outside``."""
+        lo, pmf, outside, relative = 0, np.ones(1), 0.0, 0.0
+        for trials, prob in groups:
+            if trials == 0:
+                continue
+            part = cls.binomial(trials, prob)
+            outside += part.outside
+            if len(pmf) * len(part.pmf) <= _DIRECT_CONVOLUTION_TERMS:
+                pmf = np.convolve(pmf, part.pmf)
+                relative += part.relative_error + (min(len(pmf), len(part.pmf)) + 2) * _U
+            else:
+                pmf, error = _fft_convolve(pmf, part.pmf)
+                outside += error * (1 + relative)
+            lo += part.lo
+        return cls(lo, pmf, outside, relative + 4 * _U)
+
+
 class Blanket:
     """Certified upper bound for a shuffled randomizer from a blanket decomposition (module
     docstring, "k-ary randomized response: the blanket", which holds verbatim for any laws).
@@ -1016,14 +1061,21 @@ class Blanket:
     full.  Needs ``pi_A = pi_B`` and a pair symmetric under swapping A and B."""
 
     def __init__(self, eps0: float, n: int, gamma: float, laws: Laws, *,
-                 eta: float = 1e-3) -> None:
+                 eta: float = 1e-3, count_law: CountLaw | None = None) -> None:
         self.eps0, self.n, self.gamma = eps0, n, gamma
         self.laws = tuple(tuple(float(v) for v in law) for law in laws)
-        lo, hi, out = binomial_window(n - 1, gamma)
-        self.outside = out
-        counts = np.arange(lo, hi + 1)
-        pmf = stats.binom.pmf(counts, n - 1, gamma)
-        mean, sd = (n - 1) * gamma, math.sqrt(max((n - 1) * gamma * (1 - gamma), 1.0))
+        # ``count_law``: the law of M - 1 when the other users' blanket masses differ
+        # (:mod:`dpplugins.amplification.shuffle_model_heterogeneous`)
+        law = count_law if count_law is not None else CountLaw.binomial(n - 1, gamma)
+        lo, pmf = law.lo, law.pmf
+        hi = lo + len(pmf) - 1
+        self.outside = law.outside
+        if count_law is None:
+            mean, sd = (n - 1) * gamma, math.sqrt(max((n - 1) * gamma * (1 - gamma), 1.0))
+        else:   # (they only place the blocks: any partition is valid)
+            counts = np.arange(lo, hi + 1)
+            mean = float(np.dot(counts, pmf))
+            sd = math.sqrt(max(float(np.dot((counts - mean) ** 2, pmf)), 1.0))
         edges = [lo]
         centre_lo = mean - 4 * sd
         while edges[-1] <= hi:
@@ -1035,7 +1087,8 @@ class Blanket:
             edges.append(min(hi + 1, c + max(1, width)))
         self.blocks = []
         for a, b in zip(edges[:-1], edges[1:]):
-            weight = float(np.sum(pmf[a - lo:b - lo])) * (1 + 1e-12 + 2 * (b - a) * _U)
+            weight = float(np.sum(pmf[a - lo:b - lo])) * (1 + law.relative_error
+                                                          + 2 * (b - a) * _U)
             self.blocks.append((a + 1, weight))       # m = M + 1 users in the blanket pair
         self.blocks = [(m, w) for m, w in self.blocks if w > 0]
         small = [(m, w) for m, w in self.blocks if m < 20_000]
@@ -1186,13 +1239,20 @@ def _blanket(eps0: float, n: int, k: int) -> Blanket:
 @functools.lru_cache(maxsize=64)
 def cached_blanket(eps0: float, n: int, gamma: float, laws: Laws,
                    max_blocks: int = MAX_BLANKET_BLOCKS) -> Blanket:
+    """:func:`fitted_blanket`, memoised."""
+    return fitted_blanket(eps0, n, gamma, laws, max_blocks)
+
+
+def fitted_blanket(eps0: float, n: int, gamma: float, laws: Laws,
+                   max_blocks: int = MAX_BLANKET_BLOCKS, *,
+                   count_law: CountLaw | None = None) -> Blanket:
     """:class:`Blanket` with at most ``max_blocks`` blocks of M (their width doubles until it
     fits; wider blocks are still valid, only looser)."""
     eta = 2.5e-3
-    blanket = Blanket(eps0, n, gamma, laws, eta=eta)
+    blanket = Blanket(eps0, n, gamma, laws, eta=eta, count_law=count_law)
     while len(blanket.blocks) > max_blocks:
         eta *= 2
-        blanket = Blanket(eps0, n, gamma, laws, eta=eta)
+        blanket = Blanket(eps0, n, gamma, laws, eta=eta, count_law=count_law)
     return blanket
 
 

@@ -435,6 +435,12 @@ def test_delta_below_the_composition_error_falls_back_to_optimal_composition(n, 
     assert 0 <= lower <= upper <= rounds * eps0
     assert _kov_delta(upper, eps0, rounds) <= 1e-15
     assert _kov_delta(upper * (1 - 1e-6), eps0, rounds) > 1e-15
+    if n >= 2:
+        # the lower bound is one round's (a post-processing of the composition; it was 0): at
+        # it, the exact shuffled delta of one round (enumerated for n = 2) still exceeds delta
+        assert lower > 0
+        if n == 2:
+            assert shuffled_krr_worst(eps0, 2, n, lower) > 1e-15
 
 
 # -- more users than the bounds are computed for ---------------------------------------------------

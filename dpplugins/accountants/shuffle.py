@@ -595,7 +595,12 @@ class ShuffleAccountant(Accountant):
         except NumericalError:
             if math.isinf(cap):
                 raise
-            return Bounds(0.0, cap)
+            from dpplugins.amplification.shuffle_model_families import single_round_epsilon_lower
+
+            # any one round is a post-processing of the composition
+            lower = single_round_epsilon_lower(rounds, delta) \
+                if self.lower_bound and not capped else 0.0
+            return Bounds(min(lower, cap), cap)
         lower = 0.0 if capped else min(bounds.lower, cap)
         return Bounds(lower, min(bounds.upper, cap))
 

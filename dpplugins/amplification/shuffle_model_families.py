@@ -804,10 +804,18 @@ def composed_rounds_epsilon_bounds(rounds, delta: float, *,
             except NumericalError:
                 low = 0.0
         # a round's own (three-category) bound can beat a composition of count pairs
-        low = max(low, _sm.best_single_round_lower(rs, lambda spec, n: (
-            lower_bound(spec, n, delta).epsilon if isinstance(spec, Family)
-            else _sm.fixed_dataset_epsilon_lower(spec, n, delta))))
+        low = max(low, single_round_epsilon_lower(rs, delta))
     return Bounds(min(max(low, 0.0), up), up)
+
+
+def single_round_epsilon_lower(rounds, delta: float) -> float:
+    """The best one-round certified lower bound on epsilon(delta) among ``rounds`` (families and
+    randomizers; :func:`~dpplugins.amplification.shuffle_model.best_single_round_lower`): a
+    family's :func:`lower_bound`, a randomizer's fixed datasets (no search).  A lower bound for
+    any adaptive composition of the rounds."""
+    return _sm.best_single_round_lower(rounds, lambda spec, n: (
+        lower_bound(spec, n, delta).epsilon if isinstance(spec, Family)
+        else _sm.fixed_dataset_epsilon_lower(spec, n, delta)))
 
 
 def composed_rounds_delta_bounds(rounds, epsilon_: float, *,

@@ -240,6 +240,20 @@ def test_assigned_history_with_wrong_sample_rate_is_refused_when_assigned():
     assert len(acc) == 0
 
 
+def test_a_dataset_size_beyond_float_range_refuses_steps_with_the_parameter():
+    """dataset_size = 10**400 (a valid integer): step() raised OverflowError computing
+    1.0 / dataset_size; no float sample rate is 1/10**400, so every step is refused, naming
+    sample_rate.  A rate within 1e-9 relative of 1/dataset_size is still accepted."""
+    acc = PNSGDAccountant(lipschitz=L, diameter=D, learning_rate=ETA, dataset_size=10**400)
+    with pytest.raises(ParameterError, match="sample_rate"):
+        acc.step(noise_multiplier=2.0, sample_rate=0.01, count=3)
+    near = PNSGDAccountant(**OPTIONS)
+    near.step(noise_multiplier=2.0, sample_rate=(1 / N) * (1 + 1e-12), count=3)
+    assert len(near) == 3
+    with pytest.raises(ParameterError, match="sample_rate"):
+        near.step(noise_multiplier=2.0, sample_rate=(1 / N) * (1 + 1e-8))
+
+
 def test_calibration_finds_noise_for_a_target():
     from dpplugins.calibration import find_noise_multiplier
 

@@ -219,12 +219,13 @@ class PNSGDAccountant(Accountant):
 
     # -- history ------------------------------------------------------------------------------
     def _check_sample_rate(self, name: str, sample_rate: float) -> None:
-        expected = 1.0 / self.dataset_size
-        if not math.isclose(sample_rate, expected, rel_tol=1e-9, abs_tol=0.0):
+        # in rationals: 1.0 / dataset_size overflowed for dataset_size = 10**400
+        expected = Fraction(1, self.dataset_size)
+        if abs(Fraction(sample_rate) - expected) > expected / 10**9:
             raise ParameterError(name, sample_rate,
-                                 f"1/dataset_size = {expected:.12g} (PNSGD takes one record per "
-                                 "step)", "use batch size 1 or create the accountant with the "
-                                 "dataset size the loader uses")
+                                 f"1/dataset_size = {float(expected):.12g} (PNSGD takes one "
+                                 "record per step)", "use batch size 1 or create the accountant "
+                                 "with the dataset size the loader uses")
 
     def step_event(self, noise_multiplier: float, sample_rate: float) -> Event:
         """Version 0.1: one PNSGD step of the configured algorithm; ``sample_rate`` must be

@@ -58,7 +58,7 @@ from dpplugins.errors import (ParameterError, check_choice, check_count, check_n
 __all__ = [
     "Event", "GaussianEvent", "LaplaceEvent", "RandomizedResponseEvent", "EpsilonDeltaEvent",
     "UnaryEncodingEvent", "SubsetSelectionEvent", "LocalHashingEvent", "BoundedLaplaceEvent",
-    "LOCAL_RANDOMIZER_EVENTS",
+    "LOCAL_RANDOMIZER_EVENTS", "PersonalizedRandomizedResponseEvent",
     "PoissonSampledEvent", "FixedBatchEvent", "ProtocolEvent", "ShuffledEpochsEvent",
     "RandomAllocationEvent", "RandomCheckInEvent", "SwapEvent", "PNSGDEvent", "ShuffleEvent",
     "ComposedEvent", "SelfComposedEvent", "NoOpEvent", "NonPrivateEvent", "UnsupportedEvent",
@@ -383,6 +383,47 @@ class BoundedLaplaceEvent(Event):
 #: local randomizers with exact parameters (accounted only inside a :class:`ShuffleEvent`)
 LOCAL_RANDOMIZER_EVENTS = (UnaryEncodingEvent, SubsetSelectionEvent, LocalHashingEvent,
                            BoundedLaplaceEvent)
+
+
+@dataclasses.dataclass(frozen=True)
+class PersonalizedRandomizedResponseEvent(Event):
+    """k-ary randomized response (``num_buckets`` values) where each group of users runs its own
+    local epsilon (personalized LDP): ``groups = ((epsilon0, num_users), ...)``; a user of a
+    group reports its value with probability ``e^epsilon0 / (e^epsilon0 + k - 1)`` and each other
+    value with ``1 / (e^epsilon0 + k - 1)``.  Meaningful only inside a :class:`ShuffleEvent`
+    whose ``num_users`` is the groups' total (the shuffle-model bounds:
+    :mod:`dpplugins.amplification.shuffle_model_heterogeneous`).
+
+    Example::
+
+        >>> ShuffleEvent(300, PersonalizedRandomizedResponseEvent(((1.0, 100), (4.0, 200)))).num_users
+        300
+    """
+
+    groups: tuple
+    num_buckets: int = 2
+
+    def __post_init__(self) -> None:
+        name = "PersonalizedRandomizedResponseEvent"
+        if isinstance(self.groups, (str, bytes, Event)) or not hasattr(self.groups, "__iter__"):
+            raise ParameterError(f"{name}.groups", self.groups,
+                                 "a sequence of (epsilon0, num_users) pairs")
+        groups = []
+        for i, item in enumerate(self.groups):
+            if isinstance(item, (str, bytes)) or not hasattr(item, "__len__") or len(item) != 2:
+                raise ParameterError(f"{name}.groups[{i}]", item, "an (epsilon0, num_users) pair")
+            groups.append((_local_epsilon(f"{name}.groups[{i}].epsilon0", item[0]),
+                           check_count(f"{name}.groups[{i}].num_users", item[1], minimum=1)))
+        if not groups:
+            raise ParameterError(f"{name}.groups", self.groups, "at least one group")
+        _set(self, "groups", tuple(groups))
+        _set(self, "num_buckets", check_count(f"{name}.num_buckets", self.num_buckets,
+                                              minimum=2))
+
+    @property
+    def num_users(self) -> int:
+        """The users of all groups."""
+        return sum(n for _, n in self.groups)
 
 
 # -- one sampled step ----------------------------------------------------------------------------
@@ -779,6 +820,11 @@ class ShuffleEvent(Event):
     def __post_init__(self) -> None:
         _set(self, "num_users", check_count("ShuffleEvent.num_users", self.num_users, minimum=1))
         _event("ShuffleEvent.randomizer", self.randomizer)
+        if isinstance(self.randomizer, PersonalizedRandomizedResponseEvent) \
+                and self.num_users != self.randomizer.num_users:
+            raise ParameterError("ShuffleEvent.num_users", self.num_users,
+                                 f"{self.randomizer.num_users:,}, the users of the randomizer's "
+                                 "groups")
 
 
 # -- structure -----------------------------------------------------------------------------------
@@ -844,7 +890,7 @@ EVENT_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     GaussianEvent, LaplaceEvent, RandomizedResponseEvent, EpsilonDeltaEvent, PoissonSampledEvent,
     FixedBatchEvent, ShuffledEpochsEvent, RandomAllocationEvent, RandomCheckInEvent, SwapEvent,
     PNSGDEvent, ShuffleEvent, ComposedEvent, SelfComposedEvent, NoOpEvent, NonPrivateEvent,
-    UnsupportedEvent) + LOCAL_RANDOMIZER_EVENTS}
+    UnsupportedEvent, PersonalizedRandomizedResponseEvent) + LOCAL_RANDOMIZER_EVENTS}
 
 
 def from_dict(data: dict[str, Any]) -> Event:

@@ -46,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import operator
 import os
 import time
 from collections import Counter
@@ -61,6 +62,7 @@ from fuzz_worker import Call, Outcome, Worker, method, pack
 from dpplugins.accountants import available, create
 from dpplugins.events import (BoundedLaplaceEvent, ComposedEvent, EpsilonDeltaEvent, FixedBatchEvent,
                               GaussianEvent, LaplaceEvent, LocalHashingEvent, PNSGDEvent,
+                              PersonalizedRandomizedResponseEvent,
                               PoissonSampledEvent, RandomAllocationEvent, RandomCheckInEvent,
                               RandomizedResponseEvent, SelfComposedEvent, ShuffleEvent,
                               SubsetSelectionEvent, SwapEvent, UnaryEncodingEvent)
@@ -499,6 +501,32 @@ def _shuffle_mixed_dominate(data, p):
     return {**fewer, "m": max(1, p["m"] // data.draw(st.integers(1, 10), label="rr divisor"))}
 
 
+def _shuffle_model_grouped(data):
+    """k-RR with two groups of users at their own local epsilons (personalized LDP)."""
+    return {"eps_a": data.draw(LOCAL_EPSILON, "eps0 a"), "n_a": data.draw(log_int(1, MAX_SIZE),
+                                                                       "users a"),
+            "eps_b": data.draw(LOCAL_EPSILON, "eps0 b"), "n_b": data.draw(log_int(1, MAX_SIZE),
+                                                                       "users b"),
+            "k": data.draw(with_edges(st.integers(2, 10), 1000), "num_buckets"),
+            "rounds": data.draw(log_int(1, 100), "rounds")}
+
+
+def _grouped_event(p):
+    groups = Call.of(pack, Call.of(pack, p["eps_a"], p["n_a"]),
+                     Call.of(pack, p["eps_b"], p["n_b"]))
+    return Call.of(SelfComposedEvent, Call.of(
+        ShuffleEvent, Call.of(operator.add, p["n_a"], p["n_b"]),
+        Call.of(PersonalizedRandomizedResponseEvent, groups, p["k"])), p["rounds"])
+
+
+def _grouped_dominate(data, p):
+    """Fewer users in each group and more rounds (dropping users is a post-processing the
+    other way round: ``shuffle_model_heterogeneous.capped_groups``)."""
+    return {**p, "n_a": max(1, p["n_a"] // data.draw(st.integers(1, 10), label="divisor a")),
+            "n_b": max(1, p["n_b"] // data.draw(st.integers(1, 10), label="divisor b")),
+            "rounds": _more_steps(data, p["rounds"])}
+
+
 def _shuffle_model_family(name: str) -> "Family":
     randomizer, extra, min_users, domains, default = SHUFFLE_MODEL[name]
     draw, build = _shuffle_model(randomizer, extra, min_users)
@@ -701,6 +729,11 @@ FAMILIES = [
             "eps1": "nonneg", "rr_rounds": "count"},
            {"n": 100, "eps0": 1.0, "d": 8, "rounds": 1, "m": 1, "eps1": 1.0, "rr_rounds": 1,
             "_min_users": 2}, _shuffle_mixed_dominate, noise=None),
+    Family("shuffle_model_grouped", _shuffle_model_grouped, _grouped_event,
+           {"eps_a": "nonneg", "n_a": "count1", "eps_b": "nonneg", "n_b": "count1",
+            "k": "count2", "rounds": "count"},
+           {"eps_a": 1.0, "n_a": 50, "eps_b": 3.0, "n_b": 50, "k": 2, "rounds": 1},
+           _grouped_dominate, noise=None),
     # version 0.1: options and step()
     Family("step_poisson", _legacy_poisson,
            lambda p: ({}, {"noise_multiplier": p["sigma"], "sample_rate": p["q"],

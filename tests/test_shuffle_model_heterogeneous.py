@@ -118,3 +118,73 @@ def test_large_groups_answer_with_a_certified_gap():
     b = het.epsilon_bounds([(1.0, 5 * 10**7), (2.0, 5 * 10**7)], 2, 1e-6)
     assert 0 < b.lower <= b.upper < 2.0
     assert b.upper - b.lower <= 0.3 * b.upper
+
+
+# -- the shuffle accountant's rounds ----------------------------------------------------------------
+def test_two_rounds_bracket_the_exact_product_for_every_dataset():
+    """Groups (0.5 x 1, 2.0 x 2), binary, two rounds through the accountant: for every
+    differing user and dataset the exact divergence of the product of the two histogram laws
+    lies below delta at the upper bound, and the worst of them is at least delta at the lower
+    bound (the composed lower pair is that of a fixed dataset)."""
+    from dpplugins.accountants import create
+    from dpplugins.events import (PersonalizedRandomizedResponseEvent, SelfComposedEvent,
+                                  ShuffleEvent)
+
+    groups, k, delta = ((0.5, 1), (2.0, 2)), 2, 1e-3
+    acc = create("shuffle", value_discretization_interval=1e-3)
+    acc.compose(SelfComposedEvent(ShuffleEvent(3, PersonalizedRandomizedResponseEvent(groups)),
+                                  2))
+    b = acc.get_epsilon_bounds(delta)
+    users = [eps for eps, n in groups for _ in range(n)]
+
+    def product_delta(p, q, eps):
+        x = math.exp(eps)
+        return sum(max(p[h1] * p[h2] - x * q.get(h1, 0) * q.get(h2, 0), 0)
+                   for h1 in p for h2 in p)
+
+    worst_at_lower = 0.0
+    for v in range(len(users)):
+        own = krr(users[v], k)
+        others = [i for i in range(len(users)) if i != v]
+        for values in itertools.product(range(k), repeat=len(others)):
+            rest = [krr(users[i], k)[x] for i, x in zip(others, values)]
+            p, q = histogram_law([own[0]] + rest), histogram_law([own[1]] + rest)
+            assert max(product_delta(p, q, b.upper), product_delta(q, p, b.upper)) \
+                <= delta * (1 + 1e-9)
+            worst_at_lower = max(worst_at_lower, product_delta(p, q, b.lower),
+                                 product_delta(q, p, b.lower))
+    assert 0 < b.lower <= b.upper <= 4.0
+    assert worst_at_lower >= delta * (1 - 1e-9)
+
+
+def test_events_round_trip_and_other_accountants_refuse():
+    from dpplugins.accountants import UnsupportedEventError, available, create
+    from dpplugins.events import PersonalizedRandomizedResponseEvent, ShuffleEvent, from_dict
+
+    event = ShuffleEvent(30, PersonalizedRandomizedResponseEvent(((1.0, 10), (3.0, 20)), 4))
+    assert from_dict(event.to_dict()) == event
+    with pytest.raises(ParameterError) as error:
+        ShuffleEvent(31, PersonalizedRandomizedResponseEvent(((1.0, 10), (3.0, 20))))
+    assert error.value.name == "ShuffleEvent.num_users"
+    for name in available():
+        if name == "shuffle":
+            continue
+        with pytest.raises(UnsupportedEventError):
+            create(name).compose(event)
+    b = create("shuffle").compose(event).get_epsilon_bounds(1e-6)
+    assert b == het.epsilon_bounds(((1.0, 10), (3.0, 20)), 4, 1e-6)
+
+
+def test_more_than_the_users_bounds_take_are_accounted_as_that_many():
+    """2 x 10^400 users: the round is accounted as 10^8 of them (a post-processing argument,
+    ``capped_groups``), upper bound only."""
+    from dpplugins.accountants import create
+    from dpplugins.events import PersonalizedRandomizedResponseEvent, ShuffleEvent
+
+    groups = ((1.0, 10**400), (2.0, 10**400))
+    acc = create("shuffle").compose(ShuffleEvent(2 * 10**400,
+                                                 PersonalizedRandomizedResponseEvent(groups)))
+    b = acc.get_epsilon_bounds(1e-6)
+    kept = het.capped_groups(groups)
+    assert kept == ((1.0, 5 * 10**7), (2.0, 5 * 10**7))
+    assert b.lower == 0 and b.upper == het.epsilon_bounds(kept, 2, 1e-6).upper

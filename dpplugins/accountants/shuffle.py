@@ -501,7 +501,9 @@ class ShuffleAccountant(Accountant):
         "et al. 2016), optimized local hashing (Wang et al. 2017) and Laplace on [0, 1] (Dwork et "
         "al. 2006) by FMT21 Thm 3.1 at their eps0, the FMT23 errata's Lemma 7.3 "
         "(arXiv:2208.04591) with their exact (p, q) and a relaxed privacy blanket (Balle et al. "
-        "2019), lower bounds from exact dataset pairs; "
+        "2019), k-RR with a local epsilon per group of users by the blanket with a "
+        "Poisson-binomial count (our extension of Balle et al. 2019), lower bounds from exact "
+        "dataset pairs; "
         "rounds composed by PLD/FFT (Doroshenko et al. 2022).")
 
     @staticmethod
@@ -512,7 +514,9 @@ class ShuffleAccountant(Accountant):
         value) or a :class:`~dpplugins.amplification.shuffle_model_families.Family` -- or the
         reason it is refused."""
         from dpplugins.amplification.shuffle_model import Randomizer
+        from dpplugins.amplification.shuffle_model_heterogeneous import GroupedKRR, capped_groups
         from dpplugins.events import (LOCAL_RANDOMIZER_EVENTS, EpsilonDeltaEvent,
+                                      PersonalizedRandomizedResponseEvent,
                                       RandomizedResponseEvent)
 
         inner = event.randomizer
@@ -521,14 +525,21 @@ class ShuffleAccountant(Accountant):
                 return Randomizer("krr", inner.epsilon0, inner.num_buckets)
             if isinstance(inner, EpsilonDeltaEvent):
                 return Randomizer("general", inner.epsilon, 2, inner.delta)
+            if isinstance(inner, PersonalizedRandomizedResponseEvent):
+                # more than MAX_USERS users: accounted as MAX_USERS of them (see _shuffle_rounds)
+                grouped = GroupedKRR(capped_groups(inner.groups), inner.num_buckets)
+                if len(grouped.groups) == 1:   # one local epsilon: plain k-RR (tighter bounds)
+                    return Randomizer("krr", grouped.eps0, grouped.k)
+                return grouped
         except ParameterError as error:
             hint = f"; {error.hint}" if error.hint else ""
             return f"a shuffle-model randomizer with {error.name} {error.valid}{hint}"
         if isinstance(inner, LOCAL_RANDOMIZER_EVENTS):
             return _family_of(inner, event.num_users)
-        return ("a ShuffleEvent whose randomizer is a RandomizedResponseEvent, an "
-                "EpsilonDeltaEvent (delta < 1), a UnaryEncodingEvent, a SubsetSelectionEvent, a "
-                "LocalHashingEvent or a BoundedLaplaceEvent")
+        return ("a ShuffleEvent whose randomizer is a RandomizedResponseEvent, a "
+                "PersonalizedRandomizedResponseEvent, an EpsilonDeltaEvent (delta < 1), a "
+                "UnaryEncodingEvent, a SubsetSelectionEvent, a LocalHashingEvent or a "
+                "BoundedLaplaceEvent")
 
     def _supports_leaf(self, event: Event) -> bool | str:
         from dpplugins.events import ShuffleEvent
@@ -605,10 +616,15 @@ class ShuffleAccountant(Accountant):
         return Bounds(lower, min(bounds.upper, cap))
 
     def _rounds_epsilon_bounds(self, rounds, delta: float, lower: bool) -> Bounds:
-        from dpplugins.amplification import shuffle_model
+        from dpplugins.amplification import shuffle_model, shuffle_model_heterogeneous
         from dpplugins.amplification import shuffle_model_families as shuffle_families
 
         families = _families_path(rounds)
+        if families == "grouped":
+            r = rounds[0]
+            found = shuffle_model_heterogeneous.epsilon_bounds(r.randomizer.groups,
+                                                               r.randomizer.k, delta)
+            return found if lower else Bounds(0.0, found.upper)
         if families == "one":
             r = rounds[0]
             if r.count == 1:
@@ -632,7 +648,7 @@ class ShuffleAccountant(Accountant):
             lower=lower)
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
-        from dpplugins.amplification import shuffle_model
+        from dpplugins.amplification import shuffle_model, shuffle_model_heterogeneous
         from dpplugins.amplification import shuffle_model_families as shuffle_families
 
         rounds = self._shuffle_rounds(history)
@@ -640,7 +656,11 @@ class ShuffleAccountant(Accountant):
             return self._epochs_delta_bounds(history, epsilon)
         lower = self.lower_bound and not self._users_capped(history)
         families = _families_path(rounds)
-        if families == "one":
+        if families == "grouped":
+            r = rounds[0]
+            found = shuffle_model_heterogeneous.delta_bounds(r.randomizer.groups,
+                                                             r.randomizer.k, epsilon)
+        elif families == "one":
             r = rounds[0]
             if r.count == 1:
                 found = shuffle_families.delta_bounds(r.randomizer, r.n, epsilon)
@@ -673,7 +693,8 @@ class ShuffleAccountant(Accountant):
         report is in category A" (unary encoding: bit x0 set, bit x1 clear; subset: S holds x0
         not x1; local hashing: y = h(x0) != h(x1); Laplace on [0, 1], x0 = 1, x1 = 0: y > 1) has
         probability ratio exactly e^eps0 between the datasets, and the rounds' events multiply,
-        so the sum is attained (lower = upper)."""
+        so the sum is attained (lower = upper).  k-RR with a local epsilon per group: the
+        differing user in the group of the largest, so its eps0 is that largest."""
         rounds = self._shuffle_rounds(history)
         if rounds is None:
             return self._epochs_pure_epsilon_bounds(history)
@@ -780,10 +801,16 @@ def _delta0(spec) -> float:
 
 
 def _families_path(rounds) -> str:
-    """``"one"``: one (family, n) kind of round; ``"mixed"``: families with other rounds or
-    several families; ``"none"``: no family (the randomized-response / (eps0, delta0) path)."""
+    """``"one"``: one (family, n) kind of round; ``"grouped"``: one round of k-RR with a local
+    epsilon per group of users; ``"mixed"``: families or such rounds with other rounds, several
+    of them, or grouped rounds composed; ``"none"``: no family (the randomized-response /
+    (eps0, delta0) path)."""
     from dpplugins.amplification import shuffle_model_families as shuffle_families
+    from dpplugins.amplification.shuffle_model_heterogeneous import GroupedKRR
+    grouped = [r for r in rounds if isinstance(r.randomizer, GroupedKRR)]
     fams = [r for r in rounds if isinstance(r.randomizer, shuffle_families.Family)]
-    if not fams:
+    if grouped and len(rounds) == 1 and rounds[0].count == 1:
+        return "grouped"
+    if not fams and not grouped:
         return "none"
-    return "one" if len(rounds) == 1 else "mixed"
+    return "one" if len(rounds) == 1 and fams else "mixed"

@@ -144,6 +144,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dpplugins.amplification import shuffle_model as _sm
+from dpplugins.amplification import shuffle_model_heterogeneous as _het
 from dpplugins.amplification.shuffle import (ShuffleBound, check_domain_size,
                                              check_local_epsilon, check_users)
 from dpplugins.amplification.shuffle_model_errata import (decomposition_for_total_variation,
@@ -703,8 +704,11 @@ def _as_rounds(rounds) -> list[tuple[object, int, int]]:
             except (TypeError, ValueError):
                 raise ParameterError(f"rounds[{i}]", item, "a Round or a (randomizer or Family, "
                                      "n, count) triple") from None
-        spec = spec if isinstance(spec, Family) else _sm.randomizer(spec)
+        spec = spec if isinstance(spec, (Family, _het.GroupedKRR)) else _sm.randomizer(spec)
         n = check_users(n, 2 if isinstance(spec, Family) else 1)
+        if isinstance(spec, _het.GroupedKRR) and n != spec.users:
+            raise ParameterError(f"rounds[{i}].n", n, f"{spec.users:,}, the users of the "
+                                 "randomizer's groups")
         count = check_count("count", count, minimum=0)
         if count:
             out.append((spec, n, count))
@@ -722,16 +726,27 @@ def _eps0_sum(rs) -> float | None:
 def _grid(rs, h: float | None) -> float:
     if h is not None:
         return h
-    return _sm.composition_grid_step(
-        [_grid_step(spec, n) if isinstance(spec, Family) else _sm.default_grid_step(spec, n)
-         for spec, n, _ in rs], [spec.eps0 for spec, _, _ in rs])
+    return _sm.composition_grid_step([_round_grid_step(spec, n) for spec, n, _ in rs],
+                                     [spec.eps0 for spec, _, _ in rs])
+
+
+def _round_grid_step(spec, n: int) -> float:
+    if isinstance(spec, Family):
+        return _grid_step(spec, n)
+    if isinstance(spec, _het.GroupedKRR):
+        return _het.grid_step(spec)
+    return _sm.default_grid_step(spec, n)
 
 
 def _upper_pld(rs, h: float) -> PrivacyLossDistribution:
     total = None
     for spec, n, count in rs:
-        one = (round_pld(spec, n, value_discretization_interval=h) if isinstance(spec, Family)
-               else _sm.round_pld(spec, n, value_discretization_interval=h))
+        if isinstance(spec, Family):
+            one = round_pld(spec, n, value_discretization_interval=h)
+        elif isinstance(spec, _het.GroupedKRR):
+            one = _het.round_pld(spec, h)
+        else:
+            one = _sm.round_pld(spec, n, value_discretization_interval=h)
         part = one.self_compose(count)
         total = part if total is None else total.compose(part)
     return total
@@ -747,6 +762,8 @@ def _lower_pld(rs, h: float, *, delta=None, epsilon_=None):
             if index is None:
                 return None, 0.0
             lp = lower_round_pld(spec, n, index, value_discretization_interval=h)
+        elif isinstance(spec, _het.GroupedKRR):
+            lp = _het.lower_round_pld(spec, h)
         else:
             lp = _sm.lower_round_pld(spec, n, value_discretization_interval=h)
         part = lp.pld.self_compose(count)
@@ -760,8 +777,10 @@ def composed_rounds_epsilon_bounds(rounds, delta: float, *,
                                    lower: bool = True) -> Bounds:
     """Certified ``(lower, upper)`` epsilon at ``delta`` for adaptive rounds of several shuffled
     randomizers; ``rounds``: :class:`~dpplugins.amplification.shuffle_model.Round` or
-    ``(spec, n, count)`` triples, ``spec`` a :class:`Family` or a randomizer of
-    :func:`dpplugins.amplification.shuffle_model.randomizer` (k-RR, general (eps0, delta0)).
+    ``(spec, n, count)`` triples, ``spec`` a :class:`Family`, a randomizer of
+    :func:`dpplugins.amplification.shuffle_model.randomizer` (k-RR, general (eps0, delta0)) or a
+    :class:`~dpplugins.amplification.shuffle_model_heterogeneous.GroupedKRR` (k-RR with a local
+    epsilon per group; ``n`` its users).
 
     Upper: every round's dominating PLD -- :func:`round_pld` for a family (its own profile,
     FMT21, Lemma 7.3 and the relaxed blanket),
@@ -813,9 +832,25 @@ def single_round_epsilon_lower(rounds, delta: float) -> float:
     randomizers; :func:`~dpplugins.amplification.shuffle_model.best_single_round_lower`): a
     family's :func:`lower_bound`, a randomizer's fixed datasets (no search).  A lower bound for
     any adaptive composition of the rounds."""
-    return _sm.best_single_round_lower(rounds, lambda spec, n: (
-        lower_bound(spec, n, delta).epsilon if isinstance(spec, Family)
-        else _sm.fixed_dataset_epsilon_lower(spec, n, delta)))
+    def one(spec, n):
+        if isinstance(spec, Family):
+            return lower_bound(spec, n, delta).epsilon
+        if isinstance(spec, _het.GroupedKRR):
+            return _het.epsilon_bounds(spec.groups, spec.k, delta).lower
+        return _sm.fixed_dataset_epsilon_lower(spec, n, delta)
+    return _sm.best_single_round_lower(rounds, one)
+
+
+def single_round_delta_lower(rounds, epsilon_: float) -> float:
+    """The best one-round certified lower bound on delta(epsilon_) among ``rounds`` (see
+    :func:`single_round_epsilon_lower`)."""
+    def one(spec, n):
+        if isinstance(spec, Family):
+            return delta_bounds(spec, n, epsilon_).lower
+        if isinstance(spec, _het.GroupedKRR):
+            return _het.delta_bounds(spec.groups, spec.k, epsilon_).lower
+        return _sm.fixed_dataset_delta_lower(spec, n, epsilon_)
+    return _sm.best_single_round_lower(rounds, one)
 
 
 def composed_rounds_delta_bounds(rounds, epsilon_: float, *,
@@ -851,7 +886,5 @@ def composed_rounds_delta_bounds(rounds, epsilon_: float, *,
                           - rho * (1 + math.exp(min(eps, 700.0))))
             except NumericalError:
                 low = 0.0
-        low = max(low, _sm.best_single_round_lower(rs, lambda spec, n: (
-            delta_bounds(spec, n, eps).lower if isinstance(spec, Family)
-            else _sm.fixed_dataset_delta_lower(spec, n, eps))))
+        low = max(low, single_round_delta_lower(rs, eps))
     return Bounds(min(low, up), up)

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -56,9 +57,10 @@ import numpy as np
 from dpplugins.amplification import shuffle as _shuffle
 from dpplugins.amplification import shuffle_model as _sm
 from dpplugins.errors import ParameterError, check_count, check_nonnegative, check_open_unit
-from dpplugins.pld import Bounds
+from dpplugins.pld import Bounds, PrivacyLossDistribution
 
-__all__ = ["epsilon_bounds", "delta_bounds", "upper_blankets", "count_pairs"]
+__all__ = ["GroupedKRR", "capped_groups", "epsilon_bounds", "delta_bounds", "upper_blankets", "count_pairs",
+           "upper_profile", "round_pld", "lower_round_pld", "grid_step"]
 
 _U = _sm.UNIT_ROUNDOFF
 
@@ -89,13 +91,46 @@ def _check_groups(groups, k) -> tuple[Groups, int]:
     total = sum(merged.values())
     if not 2 <= total <= _shuffle.MAX_USERS:
         raise ParameterError(
-            "groups", items, f"groups of {2} to {_shuffle.MAX_USERS:.0e} users in all "
-            f"(these have {total:,})",
+            "groups", items, f"2 to {_shuffle.MAX_USERS:.0e} users in all (these have "
+            f"{total:,})",
             hint="more users cannot increase epsilon (appending fixed users' reports and "
                  "shuffling again is a post-processing), so a bound for fewer users of the "
                  "same groups holds: ask for that" if total > 2 else "")
     k = _shuffle.check_domain_size("k", k, 2)
     return tuple(sorted(merged.items())), k
+
+
+def capped_groups(groups: Sequence[tuple[float, int]], max_users: int = _shuffle.MAX_USERS
+                  ) -> tuple[tuple[float, int], ...]:
+    """``groups`` with at most ``max_users`` users in all: each group keeps its share
+    (rounded down, at least one user), the remainder goes to the largest groups.  Valid for
+    any choice of the users dropped: the release with more users is a post-processing of the
+    one with fewer (append the other users' reports -- their values fixed, their randomizers
+    public -- and shuffle again; :func:`dpplugins.amplification.shuffle.check_users`), so a
+    bound for the kept users holds for all (but a lower bound for them does not).
+
+    Example::
+
+        >>> capped_groups([(1.0, 3 * 10**8), (2.0, 10)], 1000)
+        ((1.0, 999), (2.0, 1))
+    """
+    items = [(eps, int(n)) for eps, n in groups]
+    total = sum(n for _, n in items)
+    if total <= max_users:
+        return tuple(items)
+    kept = [max(1, n * max_users // total) for _, n in items]
+    order = sorted(range(len(items)), key=lambda i: -items[i][1])
+    surplus = sum(kept) - max_users
+    for i in order:   # too many (every group kept one): take from the largest groups
+        take = min(surplus, kept[i] - 1)
+        kept[i] -= take
+        surplus -= take
+    for i in order:   # too few (rounding down): give to the largest groups
+        if surplus >= 0:
+            break
+        kept[i] += 1
+        surplus += 1
+    return tuple((eps, n) for (eps, _), n in zip(items, kept))
 
 
 def _others(groups: Groups, victim: int) -> list[tuple[float, int]]:
@@ -105,9 +140,11 @@ def _others(groups: Groups, victim: int) -> list[tuple[float, int]]:
 
 
 @functools.lru_cache(maxsize=64)
-def upper_blankets(groups: Groups, k: int) -> tuple[tuple[float, _sm.Blanket], ...]:
+def upper_blankets(groups: Groups, k: int, max_blocks: int = _sm.MAX_BLANKET_BLOCKS
+                   ) -> tuple[tuple[float, _sm.Blanket], ...]:
     """``(eps_g, blanket)`` for each group as the differing user's (module docstring): the
-    blanket pair of eps_g-RR with the Poisson-binomial count of the others' uniform reports."""
+    blanket pair of eps_g-RR with the Poisson-binomial count of the others' uniform reports
+    (at most ``max_blocks`` blocks of the count; fewer is valid, only looser)."""
     out = []
     total = sum(n for _, n in groups)
     for victim, (eps, _) in enumerate(groups):
@@ -119,7 +156,8 @@ def upper_blankets(groups: Groups, k: int) -> tuple[tuple[float, _sm.Blanket], .
         gamma = max(float(np.dot(np.arange(law.lo, law.lo + len(law.pmf)), law.pmf))
                     / max(total - 1, 1), 1e-300)
         out.append((eps, _sm.fitted_blanket(eps, total, min(gamma, 1.0),
-                                            _sm.krr_blanket_laws(eps, k), count_law=law)))
+                                            _sm.krr_blanket_laws(eps, k), max_blocks,
+                                            count_law=law)))
     return tuple(out)
 
 
@@ -210,3 +248,93 @@ def delta_bounds(groups: Sequence[tuple[float, int]], k: int, epsilon_: float) -
     upper = min(_delta_upper(upper_blankets(g, k), eps), 1.0)
     lower = _delta_lower(count_pairs(g, k), eps) if upper > 0 else 0.0
     return Bounds(min(max(lower, 0.0), upper), upper)
+
+
+# --------------------------------------------------------------------------------------------
+# a round of the shuffle accountant, and its PLDs for composition over rounds
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GroupedKRR:
+    """The randomizer of a shuffle-model round whose users run k-RR with a local epsilon per
+    group (:class:`~dpplugins.events.PersonalizedRandomizedResponseEvent`); the round's number
+    of users is the groups' total.  ``eps0`` is the largest local epsilon: every round is
+    eps0-DP (a post-processing of the differing user's own report), which caps compositions."""
+
+    groups: Groups
+    k: int = 2
+
+    def __post_init__(self) -> None:
+        groups, k = _check_groups(self.groups, self.k)
+        object.__setattr__(self, "groups", groups)
+        object.__setattr__(self, "k", k)
+
+    delta0 = 0.0
+
+    @property
+    def eps0(self) -> float:
+        return max(eps for eps, _ in self.groups)
+
+    @property
+    def users(self) -> int:
+        return sum(n for _, n in self.groups)
+
+    @property
+    def name(self) -> str:
+        base = "binary_rr" if self.k == 2 else f"{self.k}-rr"
+        return f"{base} per group (" + ", ".join(f"{n} at {eps:g}" for eps, n in self.groups) \
+            + ")"
+
+
+def upper_profile(spec: GroupedKRR):
+    """Vectorised certified upper bound on the round's privacy profile (eps >= 0, both
+    directions): the largest over the differing user's group of its blanket (48 blocks of the
+    count: the profile is evaluated at many points), memoised per eps."""
+    blankets = upper_blankets(spec.groups, spec.k, 48)
+    memo: dict[float, float] = {}
+
+    def fn(eps):
+        eps = np.asarray(eps, dtype=float)
+        for e in {float(v) for v in eps.ravel()} - memo.keys():
+            memo[e] = _delta_upper(blankets, e)
+        return np.array([memo[float(e)] for e in eps.ravel()]).reshape(eps.shape)
+    return fn
+
+
+def grid_step(spec: GroupedKRR) -> float:
+    """1/400 of the round's epsilon upper bound at delta = 1e-6, in [1e-6, 1e-2]."""
+    up = epsilon_bounds(spec.groups, spec.k, 1e-6).upper
+    return float(np.clip(max(up, 1e-6) / 400, 1e-6, 1e-2))
+
+
+def round_pld(spec: GroupedKRR, h: float) -> PrivacyLossDistribution:
+    """Dominating PLD of the round: :func:`upper_profile` by pessimistic connect-the-dots
+    (Doroshenko, Ghazi, Kamath, Kumar, Manurangsi 2022, arXiv:2207.04380), sampled at 80
+    points up to where the blanket bound falls below 1e-16."""
+    blankets = upper_blankets(spec.groups, spec.k, 48)
+    top = max((min(b.epsilon(1e-16), eps) if b is not None else 0.0) for eps, b in blankets)
+    top = max(top, 1e-6)
+    return PrivacyLossDistribution.from_privacy_profile(
+        upper_profile(spec), epsilon_max=top, symmetric=True, value_discretization_interval=h,
+        profile_step=max(h, top / 80), description=f"shuffle model, {spec.name}")
+
+
+def lower_round_pld(spec: GroupedKRR, h: float) -> _sm.LowerPLD:
+    """PLD of the exact count pair of :func:`count_pairs` with the largest one-round lower
+    bound at delta = 1e-6 (any choice is valid), as a
+    :class:`~dpplugins.amplification.shuffle_model.LowerPLD` whose ``rho`` is the pair's
+    relative error plus its absolute slack (an l1 bound on the pmfs' error, which is what the
+    composition's charge ``count rho (1 + e^eps)`` needs)."""
+    best = None
+    for eps, p0, p1, rel, slack in count_pairs(spec.groups, spec.k):
+        p, q = _sm._pair_pmfs(p0, p1)
+        pld = PrivacyLossDistribution.from_pmfs(p, q, symmetric=False,
+                                                value_discretization_interval=h)
+        value = pld.epsilon_for_delta(1e-6).lower
+        if best is None or value > best[0]:
+            best = (value, _sm.LowerPLD(pld, rel + slack, f"count pair of {spec.name}, "
+                                                          f"differing user at eps0={eps:g}"))
+    if best is None:   # every group 0-DP: P = Q, a lower bound of 0
+        pld = PrivacyLossDistribution.from_pmfs(np.ones(1), np.ones(1), symmetric=True,
+                                                value_discretization_interval=h)
+        return _sm.LowerPLD(pld, 0.0, f"{spec.name}: every report independent of the data")
+    return best[1]

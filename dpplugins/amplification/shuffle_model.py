@@ -1666,26 +1666,35 @@ def round_pld(spec, n: int, *, value_discretization_interval: float | None = Non
         description=f"shuffle model, {r.name} (eps0={r.eps0:g}, n={n})")
 
 
-def _pair_pmfs(p0: np.ndarray, p1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Append one atom holding each distribution's mass outside the window (merging outcomes is
-    a post-processing, so the pair stays dominated by the exact one)."""
-    p0 = np.maximum(p0, 0.0)
-    p1 = np.maximum(p1, 0.0)
-    r0, r1 = max(0.0, 1.0 - float(p0.sum())), max(0.0, 1.0 - float(p1.sum()))
-    p = np.concatenate([p0, [r0]])
-    q = np.concatenate([p1, [r1]])
-    return p / p.sum(), q / q.sum()
-
-
 @dataclass(frozen=True)
 class LowerPLD:
     """A PLD of an exact pair that the shuffled mechanism dominates (use its *lower* bounds),
-    and ``rho``: the pair's pmfs are within relative ``rho`` of the exact ones, so a delta
-    computed from ``count`` rounds is off by at most ``count rho (1 + e^eps)``."""
+    and ``rho``: an l1 bound on the error of each of the pair's two pmfs, so a delta computed
+    from ``count`` rounds is off by at most ``count rho (1 + e^eps)`` (``|H_x(P, Q) - H_x(P',
+    Q')| <= ||P - P'||_1 + x ||Q - Q'||_1``, and the l1 error of a product of probability
+    vectors is at most the sum of the factors')."""
 
     pld: PrivacyLossDistribution
     rho: float
     description: str
+
+    @classmethod
+    def of_pmfs(cls, p0: np.ndarray, p1: np.ndarray, relative: float, h: float,
+                description: str, absolute: float = 0.0) -> "LowerPLD":
+        """The pair of two pmfs on a window, each entry within ``relative`` of the exact one
+        (plus an l1 error ``absolute``), with one atom appended for each distribution's mass
+        outside the window (merging outcomes is a post-processing, so the pair stays dominated
+        by the exact one).  The atom is computed as ``1 - sum``, so it carries the entries' error
+        once more, plus the rounding of the sum and of the normalisation:
+        ``rho = 2 (relative + absolute) + (len + 8) u``."""
+        p0 = np.maximum(p0, 0.0)
+        p1 = np.maximum(p1, 0.0)
+        r0, r1 = max(0.0, 1.0 - float(p0.sum())), max(0.0, 1.0 - float(p1.sum()))
+        p = np.concatenate([p0, [r0]])
+        q = np.concatenate([p1, [r1]])
+        pld = PrivacyLossDistribution.from_pmfs(p / p.sum(), q / q.sum(), symmetric=False,
+                                                value_discretization_interval=h)
+        return cls(pld, 2 * (relative + absolute) + (len(p) + 8) * _U, description)
 
 
 def lower_round_pld(spec, n: int, *, value_discretization_interval: float | None = None
@@ -1710,10 +1719,8 @@ def lower_round_pld(spec, n: int, *, value_discretization_interval: float | None
         p0, p1, rho = _binary_like_pmfs(n - 1, float(special.expit(-eps0)),
                                         float(special.expit(-eps0)), float(special.expit(eps0)))
         what = "binary RR, others at the X0 value"
-    p, q = _pair_pmfs(p0, p1)
-    pld = PrivacyLossDistribution.from_pmfs(p, q, symmetric=False,
-                                            value_discretization_interval=h)
-    return LowerPLD(pld, rho, f"exact lower-bound pair of {r.name} (n={n}, {what})")
+    return LowerPLD.of_pmfs(p0, p1, rho, h, f"exact lower-bound pair of {r.name} (n={n}, "
+                                           f"{what})")
 
 
 def _count_pair_pmfs(pair: CountPair, max_support: int = 3_000_000):

@@ -616,24 +616,18 @@ def lower_round_pld(family: Family, n: int, index: int, *,
     laws = family.lower_laws[index]
     flat = _sm._count_pair_pmfs(_sm.CountPair(n, *laws))
     if flat is not None:
-        return _sm.LowerPLD(_pmfs_pld(*flat[:2], h), flat[2],
-                            f"exact lower-bound pair {index} of {family.name} (n={n})")
+        return _sm.LowerPLD.of_pmfs(*flat, h, f"exact lower-bound pair {index} of "
+                                              f"{family.name} (n={n})")
     best = None
     for c, name in ((0, "A"), (1, "B")):
         pi, v0, v1 = (law[c] for law in laws)
-        p0, p1, rho = _sm._binary_like_pmfs(n - 1, pi, v0, v1)
-        pld = _pmfs_pld(p0, p1, h)
-        value = pld.epsilon_for_delta(1e-6).lower
+        lp = _sm.LowerPLD.of_pmfs(*_sm._binary_like_pmfs(n - 1, pi, v0, v1), h,
+                                  f"lower-bound pair {index} of {family.name} (n={n}), count "
+                                  f"of category {name}")
+        value = lp.pld.epsilon_for_delta(1e-6).lower
         if best is None or value > best[0]:
-            best = (value, _sm.LowerPLD(pld, rho, f"lower-bound pair {index} of {family.name} "
-                                                  f"(n={n}), count of category {name}"))
+            best = (value, lp)
     return best[1]
-
-
-def _pmfs_pld(p0: np.ndarray, p1: np.ndarray, h: float) -> PrivacyLossDistribution:
-    p, q = _sm._pair_pmfs(p0, p1)
-    return PrivacyLossDistribution.from_pmfs(p, q, symmetric=False,
-                                             value_discretization_interval=h)
 
 
 def composed_epsilon_bounds(family: Family, n: int, count: int, delta: float, *,

@@ -321,18 +321,15 @@ def round_pld(spec: GroupedKRR, h: float) -> PrivacyLossDistribution:
 def lower_round_pld(spec: GroupedKRR, h: float) -> _sm.LowerPLD:
     """PLD of the exact count pair of :func:`count_pairs` with the largest one-round lower
     bound at delta = 1e-6 (any choice is valid), as a
-    :class:`~dpplugins.amplification.shuffle_model.LowerPLD` whose ``rho`` is the pair's
-    relative error plus its absolute slack (an l1 bound on the pmfs' error, which is what the
-    composition's charge ``count rho (1 + e^eps)`` needs)."""
+    :class:`~dpplugins.amplification.shuffle_model.LowerPLD` (its ``rho`` bounds the l1 error
+    of the pmfs: the relative error and the absolute slack)."""
     best = None
     for eps, p0, p1, rel, slack in count_pairs(spec.groups, spec.k):
-        p, q = _sm._pair_pmfs(p0, p1)
-        pld = PrivacyLossDistribution.from_pmfs(p, q, symmetric=False,
-                                                value_discretization_interval=h)
-        value = pld.epsilon_for_delta(1e-6).lower
+        lp = _sm.LowerPLD.of_pmfs(p0, p1, rel, h, f"count pair of {spec.name}, differing user "
+                                                  f"at eps0={eps:g}", absolute=slack)
+        value = lp.pld.epsilon_for_delta(1e-6).lower
         if best is None or value > best[0]:
-            best = (value, _sm.LowerPLD(pld, rel + slack, f"count pair of {spec.name}, "
-                                                          f"differing user at eps0={eps:g}"))
+            best = (value, lp)
     if best is None:   # every group 0-DP: P = Q, a lower bound of 0
         pld = PrivacyLossDistribution.from_pmfs(np.ones(1), np.ones(1), symmetric=True,
                                                 value_discretization_interval=h)

@@ -537,3 +537,22 @@ def test_composed_krr_lower_bound_is_at_least_one_rounds():
     d = sm.composed_delta_bounds([(spec, n, 1)], 0.8 * one)
     exact = sm.krr_lower_pairs(2.0, n, 16)["others_at_c"].delta(0.8 * one).lower
     assert exact <= d.lower <= d.upper
+
+
+def test_lower_pair_charge_covers_the_error_of_the_appended_atom():
+    """``LowerPLD.of_pmfs`` appends an atom ``1 - sum`` for the mass outside the window, so an
+    error of relative ``r`` in every entry appears twice in the l1 distance (entries and atom).
+    Entries of Bin(200, 0.3) on a window, all too large by the allowed relative 1e-9: the l1
+    distance of the pair's pmfs (as built) to the exact pmfs with the exact outside mass is
+    about 2e-9, and ``rho`` must cover it (it was 1e-9)."""
+    k = np.arange(40, 81)
+    exact = stats.binom.pmf(k, 200, 0.3)
+    outside = 1.0 - float(exact.sum())
+    rel = 1e-9
+    lp = sm.LowerPLD.of_pmfs(exact * (1 + rel), exact * (1 + rel), rel, 1e-3, "test")
+    built = np.concatenate([exact * (1 + rel), [max(0.0, 1 - float(np.sum(exact * (1 + rel))))]])
+    built = built / built.sum()
+    truth = np.concatenate([exact, [outside]])
+    distance = float(np.sum(np.abs(built - truth)))
+    assert distance > 1.5 * rel          # the atom's share is real
+    assert distance <= lp.rho

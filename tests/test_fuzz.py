@@ -435,6 +435,9 @@ def _checkin_eps_delta_dominate(data, p):
 # -- the shuffle model: n users' reports of one local randomizer, shuffled, in rounds -----------
 LOCAL_EPSILON = with_edges(log_uniform(1e-4, 20.0), 1e-4, 20.0)
 DOMAIN_SIZE = with_edges(st.integers(3, 64), 3, 1000)
+#: buckets of randomized response and local hashing: small, or up to the 2^53 the bounds take
+#: (with eps0 = 20 and 2^53 buckets a round's profile needed 4e7 grid bins)
+BUCKETS = with_edges(st.integers(2, 10), 16, 1000, 2**53)
 
 
 def _shuffle_model(randomizer: Callable, extra: Callable, min_users: int):
@@ -466,7 +469,7 @@ def _subset_extra(data):
 
 SHUFFLE_MODEL = {
     "rr": (lambda p: Call.of(RandomizedResponseEvent, p["eps0"], p["k"]),
-           lambda data: {"k": data.draw(with_edges(st.integers(2, 10), 1000), "num_buckets")},
+           lambda data: {"k": data.draw(BUCKETS, "num_buckets")},
            1, {"k": "count2"}, {"k": 2}),
     "eps_delta": (lambda p: Call.of(EpsilonDeltaEvent, p["eps0"], p["delta0"]),
                   lambda data: {"delta0": data.draw(with_edges(log_uniform(1e-12, 1e-2), 0.0),
@@ -479,7 +482,7 @@ SHUFFLE_MODEL = {
     "subset": (lambda p: Call.of(SubsetSelectionEvent, p["eps0"], p["d"], p["k"]),
                _subset_extra, 2, {"d": "count2", "k": "count1"}, {"d": 16, "k": 2}),
     "olh": (lambda p: Call.of(LocalHashingEvent, p["eps0"], p["g"]),
-            lambda data: {"g": data.draw(with_edges(st.integers(2, 16), 1000), "num_buckets")},
+            lambda data: {"g": data.draw(BUCKETS, "num_buckets")},
             2, {"g": "count2"}, {"g": 4}),
     "laplace": (lambda p: Call.of(BoundedLaplaceEvent, p["eps0"]), lambda data: {}, 2, {}, {}),
 }
@@ -507,7 +510,7 @@ def _shuffle_model_grouped(data):
                                                                        "users a"),
             "eps_b": data.draw(LOCAL_EPSILON, "eps0 b"), "n_b": data.draw(log_int(1, MAX_SIZE),
                                                                        "users b"),
-            "k": data.draw(with_edges(st.integers(2, 10), 1000), "num_buckets"),
+            "k": data.draw(BUCKETS, "num_buckets"),
             "rounds": data.draw(log_int(1, 100), "rounds")}
 
 

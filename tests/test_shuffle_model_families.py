@@ -501,3 +501,19 @@ def test_the_smallest_local_epsilon_answers_zero_where_total_variation_says_so(n
         assert sm.lower_bound(spec, n, 1e-6).epsilon == 0.0
     # (eps0, delta0) = (1e-12, 1e-9): no amplification is claimed, eps0 itself is an upper bound
     assert 0.0 <= sm.epsilon(("general", 1e-12, 1e-9), n, 1e-6).epsilon <= 1e-12
+
+
+def test_a_large_local_epsilon_with_a_tiny_amplified_one_answers():
+    """OLH with eps0 = 20 into 2^53 buckets, n = 1e6, three rounds: the default grid step is
+    1/400 of a tiny epsilon (1e-6), and the round's profile up to eps0 needed 4e7 bins: a valid
+    query raised "value_discretization_interval=1e-06 is invalid".  The step is now no finer
+    than the profile allows (``profile_grid_floor``).  Independent check: a report's total
+    variation is ``(e^20 - 1) / (e^20 + g - 1)``, shuffling is a post-processing and total
+    variation adds up over rounds, so delta(0) of three rounds is at most three times it."""
+    g = 2**53
+    family = fam.local_hashing(20.0, g)
+    tv = math.expm1(20.0) / (math.exp(20.0) + g - 1)
+    b = fam.composed_epsilon_bounds(family, 10**6, 3, 1e-6)
+    assert 0 <= b.lower <= b.upper <= 60.0
+    d = fam.composed_delta_bounds(family, 10**6, 3, 0.0)
+    assert 0 < d.lower <= 3 * tv * (1 + 1e-9) and d.lower <= d.upper

@@ -1626,14 +1626,31 @@ def _eps_max(r: Randomizer, n: int) -> float:
     return max(pair.epsilon(1e-16, r.eps0), 1e-6)
 
 
+#: the most bins of one round's profile PLD at its default grid step (a quarter of what the
+#: default memory_limit allows a component: :func:`profile_grid_floor`)
+_PROFILE_BINS = 2**20
+
+
+def profile_grid_floor(eps0: float) -> float:
+    """The finest default grid step of a round whose randomizer is ``eps0``-LDP: its profile PLD
+    spans ``[-eps_max, eps_max]`` with ``eps_max <= max(eps0, 1e-6)`` (the profile is 0 beyond
+    eps0, or ends there for an (eps0, delta0) randomizer), so at this step it has at most 2^20
+    bins.  Why: the default step is 1/400 of the round's epsilon at delta = 1e-6, which can be
+    tiny next to eps0 -- local hashing with eps0 = 20 into 2^53 buckets got the step 1e-6 and
+    raised "value_discretization_interval=1e-06 is invalid" (4e7 bins) on a valid query.  A
+    coarser grid is valid, only looser."""
+    return 2.0 * max(eps0, 1e-6) / _PROFILE_BINS * 1.01
+
+
 def default_grid_step(spec, n: int) -> float:
     """The PLD grid step we use for one round: 1/400 of its epsilon at delta = 1e-6 (between
-    1e-6 and 1e-2)."""
+    1e-6 and 1e-2), and no finer than :func:`profile_grid_floor`."""
     r = randomizer(spec)
     if n == 1 or r.eps0 == 0:
         return float(np.clip(max(r.eps0, 1e-3) / 400, 1e-6, 1e-2))
     pair = _strong_clone(r.eps0, n) if r.kind == "krr" else _fmt21_clone(r.eps0, n)
-    return float(np.clip(pair.epsilon(1e-6, r.eps0) / 400, 1e-6, 1e-2))
+    return max(float(np.clip(pair.epsilon(1e-6, r.eps0) / 400, 1e-6, 1e-2)),
+               profile_grid_floor(r.eps0))
 
 
 def composition_grid_step(steps: Sequence[float], eps0s: Sequence[float]) -> float:

@@ -542,7 +542,10 @@ def _profile_memo(family: Family, n: int) -> dict:
 
 
 def _grid_step(family: Family, n: int) -> float:
-    return float(np.clip(epsilon(family, n, 1e-6).epsilon / 400, 1e-6, 1e-2))
+    """1/400 of the round's epsilon at delta = 1e-6, in [1e-6, 1e-2], and no finer than
+    :func:`~dpplugins.amplification.shuffle_model.profile_grid_floor`."""
+    return max(float(np.clip(epsilon(family, n, 1e-6).epsilon / 400, 1e-6, 1e-2)),
+               _sm.profile_grid_floor(family.eps0))
 
 
 def round_pld(family: Family, n: int, *, value_discretization_interval: float | None = None

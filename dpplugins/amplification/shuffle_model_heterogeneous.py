@@ -301,9 +301,11 @@ def upper_profile(spec: GroupedKRR):
 
 
 def grid_step(spec: GroupedKRR) -> float:
-    """1/400 of the round's epsilon upper bound at delta = 1e-6, in [1e-6, 1e-2]."""
+    """1/400 of the round's epsilon upper bound at delta = 1e-6, in [1e-6, 1e-2], and no finer
+    than :func:`~dpplugins.amplification.shuffle_model.profile_grid_floor`."""
     up = epsilon_bounds(spec.groups, spec.k, 1e-6).upper
-    return float(np.clip(max(up, 1e-6) / 400, 1e-6, 1e-2))
+    return max(float(np.clip(max(up, 1e-6) / 400, 1e-6, 1e-2)),
+               _sm.profile_grid_floor(spec.eps0))
 
 
 def round_pld(spec: GroupedKRR, h: float) -> PrivacyLossDistribution:

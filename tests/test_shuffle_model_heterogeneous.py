@@ -188,3 +188,30 @@ def test_more_than_the_users_bounds_take_are_accounted_as_that_many():
     kept = het.capped_groups(groups)
     assert kept == ((1.0, 5 * 10**7), (2.0, 5 * 10**7))
     assert b.lower == 0 and b.upper == het.epsilon_bounds(kept, 2, 1e-6).upper
+
+
+def test_many_groups_share_one_blanket_and_still_bracket_enumeration():
+    """Nine users with nine local epsilons (more groups than EXACT_VICTIM_GROUPS): one blanket,
+    with the count of all users less one and the differing user at the largest epsilon, serves
+    every group; the bounds still bracket the exact worst case (every differing user, every
+    dataset, enumerated)."""
+    groups = [(0.2 + 0.3 * i, 1) for i in range(9)]
+    assert len(groups) > het.EXACT_VICTIM_GROUPS
+    users = [eps for eps, _ in groups]
+    for eps in (0.0, 0.3, 1.0, 2.0):
+        b = het.delta_bounds(groups, 2, eps)
+        exact = worst_delta(users, 2, eps)
+        assert b.lower <= exact * (1 + 1e-9) + 1e-15 <= b.upper * (1 + 1e-9) + 2e-15
+    b = het.epsilon_bounds(groups, 2, 0.05)
+    assert worst_delta(users, 2, b.upper) <= 0.05 * (1 + 1e-9)
+    assert b.lower == 0 or worst_delta(users, 2, b.lower) >= 0.05 * (1 - 1e-9)
+
+
+def test_more_than_64_distinct_epsilons_are_refused_with_the_way_out():
+    groups = [(0.5 + 0.01 * i, 10) for i in range(het.MAX_GROUPS + 1)]
+    with pytest.raises(ParameterError) as error:
+        het.epsilon_bounds(groups, 2, 1e-6)
+    assert error.value.name == "groups" and "round each group's epsilon up" in str(error.value)
+    # equal epsilons are one group
+    same = [(0.5, 10)] * (het.MAX_GROUPS + 1) + [(1.0, 3)]
+    assert het.epsilon_bounds(same, 2, 1e-6).upper > 0

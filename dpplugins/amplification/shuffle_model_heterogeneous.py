@@ -66,6 +66,13 @@ _U = _sm.UNIT_ROUNDOFF
 
 Groups = tuple[tuple[float, int], ...]
 
+#: the most distinct local epsilons of one round (the bounds' work grows with them; rounding
+#: each group's epsilon up to one of fewer values gives a larger, still valid, upper bound)
+MAX_GROUPS = 64
+#: up to this many groups every group is bounded as the differing user's with its own count
+#: law; beyond it one blanket serves all (:func:`upper_blankets`)
+EXACT_VICTIM_GROUPS = 8
+
 
 def _check_groups(groups, k) -> tuple[Groups, int]:
     """Groups as ``((eps, n), ...)`` with eps a valid local epsilon and n >= 1 users, at least
@@ -88,6 +95,12 @@ def _check_groups(groups, k) -> tuple[Groups, int]:
             raise ParameterError(f"groups[{i}].eps0", eps, error.valid, error.hint) from None
         n = check_count(f"groups[{i}].users", n, minimum=1)
         merged[eps] = merged.get(eps, 0) + n
+    if len(merged) > MAX_GROUPS:
+        raise ParameterError(
+            "groups", f"{len(merged)} distinct local epsilons", f"at most {MAX_GROUPS}",
+            hint="round each group's epsilon up to one of fewer values: the upper bound of "
+                 "those groups holds for these users too (the blanket bound grows with every "
+                 "epsilon), the lower bound does not")
     total = sum(merged.values())
     if not 2 <= total <= _shuffle.MAX_USERS:
         raise ParameterError(
@@ -144,9 +157,33 @@ def upper_blankets(groups: Groups, k: int, max_blocks: int = _sm.MAX_BLANKET_BLO
                    ) -> tuple[tuple[float, _sm.Blanket], ...]:
     """``(eps_g, blanket)`` for each group as the differing user's (module docstring): the
     blanket pair of eps_g-RR with the Poisson-binomial count of the others' uniform reports
-    (at most ``max_blocks`` blocks of the count; fewer is valid, only looser)."""
-    out = []
+    (at most ``max_blocks`` blocks of the count; fewer is valid, only looser).
+
+    With more than :data:`EXACT_VICTIM_GROUPS` groups, one blanket serves every differing user
+    (our derivation; one count law instead of one per group, so the work grows linearly in the
+    number of groups): give the differing user v a fictitious draw ``B_v ~ Bern(gamma_v)``;
+    the others' count is ``T - B_v >= T - 1`` with ``T`` the count over all users, whose law is
+    the same for every v, so the others' count is stochastically at least ``(T - 1)^+``, and
+    ``delta_m`` does not increase in m.  Then the differing user at the largest eps0 is the
+    worst: eps-RR is a mixture of eps_max-RR and a uniform report, so the blanket view (the
+    count revealed) at eps is a mixture of the view at eps_max and a data-independent view, a
+    post-processing of it.  Valid for every group, looser by about one blanket report."""
     total = sum(n for _, n in groups)
+    if len(groups) > EXACT_VICTIM_GROUPS:
+        eps = max(e for e, _ in groups)
+        law = _sm.CountLaw.poisson_binomial([(n, _sm._krr_laws(e, k)[2]) for e, n in groups])
+        # the law of (T - 1)^+: shifted down by one, T = 0 joining T = 1 at 0
+        pmf = law.pmf
+        if law.lo == 0 and len(pmf) > 1:
+            pmf = np.concatenate([[pmf[0] + pmf[1]], pmf[2:]])
+        shifted = _sm.CountLaw(max(law.lo - 1, 0), pmf, law.outside,
+                               law.relative_error + 2 * _U)
+        gamma = max(float(np.dot(np.arange(shifted.lo, shifted.lo + len(pmf)), pmf))
+                    / max(total - 1, 1), 1e-300)
+        return ((eps, _sm.fitted_blanket(eps, total, min(gamma, 1.0),
+                                         _sm.krr_blanket_laws(eps, k), max_blocks,
+                                         count_law=shifted)),)
+    out = []
     for victim, (eps, _) in enumerate(groups):
         if eps == 0:
             out.append((eps, None))   # a 0-DP report: delta = 0 at every eps >= 0
@@ -169,7 +206,11 @@ def count_pairs(groups: Groups, k: int) -> tuple[tuple, ...]:
     rounding), and ``slack`` the mass that may be missing or wrong in absolute terms (charged
     ``(1 + e^eps)`` times)."""
     out = []
-    for victim, (eps, _) in enumerate(groups):
+    # many groups: the differing user at the largest eps0 only (a lower bound may use any)
+    victims = range(len(groups)) if len(groups) <= EXACT_VICTIM_GROUPS else \
+        [max(range(len(groups)), key=lambda i: groups[i][0])]
+    for victim in victims:
+        eps = groups[victim][0]
         if eps == 0:
             continue
         e, z, _ = _sm._krr_laws(eps, k)

@@ -397,7 +397,7 @@ class GDPAccountant(Accountant):
             # coarser still where the window would exceed the first grid's budget (as the
             # first grid of a query): 10^6 steps with memory_limit = 4 MiB raised NumericalError
             h, pld = within_window_budget(lambda step: self._uniform_pld(runs, step),
-                                          float(min(h * coarsen, _MAX_H)))
+                                          float(min(h * coarsen, _MAX_H)), lower=False)
         else:
             pld = self._uniform_pld(runs, h)
         return pld.epsilon_for_delta(delta, lower=False).upper

@@ -259,7 +259,9 @@ def poisson_gaussian_step(sigma: float, q: float, h: float, *, neighbouring: str
     step = PrivacyLossDistribution.from_poisson_subsampled_gaussian(
         sigma, q, neighbouring=neighbouring, value_discretization_interval=h,
         tail_mass=tail_mass, memory_limit=memory_limit, loss_range_tail=loss_range_tail)
-    size = sum(len(c.upper.pmf) + (len(c.lower.pmf) if c.lower is not None else 0)
+    # a lower-bound PMF not built yet counts as one as long as the upper one (its bins are
+    # held until it is built, and it lies on the same grid)
+    size = sum(len(c.upper.pmf) * (2 if c.has_lower else 1)
                for d in ("remove", "add") for c, _ in step._directions[d])
     global _step_cache_bins
     with _STEP_CACHE_LOCK:
@@ -1027,5 +1029,5 @@ class PLDAccountant(Accountant):
             if coarsen != 1.0:
                 h = self._on_ladder(history, h * float(coarsen), loss_range_tail=tail)
             h, pld = within_window_budget(lambda step: self._pld(history, step, tail), h,
-                                          snap=_ladder_up)
+                                          snap=_ladder_up, lower=False)
         return pld.epsilon_for_delta(delta, lower=False).upper

@@ -1761,11 +1761,15 @@ class AllocationPLD:
 
     def upper_floor(self) -> float:
         """The largest additive term of the upper certificates (``A_up`` of
-        :meth:`_engine_cannot_improve`): every upper bound on delta that the engine returns on
-        this grid is at least this; 0 where the closed-form Gaussian bounds answer."""
+        :meth:`_engine_cannot_improve`) plus the composed PLD's own floor (its construction
+        error, :meth:`~dpplugins.pld.PrivacyLossDistribution.delta_upper_floor`, scaled by the
+        certificate's factor): every upper bound on delta that the engine returns on this grid
+        is at least this; 0 where the closed-form Gaussian bounds answer."""
         if self._closed_form():
             return 0.0
-        return max(self.upper_slack[d].extra() for d in self.upper_slack)
+        return max((_exp(self.upper_slack[d].log_factor) * self.plds[d].delta_upper_floor()
+                    if self.plds is not None else 0.0)
+                   + self.upper_slack[d].extra() for d in self.upper_slack)
 
     def _delta(self, direction: str, epsilon: float) -> Bounds:
         pld = self.plds[direction]

@@ -134,12 +134,11 @@ class MonotoneLossPair:
         eps = (lo + np.arange(hi - lo + 1)) * h
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
             u = self.loss_inverse(eps)
-        ninf, pinf = np.array([-np.inf]), np.array([np.inf])
-        p_in, q_in = interval_masses((self.P, self.Q), u[:-1], u[1:])
-        p_below, q_below = (float(self.P.interval_mass(ninf, u[:1])[0]),
-                            float(self.Q.interval_mass(ninf, u[:1])[0]))
-        p_above, q_above = (float(self.P.interval_mass(u[-1:], pinf)[0]),
-                            float(self.Q.interval_mass(u[-1:], pinf)[0]))
-        return LossBins(h=h, lo=lo, hi=hi, p=np.asarray(p_in, float), q=np.asarray(q_in, float),
-                        p_below=p_below, q_below=q_below, p_above=p_above, q_above=q_above,
-                        p_inf=0.0)
+        # the cells between grid points, and the two beyond them, in one call per distribution
+        ends_a = np.concatenate([[-np.inf], u])
+        ends_b = np.concatenate([u, [np.inf]])
+        p_all, q_all = (np.asarray(x, float) for x in interval_masses((self.P, self.Q),
+                                                                        ends_a, ends_b))
+        return LossBins(h=h, lo=lo, hi=hi, p=p_all[1:-1], q=q_all[1:-1],
+                        p_below=float(p_all[0]), q_below=float(q_all[0]),
+                        p_above=float(p_all[-1]), q_above=float(q_all[-1]), p_inf=0.0)

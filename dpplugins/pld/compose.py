@@ -70,7 +70,8 @@ from scipy.optimize import minimize_scalar
 
 from dpplugins.errors import NumericalError
 from dpplugins.pld.grid import GridPMF
-from dpplugins.pld.spectra import from_log_polar, reduce_phase, spectral_terms, transform_size
+from dpplugins.pld.spectra import (from_log_polar, reduce_phase, summed_spectral_terms,
+                                   transform_size)
 
 __all__ = ["ComposedPLD", "compose_grid_pmfs"]
 
@@ -1018,18 +1019,13 @@ def compose_grid_pmfs(components: Sequence[tuple[GridPMF, int]], *, tail_mass: f
     # One pass over the components: log-modulus and phase of every spectrum in the working
     # precision, accumulated with the counts, and the error-bound terms with the magnitudes
     # m_i = |a_i| + eta_i (memory O(size) beyond the bounded cache of :mod:`spectra`).
-    sums = None  # log-modulus, phase, log G, sum k eta / m, sum k |log a| (see SpectralTerms)
-    for c, k in components:
-        # the count-independent terms, cached per component and size (:mod:`spectra`); the
-        # error of the computed transform is that of the *stored* masses, the construction
-        # error of the masses themselves is charged separately (construction_error, an l1 bound)
-        eta = _C_FFT * u_work * log2n * float(np.sum(np.abs(c.pmf)))
-        terms = spectral_terms(c, size, work, eta)
-        if sums is None:
-            sums = [k * x for x in terms]
-        else:
-            for total, x in zip(sums, terms):
-                total += k * x
+    # the count-independent terms, cached per component and size (:mod:`spectra`); the
+    # error of the computed transform is that of the *stored* masses, the construction
+    # error of the masses themselves is charged separately (construction_error, an l1 bound)
+    parts = [(c, k, _C_FFT * u_work * log2n * float(np.sum(np.abs(c.pmf))))
+             for c, k in components]
+    # log-modulus, phase, log G, sum k eta / m, sum k |log a| (see SpectralTerms)
+    sums = summed_spectral_terms(parts, size, work)
     log_modulus, phase, log_g, err_ratio, pow_terms = sums
     pow_terms += 1.0  # 1 + sum_i k_i (|log a_i| + 0.2), spectra.power_rounding
     # Only frequencies where the bound G = prod m_i^k_i is above e^-745 can contribute anything
@@ -1049,8 +1045,9 @@ def compose_grid_pmfs(components: Sequence[tuple[GridPMF, int]], *, tail_mass: f
             product = np.zeros(half, dtype=complex)
             product[live] = (np.exp(log_modulus).astype(float)
                              * np.exp(1j * reduce_phase(phase).astype(float)))
-        # the sums over the K components above are recursive, each off by at most
-        # gamma_K = K u / (1 - K u) times the sum of the absolute terms (Higham 2002, Sec. 4.2;
+        # the sums over the K components above (in chunks, :func:`summed_spectral_terms`) are
+        # each off by at most gamma_K = K u / (1 - K u) times the sum of the absolute terms
+        # whatever the order (Higham 2002, Sec. 4.2;
         # the products k x and the logarithms add u each): G is raised by that (in double;
         # sum k |log m| <= |log G| + 1 since log m > 0 only by eta), and the log-modulus and
         # phase sums (working precision) are charged with max(c, K + 3) in place of c

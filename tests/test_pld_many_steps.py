@@ -184,3 +184,18 @@ def test_an_accountant_with_many_distinct_steps_agrees_with_the_gaussian_closed_
         lo, hi = (mid, hi) if _gaussian_delta(mid, mu) > 1e-5 else (lo, mid)
     bounds = acc.get_epsilon_bounds(1e-5)
     assert bounds.lower <= hi * (1 + 1e-9) and lo <= bounds.upper * (1 + 1e-9)
+
+
+def test_ordered_map_keeps_the_order_and_raises_where_the_item_failed():
+    from dpplugins.pld.threads import ordered_map
+
+    def slow_square(i):
+        if i == 7:
+            raise ValueError("seven")
+        return i * i
+    assert list(ordered_map(slow_square, list(range(7)), threads=3)) == [i * i for i in range(7)]
+    seen = []
+    with pytest.raises(ValueError, match="seven"):
+        for value in ordered_map(slow_square, list(range(10)), threads=3):
+            seen.append(value)
+    assert seen == [i * i for i in range(7)]

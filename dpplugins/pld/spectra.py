@@ -29,18 +29,18 @@ entry is never returned for another object), the size and the working precision.
 from __future__ import annotations
 
 import math
-import os
 import threading
 import weakref
-from collections import OrderedDict, deque
-from concurrent.futures import ThreadPoolExecutor
+from collections import OrderedDict
 from typing import NamedTuple, Sequence
 
 import numpy as np
 from scipy import fft as sp_fft
 
-__all__ = ["SpectralTerms", "spectral_terms", "summed_spectral_terms", "composition_threads",
-           "transform_size", "SPECTRA_CACHE_BYTES",
+from dpplugins.pld.threads import ordered_map
+
+__all__ = ["SpectralTerms", "spectral_terms", "summed_spectral_terms", "transform_size",
+           "SPECTRA_CACHE_BYTES",
            "clear_spectra_cache", "log_polar", "power_rounding", "from_log_polar",
            "reduce_phase"]
 
@@ -216,36 +216,17 @@ SUM_CHUNK = 32
 _THREADED_MAX_SIZE = 2 ** 20
 
 
-def composition_threads() -> int:
-    """Threads that compute the spectral terms of one composition: the environment variable
-    ``DPPLUGINS_THREADS`` if set (1: none), else the processors this process may run on, at
-    most 4.  The transforms and vector operations release the GIL, so on a 2-core machine two
-    threads compose many distinct steps about 1.6 times faster (numbers in the project's
-    composition benchmark); the result is the same for every number of threads."""
-    value = os.environ.get("DPPLUGINS_THREADS")
-    if value:
-        try:
-            return max(int(value), 1)
-        except ValueError:
-            return 1
-    try:
-        available = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        available = os.cpu_count() or 1
-    return max(min(available, 4), 1)
-
-
 def summed_spectral_terms(parts: Sequence[tuple[object, int, float]], size: int,
                           work) -> list[np.ndarray]:
     """``[sum_i k_i x_i for each field x of SpectralTerms]`` over ``parts = ((component, k_i,
     eta_i), ...)`` (:func:`spectral_terms` of each).
 
     The components are summed in fixed chunks of :data:`SUM_CHUNK`, each chunk in order, then
-    the chunks in order; chunks run on :func:`composition_threads` threads, at most that many
-    partial sums held at a time.  Rounding: every term passes through at most ``K - 1``
-    additions whatever the order, so the sum of ``K`` terms is within ``gamma_(K-1) = (K - 1) u
-    / (1 - (K - 1) u)`` of the sum of their absolute values (Higham 2002, Sec. 4.2), the bound
-    :func:`~dpplugins.pld.compose.compose_grid_pmfs` charges."""
+    the chunks in order; chunks run on :func:`~dpplugins.pld.threads.engine_threads` threads,
+    at most that many partial sums held at a time.  Rounding: every term passes through at
+    most ``K - 1`` additions whatever the order, so the sum of ``K`` terms is within
+    ``gamma_(K-1) = (K - 1) u / (1 - (K - 1) u)`` of the sum of their absolute values (Higham
+    2002, Sec. 4.2), the bound :func:`~dpplugins.pld.compose.compose_grid_pmfs` charges."""
 
     def chunk_sum(chunk):
         sums = None
@@ -259,20 +240,8 @@ def summed_spectral_terms(parts: Sequence[tuple[object, int, float]], size: int,
         return sums
 
     chunks = [parts[i:i + SUM_CHUNK] for i in range(0, len(parts), SUM_CHUNK)]
-    threads = min(composition_threads(), len(chunks)) if size <= _THREADED_MAX_SIZE else 1
-    if threads <= 1:
-        partials = map(chunk_sum, chunks)
-        return _add_in_order(partials)
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dpplugins-fft") as pool:
-        def in_order():
-            pending: deque = deque()
-            for chunk in chunks:
-                pending.append(pool.submit(chunk_sum, chunk))
-                if len(pending) >= threads:
-                    yield pending.popleft().result()
-            while pending:
-                yield pending.popleft().result()
-        return _add_in_order(in_order())
+    threads = None if size <= _THREADED_MAX_SIZE else 1
+    return _add_in_order(ordered_map(chunk_sum, chunks, threads))
 
 
 def _add_in_order(partials) -> list[np.ndarray]:

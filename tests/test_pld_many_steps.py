@@ -157,12 +157,21 @@ def test_the_composition_does_not_depend_on_the_number_of_threads(monkeypatch):
     parts = [(pld_accountant.poisson_gaussian_step(
         float(rng.uniform(0.8, 1.6)), float(rng.uniform(0.005, 0.02)), 2 ** -9
     )._directions["remove"][0][0].upper, int(rng.integers(1, 20))) for _ in range(100)]
+    from dpplugins.pld import spectra, threads as engine
+    monkeypatch.setattr(spectra, "_THREADED_MIN_WORK", 0)  # threads even for this small case
+    started = []
+    original = engine.ThreadPoolExecutor
+
+    def counting(*args, **kwargs):
+        started.append(kwargs.get("max_workers"))
+        return original(*args, **kwargs)
+    monkeypatch.setattr(engine, "ThreadPoolExecutor", counting)
     results = []
     for threads in ("1", "3"):
         monkeypatch.setenv("DPPLUGINS_THREADS", threads)
-        from dpplugins.pld.spectra import clear_spectra_cache
-        clear_spectra_cache()
+        spectra.clear_spectra_cache()
         results.append(compose_grid_pmfs(parts))
+    assert started == [3]  # one thread: no pool; three: a pool of three
     one, three = results
     assert one.lo == three.lo and np.array_equal(one.pmf, three.pmf)
     assert one.fp_error == three.fp_error and one.tail_above == three.tail_above

@@ -109,9 +109,9 @@ def within_window_budget(build: Callable[[float], "PrivacyLossDistribution"], h:
     The budget is also at most what a PLD's ``memory_limit`` allows a window
     (``memory_limit // BYTES_PER_WINDOW_BIN``, the limit at which the composition refuses; over
     :data:`LOWER_WINDOW_MARGIN` when the lower bounds are composed too, which ``lower=False``
-    says they are not), so a small ``memory_limit`` gives a coarser first grid instead of a NumericalError about a grid
-    step the caller never chose (``build`` may return any object with
-    ``composed_window_bins``; one without ``memory_limit`` keeps ``max_bins``)."""
+    says they are not), so a small ``memory_limit`` gives a coarser first grid instead of a
+    NumericalError about a grid step the caller never chose (``build`` may return any object
+    with ``composed_window_bins``; one without ``memory_limit`` keeps ``max_bins``)."""
     pld = build(h)
     memory_limit = getattr(pld, "memory_limit", None)
     if memory_limit is not None:
@@ -147,8 +147,9 @@ class _Component:
 
     ``lower`` may be given as a function that builds it, called at the first access: a query
     composes the lower bound of one direction only (the one that decides the upper bound), so
-    the other direction's tangent construction is never built.  The bins it needs are kept until
-    then (about the memory of the PMF it replaces)."""
+    the other direction's tangent construction is never built.  The bins it needs (P- and
+    Q-masses, shared by both directions of a mirrored pair) are kept until then: 1000 distinct
+    Poisson-subsampled Gaussian steps hold about 40 % more memory than with both PMFs built."""
 
     __slots__ = ("upper", "_lower", "_build_lower")
 
@@ -889,7 +890,8 @@ class PrivacyLossDistribution:
         two terms are within a few ``u`` of at most ``log(1 + lam) + 1``); the atom at ``+inf``
         composes as ``1 - prod (1 - delta_i(inf))^k_i``, rounded up likewise; and the
         floating-point error of the stored masses (:meth:`_construction_error`) is added.
-        Tested against the composed PLD's certified deltas."""
+        Tested against closed forms (composed Gaussian; the add direction of a subsampled
+        Gaussian step) and, through the queries that use it, exact enumeration."""
         key = (direction, float(epsilon))
         found = self._chernoff.get(key)
         if found is not None:

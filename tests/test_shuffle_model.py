@@ -556,3 +556,41 @@ def test_lower_pair_charge_covers_the_error_of_the_appended_atom():
     distance = float(np.sum(np.abs(built - truth)))
     assert distance > 1.5 * rel          # the atom's share is real
     assert distance <= lp.rho
+
+
+# -- the binary-RR core's bounds at many epsilons (the composed rounds' profile) ----------------
+def _core_delta_exact(eps0, n_alpha, n_beta, n_fair, epsilon):
+    """max over both directions of sum (p0 - e^eps p1)_+ for the core's pair, with 50 digits:
+    W = Bin(n_alpha, alpha) * Bin(n_beta, beta) * Bin(n_fair, 1/2) convolved exactly, p0(s) =
+    beta W(s-1) + alpha W(s), p1(s) = alpha W(s-1) + beta W(s) (the construction of the
+    module docstring, written out independently)."""
+    mpmath.mp.dps = 50
+    alpha = mpmath.e ** eps0 / (1 + mpmath.e ** eps0)
+    beta = 1 - alpha
+
+    def binomial(n, p):
+        return [mpmath.binomial(n, k) * p ** k * (1 - p) ** (n - k) for k in range(n + 1)]
+
+    w = [mpmath.mpf(1)]
+    for n, p in ((n_alpha, alpha), (n_beta, beta), (n_fair, mpmath.mpf(1) / 2)):
+        b = binomial(n, p)
+        w = [sum(w[i] * b[s - i] for i in range(len(w)) if 0 <= s - i < len(b))
+             for s in range(len(w) + len(b) - 1)]
+    w = [mpmath.mpf(0)] + w + [mpmath.mpf(0)]
+    p0 = [beta * w[s - 1] + alpha * w[s] for s in range(1, len(w))]
+    p1 = [alpha * w[s - 1] + beta * w[s] for s in range(1, len(w))]
+    x = mpmath.e ** mpmath.mpf(epsilon)
+    return max(sum(max(a - x * b, 0) for a, b in zip(p, q)) for p, q in ((p0, p1), (p1, p0)))
+
+
+@pytest.mark.parametrize("eps0,counts", [(0.5, (6, 9, 0)), (1.0, (3, 12, 4)), (2.0, (20, 5, 7)),
+                                         (0.05, (30, 30, 10))])
+def test_binary_core_bounds_at_many_epsilons_contain_the_exact_divergence(eps0, counts):
+    core = sm._BinaryCore(eps0, *counts)
+    eps = np.linspace(0.0, 1.05 * eps0, 23)
+    many = core.delta_upper_many(eps)
+    for e, upper in zip(eps, many):
+        exact = float(_core_delta_exact(eps0, *counts, e))
+        assert exact <= upper <= exact + 1e-10  # the pmfs carry a relative 1e-12 each
+        # at least the single-epsilon bound of evaluate(), less its rounding terms' difference
+        assert upper >= core.delta(float(e)).upper - 1e-15

@@ -658,24 +658,54 @@ class _BinaryCore:
     def delta(self, epsilon: float) -> Bounds:
         return self.evaluate(epsilon)[0]
 
-    def delta_upper_many(self, epsilons: np.ndarray, chunk: int = 32) -> np.ndarray:
-        """Upper bounds at many eps at once (same terms as :meth:`evaluate`)."""
+    def delta_upper_many(self, epsilons: np.ndarray) -> np.ndarray:
+        """Upper bounds at many eps at once, from the entries sorted by likelihood ratio.
+
+        Our derivation (the terms of :meth:`evaluate`, computed in another way).  In each
+        direction ``(p, q)`` the entries are sorted by their computed ratio ``p / q`` (``inf``
+        where ``q = 0``; entries with ``p = q = 0`` dropped) and summed from the largest ratio in
+        long double (``P_k``, ``Q_k``).  At ``x = e^eps`` the entries with computed ratio above
+        ``x`` give ``V = P_k - x Q_k``.  That set differs from ``{p - x q > 0}`` only by entries
+        whose ratio is within a rounding of ``x``, each with ``|p - x q| <= 2 u (p + x q)``;
+        so ``V`` is within ``2 u`` times the sum of ``p + x q`` over the entries with ``p - x q
+        > -2 rho (p + x q)`` of the stored hockey-stick sum, and the stored sum within ``2 rho``
+        times the same sum of the exact one (:meth:`evaluate`).  That set is covered by the
+        entries of computed ratio above ``x (1 - 3 rho) / (1 + 3 rho)`` (``rho`` is far above
+        the ratio's rounding), whose sum is ``P_k' + x Q_k'``: the bound is ``V + (2 rho + 4 u)
+        (P_k' + x Q_k')``, plus the rounding of the long-double sums (``(n + 4) u_ld (P_k + x
+        Q_k) + u_ld |V|``, prefix sums of ``n`` non-negative terms; Higham 2002, Sec. 4.2),
+        rounded up by ``8 u`` in double, plus ``(1 + x)`` times the dropped mass and ``extra``
+        as in :meth:`evaluate`.  One sort per call instead of a pass over every entry at every
+        eps (600 cores at 80 eps took 7 s at n = 10^6, eps0 = 0.031; now about 1 s); never
+        below the bound of :meth:`evaluate` (checked numerically) and within about 1e-15 of it.
+        """
         eps = np.asarray(epsilons, dtype=float).ravel()
         out = np.zeros(eps.shape)
         live = (eps < self.eps0) & (self.eps0 > 0)
-        idx = np.nonzero(live)[0]
-        for start in range(0, len(idx), chunk):
-            sel = idx[start:start + chunk]
-            x = np.exp(eps[sel])[:, None]
-            best = np.zeros(len(sel))
-            for p, q in ((self.p0, self.p1), (self.p1, self.p0)):
-                d = p[None, :] - x * q[None, :]
-                scale = p[None, :] + x * q[None, :]
-                value = np.sum(np.maximum(d, 0.0), axis=1)
-                err = 2 * self.rho * np.sum(np.where(d > -2 * self.rho * scale, scale, 0.0),
-                                            axis=1)
-                best = np.maximum(best, value + err)
-            out[sel] = np.minimum(best + (1 + x[:, 0]) * self.dropped + self.extra, 1.0)
+        if not np.any(live):
+            return out.reshape(np.shape(epsilons))
+        ld = np.longdouble
+        u_ld = float(np.finfo(ld).eps) / 2
+        x = np.exp(eps[live])
+        x_ld = x.astype(ld)
+        threshold = x * (1 - 3 * self.rho) / (1 + 3 * self.rho)
+        best = np.zeros(len(x))
+        for p, q in ((self.p0, self.p1), (self.p1, self.p0)):
+            keep = (p > 0) | (q > 0)
+            p, q = p[keep], q[keep]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.where(q > 0, p / np.where(q > 0, q, 1.0), np.inf)
+            order = np.argsort(-ratio, kind="stable")
+            descending = -ratio[order]  # ascending: searchsorted counts ratios above a value
+            sum_p = np.concatenate([[ld(0)], np.cumsum(p[order].astype(ld))])
+            sum_q = np.concatenate([[ld(0)], np.cumsum(q[order].astype(ld))])
+            k = np.searchsorted(descending, -x, side="left")
+            near = np.searchsorted(descending, -threshold, side="left")
+            value = sum_p[k] - x_ld * sum_q[k]
+            err = (2 * self.rho + 4 * _U) * (sum_p[near] + x_ld * sum_q[near])
+            rounding = (len(p) + 4) * u_ld * (sum_p[k] + x_ld * sum_q[k]) + u_ld * np.abs(value)
+            best = np.maximum(best, np.asarray(value + err + rounding, dtype=float))
+        out[live] = np.minimum(best * (1 + 8 * _U) + (1 + x) * self.dropped + self.extra, 1.0)
         return out.reshape(np.shape(epsilons))
 
     def epsilon(self, delta: float) -> float:

@@ -23,6 +23,19 @@ def alternate(candidates: dict[str, Callable[[], object]], rounds: int) -> dict[
     return samples
 
 
+def clear_caches(*modules) -> int:
+    """Clear every ``functools`` cache held at module level in ``modules`` (found by looking,
+    not listed by hand, so a cache added later cannot make a timed call free); returns how
+    many were cleared."""
+    cleared = 0
+    for module in modules:
+        for value in vars(module).values():
+            if callable(getattr(value, "cache_clear", None)):
+                value.cache_clear()
+                cleared += 1
+    return cleared
+
+
 def report(samples: dict[str, list[float]], baseline: str, unit: str = "s") -> str:
     """A table: median, min-max and median ratio to ``baseline`` per candidate."""
     base = statistics.median(samples[baseline])

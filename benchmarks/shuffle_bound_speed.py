@@ -22,7 +22,7 @@ from pathlib import Path
 from dpplugins.amplification import shuffle
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _ab import alternate  # noqa: E402
+from _ab import alternate, clear_caches  # noqa: E402
 
 N = 1_000_000
 DELTA = 1e-6
@@ -30,9 +30,9 @@ EPS0S = (0.5, 2.0, 4.0, 8.0)
 
 
 def uncached(fn):
-    """``fn`` with the clone-pair cache cleared first, so every call computes from scratch."""
+    """``fn`` with the module's caches cleared first, so every call computes from scratch."""
     def call():
-        shuffle._clone_pair.cache_clear()
+        clear_caches(shuffle)
         return fn()
     return call
 

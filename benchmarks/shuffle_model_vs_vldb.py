@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _ab import alternate, report  # noqa: E402
+from _ab import alternate, clear_caches, report  # noqa: E402
 
 from dpplugins.amplification import shuffle as sh  # noqa: E402
 from dpplugins.amplification import shuffle_model as sm  # noqa: E402
@@ -50,12 +50,7 @@ DELTAS = (1e-6, 1e-8)
 
 
 def clear() -> None:
-    for fn in (sm._binary_core, sm._binary_worst_case,
-               sm._strong_clone, sm._fmt21_clone, sm._lower_pairs, sm._epsilon_cached,
-               sm._lower_cached, sm._conditional_pair, sm._profile_cached, sm._profile_memo,
-               sh._clone_pair, sme.errata_pair, fam._epsilon_cached, fam._lower_cached,
-               sm.cached_blanket):
-        fn.cache_clear()
+    clear_caches(sh, sm, sme, fam)
 
 
 def binary_grid(ns, eps0s, deltas) -> None:

@@ -145,8 +145,9 @@ Approximate-DP randomizers
 ``("general", eps0, delta0)`` uses Balle, Bell, Gascon, Nissim (2020), Thm 5.1, through
 :mod:`dpplugins.amplification.shuffle`.  FMT21's own extension to (eps0, delta0)-DP randomizers
 (Feldman, McMillan, Talwar, FOCS 2021, arXiv:2012.12803, Sec. 3) was not readable through our
-tools (only the opening of the paper was reachable), so it is not implemented; neither is a
-heterogeneous-eps0 bound.
+tools (only the opening of the paper was reachable), so it is not implemented.  A local epsilon
+per group of users is bounded for k-RR only
+(:mod:`dpplugins.amplification.shuffle_model_heterogeneous`).
 
 Composition
 -----------

@@ -13,6 +13,11 @@ modules say where).  Every other number is labelled upper or lower bound; none i
 estimate.  ``--json`` prints strict JSON (an infinite number is null and named in
 ``"infinite"``).
 
+Users with their own local epsilons (binary or k-ary RR only): ``--groups EPS:USERS,...``
+replaces ``--eps0`` and ``--n``; the rows are then FMT21 at the largest epsilon (its Thm 3.1
+allows a different eps0-DP randomizer per user), the per-group bound of
+:mod:`dpplugins.amplification.shuffle_model_heterogeneous` and its certified lower bound.
+
 Wiring (in :mod:`dpplugins.cli`): ``cli_shuffle.add_parser(sub)`` in ``build_parser`` and
 ``"shuffle": cli_shuffle.run`` in the runner table.
 
@@ -41,6 +46,7 @@ from dpplugins.errors import ParameterError
 RANDOMIZERS = ("general", "rr", "krr", "sue", "oue", "subset", "olh", "laplace")
 
 EXAMPLE = "dpplugins shuffle --eps0 4 --n 100000 --delta 1e-6 --randomizer oue --d 64"
+EXAMPLE_GROUPS = "dpplugins shuffle --groups 1:5000,4:5000 --delta 1e-6 --randomizer krr --k 4"
 
 _DESCRIPTION = ("One round of the shuffle model: n users each run the local randomizer before a "
                 "shuffler.  Prints FMT21's bound (valid for every eps0-DP randomizer), the best "
@@ -66,17 +72,41 @@ _number = finite_number
 _count = integer
 
 
+def groups_argument(text: str) -> tuple[tuple[float, int], ...]:
+    """``"EPS:USERS,EPS:USERS"`` as ``((eps, users), ...)``; the values are checked later
+    (:func:`~dpplugins.amplification.shuffle_model_heterogeneous.epsilon_bounds`).
+
+    Example::
+
+        >>> groups_argument("1:5000,4:2.5e3")
+        ((1.0, 5000), (4.0, 2500))
+    """
+    pairs = []
+    for item in text.split(","):
+        eps, sep, users = item.partition(":")
+        if not sep:
+            raise argparse.ArgumentTypeError(
+                f"must be EPS:USERS pairs separated by commas (e.g. 1:5000,4:5000), got {text!r}")
+        pairs.append((finite_number(eps.strip()), integer(users.strip())))
+    return tuple(pairs)
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add the ``shuffle`` subcommand to ``subparsers`` (an ``add_subparsers()`` result) and
     return its parser."""
     p = subparsers.add_parser(
         "shuffle", help="shuffle model: FMT21, the family's bound and a lower bound",
         description=_DESCRIPTION,
-        epilog=f"example: {EXAMPLE}\nrandomizers: "
+        epilog=f"examples: {EXAMPLE}; {EXAMPLE_GROUPS}\nrandomizers: "
                + "; ".join(f"{k}: {v}" for k, v in _HELP.items()))
-    p.add_argument("--eps0", type=_number, required=True, help="local privacy level eps0 > 0")
-    p.add_argument("--n", type=_count, required=True,
-                   help="number of users, 2 to 1e8 (the bound at 1e8 holds for more users)")
+    p.add_argument("--eps0", type=_number,
+                   help="local privacy level eps0 > 0 (required unless --groups)")
+    p.add_argument("--n", type=_count,
+                   help="number of users, 2 to 1e8 (the bound at 1e8 holds for more users; "
+                        "required unless --groups)")
+    p.add_argument("--groups", type=groups_argument, metavar="EPS:USERS[,EPS:USERS...]",
+                   help="users with their own local epsilon, by group (binary or k-ary RR "
+                        "only; replaces --eps0 and --n), e.g. 1:5000,4:5000")
     p.add_argument("--delta", type=_number, required=True, help="target delta in (0, 1)")
     p.add_argument("--randomizer", choices=RANDOMIZERS, default="general",
                    help="the local randomizer (default: general)")
@@ -103,6 +133,13 @@ def bounds(args: argparse.Namespace) -> dict:
     from dpplugins.amplification import shuffle_model as sm
     from dpplugins.amplification import shuffle_model_families as fam
 
+    if getattr(args, "groups", None) is not None:
+        return _grouped_bounds(args)
+    for name in ("eps0", "n"):
+        if getattr(args, name) is None:
+            raise ParameterError(name, None, "given (it is required unless --groups is used)",
+                                 hint=f"pass --{name}, or --groups EPS:USERS,... for users "
+                                      "with their own local epsilons")
     r, eps0, n, delta = args.randomizer, args.eps0, args.n, args.delta
     if args.delta0 and r != "general":
         raise ParameterError("delta0", args.delta0, "0 unless --randomizer general",
@@ -161,6 +198,45 @@ def bounds(args: argparse.Namespace) -> dict:
             "parameters": params, "neighbouring": "replace_one", "rows": rows}
 
 
+def _grouped_bounds(args: argparse.Namespace) -> dict:
+    """The rows for ``--groups``: FMT21 at the largest local epsilon, the per-group bound and
+    its certified lower bound (:mod:`dpplugins.amplification.shuffle_model_heterogeneous`)."""
+    from dpplugins.amplification import shuffle_model as sm
+    from dpplugins.amplification import shuffle_model_heterogeneous as het
+
+    r = args.randomizer
+    if r not in ("rr", "krr"):
+        raise ParameterError("randomizer", r, "rr or krr with --groups",
+                             hint="per-group local epsilons are bounded for binary and k-ary "
+                                  "randomized response only")
+    for name in ("eps0", "n"):
+        if getattr(args, name) is not None:
+            raise ParameterError(name, getattr(args, name), "omitted with --groups",
+                                 hint="the groups give every user's eps0 and the number of "
+                                      "users")
+    if args.delta0:
+        raise ParameterError("delta0", args.delta0, "0 with --groups",
+                             hint="randomized response is pure eps0-DP")
+    k = 2 if r == "rr" else _require(args, "k", 2)
+    spec = het.GroupedKRR(args.groups, k)     # checks and merges the groups
+    b = het.epsilon_bounds(spec.groups, k, args.delta)
+    eps_max, n = spec.eps0, spec.users
+    fmt21 = sm.epsilon(("general", eps_max), n, args.delta)
+    name = "binary RR" if k == 2 else f"{k}-RR"
+    rows = [
+        {"bound": "FMT21 at the largest eps0", "kind": "upper",
+         "epsilon": float(fmt21.candidates.get("fmt21", fmt21.epsilon)), "method": "fmt21"},
+        {"bound": f"family: {name} per group", "kind": "upper", "epsilon": float(b.upper),
+         "method": "blanket_per_group"},
+        {"bound": "exact shuffled lower bound", "kind": "lower", "epsilon": float(b.lower),
+         "method": "count_pair_per_group"},
+    ]
+    return {"eps0": eps_max, "n": n, "delta": args.delta, "delta0": 0.0, "randomizer": r,
+            "parameters": {"k": k} if r == "krr" else {},
+            "groups": [[eps, users] for eps, users in spec.groups],
+            "neighbouring": "replace_one", "rows": rows}
+
+
 def _variation_ratio(r: str, eps0: float, n: int, delta: float, family, params: dict):
     """Wang et al.'s (VLDB 2024, arXiv:2304.05007) number with their parameters for ``r``:
     **not certified** -- the module docstring of
@@ -201,6 +277,8 @@ def to_json(report: dict) -> str:
 def to_text(report: dict) -> str:
     """A small table, one row per bound."""
     params = "".join(f", {k}={v}" for k, v in report["parameters"].items())
+    if "groups" in report:
+        params += ", groups=" + ",".join(f"{eps:g}:{users}" for eps, users in report["groups"])
     head = (f"shuffle model: n={report['n']}, eps0={report['eps0']:g}, "
             f"delta={report['delta']:g}, randomizer={report['randomizer']}{params} "
             f"(neighbouring: replace one)")

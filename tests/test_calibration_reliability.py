@@ -119,13 +119,15 @@ def test_calibration_with_a_small_memory_limit_answers():
     """With memory_limit = 4 MiB the search's one-grid bound raised NumericalError (its window
     did not fit and it had no budget); now its grid is coarsened like a query's first grid.
     The answer meets the target by the certified epsilon (at that memory limit) and is within
-    1 % of the answer at the default limit (a looser grid asks for a little more noise)."""
+    5 % of the answer at the default limit (a looser grid asks for a little more noise:
+    measured 3.0 % with windows of at most 32,768 bins, 128 bytes each, and 0.37 % at 12 MiB;
+    the limit was 48 bytes a bin, which the transforms exceeded, and gave 1 % at 4 MiB)."""
     common = dict(target_epsilon=8.0, delta=1e-5, sample_rate=0.5, steps=10**6)
     sigma = find_noise_multiplier(**common, memory_limit=2**22)
     acc = create("pld", memory_limit=2**22)
     acc.step(noise_multiplier=sigma, sample_rate=0.5, count=10**6)
     assert acc.get_epsilon(1e-5) <= 8.0
-    assert sigma == pytest.approx(find_noise_multiplier(**common), rel=1e-2)
+    assert sigma == pytest.approx(find_noise_multiplier(**common), rel=5e-2)
 
 
 @pytest.mark.parametrize("looseness", [40.0, 3.6])

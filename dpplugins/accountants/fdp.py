@@ -43,6 +43,7 @@ from dpplugins.errors import (NumericalError, ParameterError, check_choice, chec
 from dpplugins.fdp import CLTEstimateWarning, TradeoffCurve
 from dpplugins.full_batch import full_batch_delta_bounds, full_batch_epsilon_bounds, full_batch_mu
 from dpplugins.pld import AccuracyWarning, Bounds, PrivacyLossDistribution
+from dpplugins.pld.compose import window_limit
 from dpplugins.pld.distribution import within_window_budget
 
 __all__ = ["GDPAccountant", "TradeoffComparison", "CLTEstimateWarning", "fixed_size_gaussian_pld",
@@ -341,9 +342,9 @@ class GDPAccountant(Accountant):
                 reason = f"a finer grid needs more than {_MAX_REFINE_BINS:,} bins per component"
                 break
             window *= 2
-            if window > min(self.memory_limit // 48, _MAX_REFINE_WINDOW):
+            if window > min(window_limit(self.memory_limit), _MAX_REFINE_WINDOW):
                 reason = (f"a finer grid needs an FFT window of about {window:,} bins, more "
-                          f"than {min(self.memory_limit // 48, _MAX_REFINE_WINDOW):,}")
+                          f"than {min(window_limit(self.memory_limit), _MAX_REFINE_WINDOW):,}")
                 break
             try:
                 finer = evaluate(self._uniform_pld(history, h))

@@ -19,6 +19,7 @@ from dpplugins.full_batch import full_batch_delta_bounds, full_batch_epsilon_bou
 from dpplugins.mechanisms.pairs import DiscretePair
 from dpplugins.mechanisms.randomized_response import zero_out_rr_pair
 from dpplugins.pld import AccuracyWarning, Bounds, PrivacyLossDistribution
+from dpplugins.pld.compose import window_limit
 from dpplugins.pld.distribution import (NOISE_RANGE, SINGLE_TAIL, atom_grid_step,
                                         component_bin_limit, component_bins,
                                         grid_noise_multiplier, laplace_top_atom,
@@ -35,7 +36,8 @@ _REFINE_MIN_H = 1e-9
 #: refinement may use: each bin of a component costs a few microseconds to construct, so these
 #: bound the time of a query (a finer grid is only tried while it fits)
 _FIRST_GRID_BINS, _MAX_REFINE_BINS = 2 ** 17, 2 ** 20
-#: largest FFT window a refinement may compose (the memory limit may be lower; 48 bytes a bin):
+#: largest FFT window a refinement may compose (the memory limit may be lower, see
+#: :func:`~dpplugins.pld.compose.window_limit`):
 #: about 3 s per composition in extended precision on a loaded 2-core machine
 _MAX_REFINE_WINDOW = 2 ** 22
 #: bins of one component for the cheap tail certificate (:meth:`PLDAccountant._tail_delta`)
@@ -323,7 +325,8 @@ class PLDAccountant(Accountant):
     ``value_discretization_interval`` is a ParameterError naming the smallest valid one) and
     the first grid at most ``2^17`` bins per component; refinement stops (with an
     :class:`~dpplugins.pld.AccuracyWarning`) before ``2^20`` bins per component or an FFT window
-    of ``2^23`` bins (or ``memory_limit / 48``).  Deltas far in the tail (below ``1e-3 *
+    of ``2^22`` bins (or ``memory_limit / 128``, the memory a window's bin takes; above that a
+    composition refuses).  Deltas far in the tail (below ``1e-3 *
     tail_mass`` by a Chernoff certificate on a coarse grid) are answered by that certificate.
 
     Sources: Koskela, Jälkö, Prediger, Honkela (2021), Alg. 1 and Sec. 6.3 (PLD of the subsampled
@@ -645,7 +648,7 @@ class PLDAccountant(Accountant):
                 # target met: one more grid for the upper bound (a half to a tenth of the step,
                 # as the window allows) if its window stays within the bonus budget -- a
                 # deterministic work budget, not the clock
-                bonus_budget = min(_BONUS_WINDOW, self.memory_limit // 48, _MAX_REFINE_WINDOW)
+                bonus_budget = min(_BONUS_WINDOW, window_limit(self.memory_limit), _MAX_REFINE_WINDOW)
                 if 2 * window > bonus_budget or width <= 0:
                     return bounds
                 bonus, ratio = True, float(np.clip(window / bonus_budget, 0.1, 0.5))
@@ -658,7 +661,7 @@ class PLDAccountant(Accountant):
                 # the next window is at most _GENERIC_WINDOW_BUDGET bins (time bounded by work,
                 # not by the clock, so answers are reproducible)
                 ratio = float(np.clip(0.8 * math.sqrt(self.eps_tolerance / gap), 0.1, 0.8))
-                budget = min(self.memory_limit // 48, _MAX_REFINE_WINDOW, _GENERIC_WINDOW_BUDGET)
+                budget = min(window_limit(self.memory_limit), _MAX_REFINE_WINDOW, _GENERIC_WINDOW_BUDGET)
                 if window > 0 and window / ratio > budget:
                     ratio = window / budget
                     if ratio > 0.8:
@@ -830,7 +833,7 @@ class PLDAccountant(Accountant):
                 target -= floor
             finer = h * float(np.clip(0.8 * math.sqrt(target / refinable), 0.1, 0.8))
             window = pld.largest_window() * h / finer
-            limit = min(self.memory_limit // 48, _MAX_REFINE_WINDOW)
+            limit = min(window_limit(self.memory_limit), _MAX_REFINE_WINDOW)
             if window > limit:
                 # the finest grid whose window fits, if it is still a useful step finer
                 within = _ladder_up(h * 1.05 * pld.largest_window() / limit)

@@ -634,6 +634,17 @@ class PrivacyLossDistribution:
                                        tail_mass=self.tail_mass, memory_limit=self.memory_limit)
 
     # -- queries ----------------------------------------------------------------------------
+    def _free_tables(self) -> None:
+        """Before a new composition: when the cached compositions' evaluation tables (up to
+        ``BYTES_PER_WINDOW_BIN`` a bin with the masses) would not leave room for another window
+        within ``memory_limit``, free them (they are rebuilt, identical, if a later evaluation
+        needs them), so a query holds one composition's working memory at a time besides the
+        cached masses (8 bytes a bin)."""
+        held = sum(len(c.pmf) for c in list(self._cache.values()) if c.tables_built())
+        if held and held * BYTES_PER_WINDOW_BIN > self.memory_limit // 2:
+            for composed in list(self._cache.values()):
+                composed.drop_tables()
+
     def cached_bins(self) -> int:
         """Grid bins held by the compositions computed so far (each costs about 40 bytes: the
         masses and two long-double suffix sums)."""
@@ -676,6 +687,7 @@ class PrivacyLossDistribution:
         it refuses)."""
         key = (direction, kind, extended) if tilt == 0 else (direction, kind, extended, tilt)
         if key not in self._cache:
+            self._free_tables()
             parts = [(getattr(c, kind), k) for c, k in self._directions[direction]]
             self._cache[key] = compose_grid_pmfs(parts, tail_mass=self.tail_mass,
                                                  memory_limit=self.memory_limit,
@@ -709,16 +721,19 @@ class PrivacyLossDistribution:
         return composed
 
 
-    def _tilted_levels(self, direction: str, kind: str, tilt_of):
+    def _tilted_levels(self, direction: str, kind: str, tilt_of, refusals: list | None = None):
         """The tilted compositions (double, then extended precision) at ``tilt_of()``, if that
-        tilt is positive; stops at the first level that needs more memory than allowed."""
+        tilt is positive; stops at the first level that needs more memory than allowed (its
+        refusal appended to ``refusals``)."""
         tilt = tilt_of()
         if not tilt > 0:
             return
         for extended in (False, True):
             try:
                 yield self._composed(direction, kind, extended, tilt)
-            except NumericalError:
+            except NumericalError as error:
+                if refusals is not None:
+                    refusals.append(error)
                 return
 
     def _levels(self, direction: str, kind: str, scale: float, tilt_of,
@@ -756,13 +771,23 @@ class PrivacyLossDistribution:
         return total * 10 * u_ld * 12 > FP_SHARE * scale
 
     def _tilted_first(self, direction: str, kind: str, tilt_of, untilted):
-        """The tilted levels, and ``untilted()`` only if none of them can be computed."""
-        produced = False
-        for composed in self._tilted_levels(direction, kind, tilt_of):
+        """The tilted levels, and ``untilted()`` only if none of them can be computed; if that
+        fails too, its error also names why the tilted level was refused (e.g. its memory)."""
+        produced, refusals = False, []
+        for composed in self._tilted_levels(direction, kind, tilt_of, refusals):
             produced = True
             yield composed
         if not produced:
-            yield untilted()
+            try:
+                fallback = untilted()
+            except NumericalError as error:
+                if not refusals:
+                    raise
+                raise NumericalError(
+                    f"{error.what}; the tilted composition that certifies small deltas was "
+                    f"refused too: {refusals[0].what}",
+                    f"{error.fix}; or {refusals[0].fix}") from None
+            yield fallback
 
     def _tilt(self, direction: str, kind: str, objective) -> float:
         """``lam`` in ``[1e-3, 1e6]`` approximately minimising ``objective(lam, K(lam))`` (``K``

@@ -29,7 +29,7 @@ from dpplugins.amplification.allocation import random_allocation_pld
 from dpplugins.amplification.allocation_participations import _log_binomial
 from dpplugins.errors import NumericalError
 from dpplugins.events import GaussianEvent, RandomAllocationEvent
-from dpplugins.pld import distribution
+from dpplugins.pld import AccuracyWarning, distribution
 from test_allocation_reliability import _delta_two_steps
 
 
@@ -245,3 +245,19 @@ def test_a_delta_below_the_engines_slack_is_not_refined(monkeypatch):
                       xtol=1e-12)
     assert 0.0 <= bounds.lower <= bounds.upper <= gaussian * (1 + 1e-4)
     assert len(calls) == 1
+
+
+def test_delta_below_the_engines_slack_keeps_a_lower_bound_from_a_larger_delta():
+    """10,000 steps per epoch, 100 epochs, sigma 0.6: at delta = 1e-12 the engine's certified
+    floating-point slack (about 1e-12) swamps delta, and the lower bound was 0 (epsilon is 3.93
+    at 1e-10).  epsilon(delta) does not increase with delta, so the lower bound certified at a
+    larger delta holds: it is now about 4.37, below the upper bound and below the closed-form
+    Gaussian epsilon of the same 100 steps without amplification (an independent upper bound
+    on the truth: each epoch is a post-processing of one Gaussian step)."""
+    event = RandomAllocationEvent(10_000, 100, GaussianEvent(0.6))
+    for delta in (1e-12, 1e-14):
+        acc = create("balls_and_bins").compose(event)
+        with pytest.warns(AccuracyWarning, match="certified at delta="):
+            bounds = acc.get_epsilon_bounds(delta)
+        assert 4.0 < bounds.lower <= bounds.upper
+        assert bounds.lower <= _gaussian_epsilon(math.sqrt(100) / 0.6, delta)

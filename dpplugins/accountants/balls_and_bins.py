@@ -196,6 +196,27 @@ def epoch_kind(key: tuple) -> tuple:
     return tuple(key) if len(key) == 4 else (key[0], key[1], 1, 1.0)
 
 
+def _lower_at_a_larger_delta(composed, bounds: Bounds, delta: float, slack: float
+                             ) -> tuple[Bounds, float | None]:
+    """``bounds`` with its lower end raised to the certified lower bound at a larger delta
+    ``d' = 10 slack, 100 slack, 1000 slack`` (below 0.5), where the engine's numerical slack no
+    longer swamps it, and that ``d'`` (None if none helped).  Valid because epsilon(delta), the
+    smallest epsilon with delta(epsilon) <= delta, does not increase with delta (delta(epsilon)
+    does not increase with epsilon), so epsilon(delta) >= epsilon(d') >= its lower bound for
+    ``delta <= d'``.  Our derivation (one line)."""
+    for factor in (10.0, 100.0, 1000.0):
+        larger = factor * slack
+        if not delta < larger < 0.5:
+            continue
+        try:
+            lower = float(composed.epsilon_for_delta(larger).lower)
+        except NumericalError:
+            continue
+        if lower > bounds.lower:
+            return Bounds(min(lower, bounds.upper), bounds.upper), larger
+    return bounds, None
+
+
 def _in_order(epochs: dict) -> list:
     """The epochs' ``(key, count)`` in a fixed order: Gaussian kinds first, by value."""
     return sorted(epochs.items(), key=lambda item: (isinstance(item[0][0], Event),
@@ -371,6 +392,12 @@ class RandomAllocationAccountant(Accountant):
                 # the engine's certified numerical slack is above delta itself: finer grids
                 # (seconds each) cannot certify anything at this delta
                 why_stopped = "the engine's numerical slack exceeds delta"
+                if lower_epochs == upper_epochs:
+                    best, larger = _lower_at_a_larger_delta(composed, best, delta,
+                                                            slack_share * delta)
+                    if larger is not None:
+                        why_stopped += (f"; the lower one is certified at delta={larger:.3g} "
+                                        "(epsilon does not increase with delta)")
                 break
             if delta is None and full_lower <= 0.0 and upper <= 1.25 * floor:
                 # a delta query whose upper bound is (nearly) the additive error terms of the

@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from dpplugins.errors import ParameterError, check_positive
+from dpplugins.errors import NumericalError, ParameterError, check_positive
 
 __all__ = ["smallest_epsilon", "largest_violating_epsilon", "MAX_DOUBLINGS", "MAX_ITERATIONS"]
 
@@ -231,3 +231,38 @@ def largest_violating_epsilon(delta_lower: Callable[[float], float], target: flo
         if hi - lo <= rtol * hi + atol:
             break
     return lo
+
+
+def epsilon_lower_from_larger_delta(epsilon_lower_at: Callable[[float], float], delta: float,
+                                    first: float, *, ratio: float = 100.0, tries: int = 3
+                                    ) -> tuple[float, float | None]:
+    """A certified lower bound on ``epsilon(delta)`` from lower bounds at larger deltas, for
+    where a method certifies nothing at ``delta`` itself (its error terms swamp it): the first
+    positive ``epsilon_lower_at(d)`` for ``d = first, first ratio, ...`` (``tries`` values in
+    ``(delta, 0.5)``), and that ``d``; ``(0.0, None)`` if none is positive.
+
+    Valid because ``epsilon(delta) = min{eps : delta(eps) <= delta}`` does not increase with
+    ``delta`` (the privacy profile ``delta(eps)`` does not increase with ``eps``), so for
+    ``delta <= d`` it is at least ``epsilon(d)``, hence at least any lower bound of that.  Our
+    derivation (one line).  A :class:`~dpplugins.errors.NumericalError` at some ``d`` skips it.
+
+    Example::
+
+        >>> import math
+        >>> def exact(d):                  # epsilon(delta) = log(1 / delta) for delta(eps) = e^-eps
+        ...     return math.log(1 / d) if d > 1e-12 else 0.0   # a method blind below 1e-12
+        >>> low, at = epsilon_lower_from_larger_delta(exact, 1e-15, 1e-13)
+        >>> round(at, 20), low <= math.log(1e15)
+        (1e-11, True)
+    """
+    d = first
+    for _ in range(tries):
+        if delta < d < 0.5:
+            try:
+                value = float(epsilon_lower_at(d))
+            except NumericalError:
+                value = 0.0
+            if value > 0:
+                return value, d
+        d *= ratio
+    return 0.0, None

@@ -265,7 +265,8 @@ def test_loss_range_tail_costs_at_most_its_mass():
 
     tail = loss_range_tail_for(1e-5, 10_000)
     assert tail == 1e-13
-    assert loss_range_tail_for(1e-300, 10) == 1e-24 and loss_range_tail_for(0.5, 1) == 1e-10
+    assert loss_range_tail_for(1e-300, 10) == 1e-300 and loss_range_tail_for(0.5, 1) == 1e-10
+    assert loss_range_tail_for(1e-30, 10_000) == 1e-38
     assert loss_range_tail_for(0.0, 10) == 1e-24 and loss_range_tail_for(1e-5, 0) == 1e-24
     short = PrivacyLossDistribution.from_poisson_subsampled_gaussian(
         1.0, 0.01, value_discretization_interval=1e-3, loss_range_tail=tail)

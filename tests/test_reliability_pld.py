@@ -339,3 +339,40 @@ def test_epsilon_upper_fast_answers_a_billion_steps():
         warnings.simplefilter("ignore", AccuracyWarning)
         bounds = acc.get_epsilon_bounds(1e-5)
     assert bounds.lower <= fast < 1.05 * bounds.upper
+
+
+def _one_step_exact_epsilon(sigma, q, delta):
+    """Exact epsilon(delta) of one Poisson-subsampled Gaussian step (add/remove), from the
+    closed form of its remove direction with scipy's ndtr (the add direction's loss is at most
+    -log(1 - q), below the answers checked here, so its delta is 0 there):
+    delta(eps) = q S(x - 1/sigma) - (e^eps - 1 + q) S(x), S the standard normal survival
+    function, x = sigma log((e^eps - 1 + q) / q) + 1 / (2 sigma)."""
+    from scipy.optimize import brentq
+    from scipy.special import log_ndtr
+
+    def log_delta(eps):     # in log space: log(q S(x - 1/sigma)) + log1p(-ratio)
+        c = math.expm1(eps) + q
+        x = sigma * math.log(c / q) + 1 / (2 * sigma)
+        first = math.log(q) + log_ndtr(-(x - 1 / sigma))
+        return first + math.log1p(-math.exp(math.log(c) + log_ndtr(-x) - first))
+    return brentq(lambda e: log_delta(e) - math.log(delta), 0.1, 200.0, xtol=1e-12)
+
+
+@pytest.mark.parametrize("delta", [1e-30, 1e-60])
+def test_a_delta_far_below_the_old_loss_range_floor_is_certified(delta):
+    """The steps' grids left out 1e-24 of each tail at least, which moved about 3e-25 to loss
+    +inf after 10^4 steps of q = 0.01, sigma = 1: every delta below that had the upper bound
+    inf.  The range now reaches 1e-300.  One step brackets its exact epsilon; 10^4 steps give
+    a certified gap within the tolerance, below dp_accounting's RDP epsilon (an independent
+    upper bound on the truth: the lower bound must not exceed it)."""
+    one = create("pld")
+    one.step(noise_multiplier=1.0, sample_rate=0.01)
+    bounds = one.get_epsilon_bounds(delta)
+    exact = _one_step_exact_epsilon(1.0, 0.01, delta)
+    assert bounds.lower <= exact * (1 + 1e-9) and exact <= bounds.upper * (1 + 1e-9)
+    assert bounds.upper <= exact * 1.01
+    many = create("pld")
+    many.step(noise_multiplier=1.0, sample_rate=0.01, count=10_000)
+    bounds = many.get_epsilon_bounds(delta)
+    assert math.isfinite(bounds.upper) and bounds.upper - bounds.lower <= 1e-3 * bounds.upper
+    assert bounds.lower <= _rdp_epsilon(1.0, 0.01, 10_000, delta)

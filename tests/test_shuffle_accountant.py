@@ -231,3 +231,22 @@ def test_bad_queries_raise_parameter_error():
         shuffle.shuffle_lower_bound(-1.0, 10, 1, 1e-5)
     with pytest.raises(ParameterError, match="epochs"):
         shuffle.shuffle_lower_bound(1.0, 10, 0, 1e-5)
+
+
+@pytest.mark.parametrize("delta", [1e-12, 1e-14])
+def test_lower_bound_far_in_the_tail_comes_from_a_larger_delta(delta):
+    """60,000 examples, batches of 600, 100 epochs, sigma 1: the lower-bound pairs certify
+    nothing below about 1e-11 (their error terms), and the lower bound was 0 there (44.08 at
+    1e-10).  epsilon(delta) does not increase with delta, so the lower bound certified at a
+    larger delta holds.  Independent check: it stays below the closed-form epsilon of 100
+    Gaussian steps without amplification (mu = 10, an upper bound on the truth: each epoch is
+    a post-processing of one Gaussian step)."""
+    from dpplugins.events import GaussianEvent, ShuffledEpochsEvent
+    from scipy.optimize import brentq
+
+    acc = ShuffleAccountant()
+    acc.compose(ShuffledEpochsEvent(60_000, 600, 100, GaussianEvent(1.0)))
+    bounds = acc.get_epsilon_bounds(delta)
+    no_amplification = brentq(lambda e: gaussian_delta_exact(e, 10.0) - delta, 1.0, 500.0)
+    assert 40.0 < bounds.lower <= bounds.upper
+    assert bounds.lower <= no_amplification

@@ -79,6 +79,7 @@ from dpplugins.errors import NumericalError, ParameterError, check_count, check_
 from dpplugins.events import (Event, GaussianEvent, LaplaceEvent, RandomAllocationEvent,
                               RandomCheckInEvent, RandomizedResponseEvent,
                               steps_per_epoch_for_rate)
+from dpplugins.numerics import epsilon_lower_from_larger_delta
 from dpplugins.passes import cut_passes
 from dpplugins.pld import AccuracyWarning, Bounds
 from dpplugins.pld.distribution import FIRST_WINDOW_BINS, within_window_budget
@@ -199,21 +200,12 @@ def epoch_kind(key: tuple) -> tuple:
 def _lower_at_a_larger_delta(composed, bounds: Bounds, delta: float, slack: float
                              ) -> tuple[Bounds, float | None]:
     """``bounds`` with its lower end raised to the certified lower bound at a larger delta
-    ``d' = 10 slack, 100 slack, 1000 slack`` (below 0.5), where the engine's numerical slack no
-    longer swamps it, and that ``d'`` (None if none helped).  Valid because epsilon(delta), the
-    smallest epsilon with delta(epsilon) <= delta, does not increase with delta (delta(epsilon)
-    does not increase with epsilon), so epsilon(delta) >= epsilon(d') >= its lower bound for
-    ``delta <= d'``.  Our derivation (one line)."""
-    for factor in (10.0, 100.0, 1000.0):
-        larger = factor * slack
-        if not delta < larger < 0.5:
-            continue
-        try:
-            lower = float(composed.epsilon_for_delta(larger).lower)
-        except NumericalError:
-            continue
-        if lower > bounds.lower:
-            return Bounds(min(lower, bounds.upper), bounds.upper), larger
+    ``d' = 10, 100, 1000`` times the engine's numerical slack, where that no longer swamps it
+    (:func:`~dpplugins.numerics.epsilon_lower_from_larger_delta`), and that ``d'``."""
+    lower, larger = epsilon_lower_from_larger_delta(
+        lambda d: composed.epsilon_for_delta(d).lower, delta, 10.0 * slack, ratio=10.0)
+    if lower > bounds.lower:
+        return Bounds(min(lower, bounds.upper), bounds.upper), larger
     return bounds, None
 
 

@@ -73,12 +73,16 @@ _STICKY_GRID_SETTINGS = 16
 _LOSS_RANGE_SHARE = 1e-4
 #: the largest loss-range tail an epsilon query uses (a grid to about 6.4 standard deviations)
 _LOSS_RANGE_TAIL_MAX = 1e-10
+#: the smallest (a grid to about 37 standard deviations)
+_LOSS_RANGE_TAIL_MIN = 1e-300
 
 
 def loss_range_tail_for(delta: float, steps: int) -> float:
     """The probability of each tail of one step's outputs that the grid of an epsilon query at
     ``delta`` after ``steps`` steps leaves out: ``_LOSS_RANGE_SHARE * delta / steps`` rounded
-    down to a power of 10, within ``[SINGLE_TAIL, 1e-10]``.
+    down to a power of 10, within ``[1e-300, 1e-10]`` (the lower end was ``SINGLE_TAIL =
+    1e-24``: 10^4 steps at q = 0.01, sigma = 1 then moved about 3e-25 to ``+inf`` and every
+    delta below it had the upper bound inf; delta = 1e-30 now gives [17.630, 17.636]).
 
     Why it is safe and what it costs (our derivation).  Each step's connect-the-dots
     construction moves the P-mass above its grid to loss ``+inf``; that mass is at most the
@@ -95,12 +99,12 @@ def loss_range_tail_for(delta: float, steps: int) -> float:
     if not (delta > 0 and steps > 0):
         return SINGLE_TAIL
     target = _LOSS_RANGE_SHARE * delta / steps
-    if not target > SINGLE_TAIL:
-        return SINGLE_TAIL
+    if not target > _LOSS_RANGE_TAIL_MIN:
+        return _LOSS_RANGE_TAIL_MIN
     tail = 10.0 ** math.floor(math.log10(target))
     if tail > target:  # log10 rounded up across a power of 10
         tail /= 10.0
-    return float(min(max(tail, SINGLE_TAIL), _LOSS_RANGE_TAIL_MAX))
+    return float(min(max(tail, _LOSS_RANGE_TAIL_MIN), _LOSS_RANGE_TAIL_MAX))
 
 
 #: the first grid's relative gap at a 40th of the loss scale, ``_GAP_AT_40 (T / 10^4) ^

@@ -46,7 +46,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import operator
 import os
 import time
 from collections import Counter
@@ -58,7 +57,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, note, settings
 from hypothesis import strategies as st
 
-from fuzz_worker import Call, Outcome, Worker, method, pack
+from fuzz_worker import Call, Outcome, Worker, method, pack, total_users
 from dpplugins.accountants import available, create
 from dpplugins.events import (BoundedLaplaceEvent, ComposedEvent, EpsilonDeltaEvent, FixedBatchEvent,
                               GaussianEvent, LaplaceEvent, LocalHashingEvent, PNSGDEvent,
@@ -518,7 +517,7 @@ def _grouped_event(p):
     groups = Call.of(pack, Call.of(pack, p["eps_a"], p["n_a"]),
                      Call.of(pack, p["eps_b"], p["n_b"]))
     return Call.of(SelfComposedEvent, Call.of(
-        ShuffleEvent, Call.of(operator.add, p["n_a"], p["n_b"]),
+        ShuffleEvent, Call.of(total_users, p["n_a"], p["n_b"]),
         Call.of(PersonalizedRandomizedResponseEvent, groups, p["k"])), p["rounds"])
 
 

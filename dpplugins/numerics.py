@@ -20,7 +20,9 @@ replaced by a bisection step), which converges in a handful of evaluations on sm
 such as the Gaussian mechanism's.
 
 :func:`largest_violating_epsilon` is the mirror image for *lower* bounds: the largest ``eps``
-at which a certified lower bound on delta is still above the target.
+at which a certified lower bound on delta is still above the target, and
+:func:`epsilon_lower_from_larger_delta` keeps a lower bound on epsilon where a method certifies
+nothing at delta itself (epsilon does not increase with delta).
 
 Example::
 
@@ -39,7 +41,8 @@ from typing import Callable
 
 from dpplugins.errors import NumericalError, ParameterError, check_positive
 
-__all__ = ["smallest_epsilon", "largest_violating_epsilon", "MAX_DOUBLINGS", "MAX_ITERATIONS"]
+__all__ = ["smallest_epsilon", "largest_violating_epsilon", "epsilon_lower_from_larger_delta",
+           "MAX_DOUBLINGS", "MAX_ITERATIONS"]
 
 #: bracket doublings before giving up (2^1100 exceeds the float range from any start >= 1e-300)
 MAX_DOUBLINGS = 2100

@@ -39,6 +39,7 @@ from dpplugins.errors import (NumericalError, ParameterError, check_choice, chec
                               check_probability, check_real)
 from dpplugins.events import (Event, GaussianEvent, NonPrivateEvent, PoissonSampledEvent,
                               SelfComposedEvent, UnsupportedEvent, from_dict, leaves)
+from dpplugins.numerics import epsilon_lower_from_larger_delta
 from dpplugins.pld import AccuracyWarning, Bounds
 
 __all__ = ["Accountant", "UnsupportedEventError", "validate_history", "is_non_private",
@@ -191,6 +192,13 @@ def _parse_version(text: Any) -> tuple[int, ...]:
     return tuple(parts)
 
 
+#: below this delta, an epsilon query whose lower bound is 0 also tries the lower bounds
+#: certified at larger deltas (:meth:`Accountant._lower_from_larger_delta`); at larger deltas
+#: a lower bound of 0 is not the error terms' doing, and three more queries would cost time for
+#: nothing
+FAR_TAIL_DELTA = 1e-6
+
+
 class Accountant:
     """Base class: ledger of events, validation, caching and state; the mathematics lives in
     subclasses (module docstring).
@@ -206,6 +214,9 @@ class Accountant:
     name: ClassVar[str] = ""
     theorem: ClassVar[str] = ""
     bound_type: ClassVar[str] = "certified upper bound"
+    #: False for accountants whose lower bound is always 0 (no lower bound is known): the
+    #: far-tail fallback of :meth:`get_epsilon_bounds` is then not tried
+    computes_lower_bounds: ClassVar[bool] = True
     #: other option sets under which the accountant may support events its defaults refuse
     #: (e.g. ``({"neighbouring": "replace_one"},)``): the registry tries them to name the
     #: accountant, with those options, in refusals (``describe_supporting``)
@@ -403,8 +414,24 @@ class Accountant:
             with _float_range(self.name):
                 if delta == 0.0:
                     return self._pure_epsilon_bounds(history)
-                return self._epsilon_bounds(history, delta)
+                bounds = self._epsilon_bounds(history, delta)
+                if (bounds.lower <= 0 < bounds.upper and delta < FAR_TAIL_DELTA
+                        and self.computes_lower_bounds):
+                    bounds = self._lower_from_larger_delta(history, delta, bounds)
+                return bounds
         return self._cached(("eps", delta), compute)
+
+    def _lower_from_larger_delta(self, history, delta: float, bounds: Bounds) -> Bounds:
+        """``bounds`` (lower end 0: nothing certified at ``delta``, whose error terms swamp it,
+        far in the tail) with the lower bound certified at ``100, 10^4, 10^6`` times ``delta``
+        (:func:`~dpplugins.numerics.epsilon_lower_from_larger_delta`: epsilon does not increase
+        with delta).  The warnings of those queries, about other deltas, are not passed on."""
+        def lower_at(larger: float) -> float:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", AccuracyWarning)
+                return self._epsilon_bounds(history, larger).lower
+        lower, _ = epsilon_lower_from_larger_delta(lower_at, delta, 100.0 * delta)
+        return Bounds(min(lower, bounds.upper), bounds.upper)
 
     def get_epsilon(self, delta: float) -> float:
         """Epsilon at ``delta``: a certified upper bound (see ``bound_type``)."""

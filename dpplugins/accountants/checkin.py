@@ -79,6 +79,7 @@ class CheckInAccountant(Accountant):
     """
 
     name: ClassVar[str] = "checkin"
+    computes_lower_bounds: ClassVar[bool] = False   # no lower bound is known
     theorem: ClassVar[str] = (
         "Random check-ins, Balle, Kairouz, McMahan, Thakkar, Thakurta 2020 (Thm 3.2 fixed window, "
         "Thm 4.1 averaged updates, Thm 4.3 sliding window) per pass, with the single-participation "

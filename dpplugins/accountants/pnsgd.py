@@ -152,6 +152,7 @@ class PNSGDAccountant(Accountant):
     """
 
     name: ClassVar[str] = "pnsgd"
+    computes_lower_bounds: ClassVar[bool] = False   # no lower bound is known
     theorem: ClassVar[str] = (
         "privacy amplification by iteration for PNSGD: shuffled (Sordello, Bu, Dong 2021, Thm 2), "
         "randomly stopped (Asoodeh et al. 2020, Thm 5, with the proof's (1 - B^n) factor), online "

@@ -70,7 +70,6 @@ from dpplugins.amplification import swap as swap_bounds
 from dpplugins.errors import (NumericalError, ParameterError, check_count, check_positive)
 from dpplugins.events import (Event, GaussianEvent, ProtocolEvent, ShuffledEpochsEvent,
                               steps_per_epoch_for_rate)
-from dpplugins.numerics import epsilon_lower_from_larger_delta
 from dpplugins.passes import cut_passes
 from dpplugins.mechanisms.gaussian import gaussian_delta, gaussian_delta_upper
 from dpplugins.mechanisms.gaussian import gaussian_epsilon as _gaussian_epsilon
@@ -444,15 +443,6 @@ class ShuffleAccountant(Accountant):
         plan = self.plan(history)
         upper = self._upper_epsilon(plan, delta)
         lower = self._lower(plan, lambda pld: pld.epsilon_for_delta(delta).lower)
-        if lower <= 0 and self.lower_bound and delta < 1e-6:
-            # the lower pairs certify nothing this far in the tail (their error terms): the
-            # lower bound at a larger delta holds here too (epsilon does not increase with it).
-            # Only below 1e-6: at larger deltas the pairs' error terms are not what makes it 0,
-            # and three more evaluations would cost time for nothing
-
-            lower, _ = epsilon_lower_from_larger_delta(
-                lambda d: self._lower(plan, lambda pld: pld.epsilon_for_delta(d).lower),
-                delta, 100.0 * delta)
         return Bounds(min(lower, upper), upper)
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:

@@ -87,3 +87,16 @@ def test_a_query_beyond_the_memory_limit_refuses_with_the_reason():
     # a delta the engine can certify still answers
     bounds = pld.epsilon_for_delta(1e-20)
     assert 0 < bounds.lower <= bounds.upper < math.inf
+
+
+@pytest.mark.parametrize("name", ["pld", "fdp"])
+@pytest.mark.parametrize("bad", [2.5, 0, 1000, True, -1, "1e9"])
+def test_a_memory_limit_below_one_mebibyte_or_not_an_integer_is_refused(name, bad):
+    """Found by the long fuzz: memory_limit=2.5 was truncated to 2 bytes, and every query then
+    raised NumericalError (a window limit of 0 bins) instead of the option being refused."""
+    from dpplugins.accountants import create
+    from dpplugins.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="memory_limit"):
+        create(name, memory_limit=bad)
+    assert create(name, memory_limit=1 << 20).memory_limit == 1 << 20

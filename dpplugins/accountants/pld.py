@@ -11,7 +11,7 @@ from typing import ClassVar
 import numpy as np
 
 from dpplugins.accountants.base import Accountant, private_leaves
-from dpplugins.errors import NumericalError, ParameterError, check_positive
+from dpplugins.errors import NumericalError, ParameterError, check_count, check_positive
 from dpplugins import mechanisms
 from dpplugins.events import (EpsilonDeltaEvent, Event, GaussianEvent, LaplaceEvent,
                               PoissonSampledEvent, RandomizedResponseEvent)
@@ -363,7 +363,9 @@ class PLDAccountant(Accountant):
             None if value_discretization_interval is None
             else check_positive("value_discretization_interval", value_discretization_interval))
         self.tail_mass = check_positive("tail_mass", tail_mass)
-        self.memory_limit = int(check_positive("memory_limit", memory_limit))
+        # an integer number of bytes, at least 1 MiB (as balls_and_bins): 2.5 was truncated to
+        # 2 and every query then refused with a window limit of 0 bins
+        self.memory_limit = check_count("memory_limit", memory_limit, minimum=1 << 20)
         self._plds: OrderedDict = OrderedDict()
 
     def __getstate__(self) -> dict:

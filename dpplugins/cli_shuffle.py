@@ -177,8 +177,9 @@ def bounds(args: argparse.Namespace) -> dict:
         {"bound": "exact shuffled lower bound", "kind": "lower",
          "epsilon": float(min(low.epsilon, up.epsilon)), "method": low.method},
     ]
-    # every certified candidate of the family's bound (FMT23's stronger clone where valid:
-    # binary and k-ary RR, the errata's class E_eps0), then Wang et al.'s number
+    # every certified candidate of the family's bound (FMT23's stronger clone: binary and k-ary
+    # RR, the errata's class E_eps0, and any one randomizer run by every user), then Wang et
+    # al.'s number
     candidates = dict(up.candidates)
     if r in ("rr", "krr"):
         from dpplugins.amplification import shuffle as sh

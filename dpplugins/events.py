@@ -810,9 +810,10 @@ class PNSGDEvent(ProtocolEvent):
 
 @dataclasses.dataclass(frozen=True)
 class ShuffleEvent(Event):
-    """The shuffle model: each of ``num_users`` users applies the local randomizer ``randomizer``
-    (e.g. :class:`RandomizedResponseEvent`, :class:`EpsilonDeltaEvent`) to its own value and the
-    server sees the multiset (a uniformly random permutation) of the reports."""
+    """The shuffle model: each of ``num_users`` users applies the same local randomizer
+    ``randomizer`` (e.g. :class:`RandomizedResponseEvent`, :class:`EpsilonDeltaEvent`: one
+    eps0-DP randomizer, a function of the user's value only) to its own value and the server
+    sees the multiset (a uniformly random permutation) of the reports."""
 
     num_users: int
     randomizer: Event

@@ -97,7 +97,10 @@ def test_general_and_krr_text_output():
     text = lines[0]
     assert "5-RR" in text and "lower" in text and "FMT21" in text
     out = run_json("--eps0", "1", "--n", "5000", "--delta", "1e-6")
-    assert out["rows"][0]["epsilon"] == out["rows"][1]["epsilon"]       # general: FMT21 itself
+    # general: FMT21 (row 0) above the stronger clone, the general randomizer's own bound
+    assert out["rows"][1]["method"] == "fmt23"
+    assert out["rows"][1]["epsilon"] < out["rows"][0]["epsilon"]
+    assert out["rows"][0]["epsilon"] == sm.epsilon(("general", 1.0), 5000, 1e-6).candidates["fmt21"]
     assert out["rows"][2]["epsilon"] <= out["rows"][1]["epsilon"]
     approx = run_json("--eps0", "1", "--n", "5000", "--delta", "1e-6", "--delta0", "1e-9")
     assert approx["rows"][0]["method"] in ("balle2020", "none")

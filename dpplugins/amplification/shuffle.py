@@ -63,8 +63,10 @@ For DP-SGD on shuffled batches: :func:`shuffle_lower_bound` (after Chua et al. 2
 Not implemented, on purpose: FMT21's extension to (eps0, delta0)-DP randomizers (Thm 3.8 or near
 it) -- we could not confirm its exact statement from a primary source, so approximate-DP
 randomizers use only Balle et al. 2020 Thm 5.1.  The variation-ratio bound of Wang et al. (VLDB
-2024) is *not* used for general randomizers: its general form is FMT23's stronger clone, whose
-validity outside the errata's class E_eps0 rests on the flawed Lemma 3.5, and its
+2024) is *not* used for general randomizers here: its general form is FMT23's stronger clone,
+whose validity outside the errata's class E_eps0 rests, for this module's adaptive and per-user
+randomizers, on the flawed Lemma 3.5 (when every user runs the same randomizer it holds by a
+privacy-blanket argument, :mod:`dpplugins.amplification.shuffle_model`), and its
 randomizer-specific form is false for k-RR with k >= 3 (a two-user counterexample); see
 :mod:`dpplugins.amplification.shuffle_model`, which also has the bounds that use a known
 randomizer (binary RR: the exact worst case over datasets; k-RR: its privacy blanket).
@@ -289,7 +291,8 @@ def fmt23_clone_probability(eps0: float, randomizer="binary_rr") -> float:
         raise ParameterError(
             "randomizer", randomizer, "'binary_rr' or ('krr', k) for the FMT23 bound",
             hint="FMT23's p = 1/(e^eps0+1) holds only for the restricted class of its errata; "
-                 "general randomizers use method='fmt21'")
+                 "general randomizers use method='fmt21' (one randomizer run by every user: "
+                 "dpplugins.amplification.shuffle_model.epsilon(('general', eps0), n, delta))")
     return 2.0 / (math.exp(eps0) + 1.0)
 
 

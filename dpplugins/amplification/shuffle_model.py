@@ -4,7 +4,8 @@ Setting.  ``n`` users each apply the *same* local randomizer to their own value 
 sees the multiset of reports (a uniformly random permutation); neighbouring datasets differ in
 one user's value (*replace one*, which covers zero-out).  Rounds are composed adaptively, each
 with fresh randomness.  For adaptive sequences of arbitrary eps0-DP randomizers see
-:mod:`dpplugins.amplification.shuffle` (FMT21), which this module uses for general randomizers.
+:mod:`dpplugins.amplification.shuffle` (FMT21), which this module uses for general randomizers
+beside the stronger clone (below: valid when every user runs the same randomizer).
 ``log`` is natural, ``E = e^eps0``.
 
 Validity verdict: the variation-ratio bound (Wang et al., VLDB 2024)
@@ -39,19 +40,45 @@ is FMT23's original k-RR Theorem 5.2, which the errata withdrew.
 
 *The general-randomizer claim.*  For "general mechanisms" the table sets
 ``beta = (E-1)/(E+1)``, ``p = q = E``: the blank mass is 0 and the pair is exactly FMT23's
-stronger-clone pair (hence the 0.007 % agreement).  Using it for a randomizer whose total
-variation is below the maximum needs either a decomposition with that beta -- impossible in
-general (if ``P(y) = Q(y) = E R(x)(y)`` for some output y, no component ``r/2 (C0 + C1)`` with
-``r = 2/(E+1)`` fits under ``R(x)``) -- or the monotonicity "a smaller beta is no worse", which
-would have to come from the reduction at the smaller beta, the false case above.  So the general
-claim does **not** stand independently of FMT23's Lemma 3.5: it is the errata's open conjecture
-(valid for the class E_eps0 of the errata's Thm 7.1).  A search of ours (about 300 eps0-LDP
-randomizers on three inputs -- extreme points of the LDP polytope and mixtures of them --,
-eps0 in {1, 2, 3}, n <= 4, every dataset, enumerated exactly) found no counterexample to the
-conjecture itself; we use it for no randomizer outside E_eps0.  **General eps0-DP randomizers keep FMT21** (and Balle
-et al. 2020); the VLDB numbers are not certified by anything here.
+stronger-clone pair (hence the 0.007 % agreement).  Their reduction does not justify it for a
+randomizer with a smaller beta (if ``P(y) = Q(y) = E R(x)(y)`` for some output y, no component
+``r/2 (C0 + C1)`` with ``r = 2/(E+1)`` fits under ``R(x)``, and "a smaller beta is no worse"
+would need the reduction at the smaller beta, the false case above).  **The bound itself
+holds, by a different argument (our derivation)**, for every eps0-DP randomizer ``R`` that all
+n users run (one randomizer; per-user randomizers keep FMT21):
 
-*What is true instead.*  (a) For k-RR, Wang et al.'s pair is a post-processing of the exact
+1. *Blanket* (Balle, Bell, Gascon, Nissim, CRYPTO 2019, arXiv:1903.02837, Sec. 3):
+   ``c(y) = min_x R(x)(y)``, mass ``gamma``; every other user draws from ``c / gamma`` w.p.
+   ``gamma`` whatever its value, and revealing who did not, and their reports, is a
+   post-processing that helps the adversary.  With ``r_i = R(x_i) / c`` for the differing
+   user's two values, ``delta(eps) <= (1/n) E[(G_1 + ... + G_n)_+]``, ``G_i`` i.i.d., ``G =
+   r_0(y) - e^eps r_1(y)`` with ``y ~ c`` (mass ``gamma``), 0 otherwise (the identity ``E[f(K)] /
+   n = gamma E[f(M) / M]``, ``K ~ Bin(n, gamma)``, ``M - 1 ~ Bin(n - 1, gamma)``, ``f(0) = 0``).
+2. *Spread* (Jensen): eps0-DP gives ``1 <= r_i <= E``.  Replacing each ``r_i(y)`` by ``E`` w.p.
+   ``(r_i - 1)/(E - 1)`` and by 1 otherwise, independently, keeps the conditional mean of the
+   sum of the ``G``, so ``E[(sum)_+]`` can only grow (``z -> z_+`` is convex).  The new ``G``
+   takes ``v10 = E - e^eps``, ``v01 = 1 - E e^eps``, ``v11 = E (1 - e^eps)``, ``v00 = 1 - e^eps``
+   with masses ``w10 = w01 = m - t``, ``w11 = t``, ``w00 = gamma - 2m + t``, where ``m = int c
+   (r_i - 1)/(E - 1) = (1 - gamma)/(E - 1)`` for both values (``int c r_i = 1``) and ``t = int
+   c (r_0 - 1)(r_1 - 1)/(E - 1)^2``, and 0 w.p. ``1 - gamma``; ``gamma >= 1/E`` because ``c >=
+   R(x_0)/E``.
+3. *Extremes*: ``v01 <= v11 <= v00 <= v10`` and ``v10 + v01 = v11 + v00``, so mass ``t`` on
+   ``v10`` and ``v01`` is a mean-preserving spread of ``t`` on ``v11`` and ``v00``: the smallest
+   admissible ``t``, ``max(0, 2m - gamma)`` (``w00 >= 0``), is the worst.  Along that worst
+   case, over ``gamma`` in ``[1/E, 1]``, lowering ``gamma`` above ``2/(E+1)`` moves mass from ``v00`` to ``v10``, ``v01`` and 0 (a spread:
+   ``v00`` is their barycentre), and below ``2/(E+1)`` moves mass from ``v10``, ``v01`` to ``v11``
+   and 0 (a contraction; 0 lies in ``[v01, v10]`` for eps <= eps0).  Every ``E[(sum)_+]`` is
+   therefore at most its value at ``gamma = 2/(E+1)``, ``t = 0``: ``G = v10`` or ``v01`` w.p.
+   ``1/(E+1)`` each, which is the stronger clone pair (binary RR's blanket), ``_strong_clone``.
+
+Checked: exact enumeration of the shuffled output over every dataset for about 400
+randomizers (k-RR, randomizers with ``gamma < 2/(E+1)``, extreme points of the LDP polytope,
+random ones; eps0 in {0.5, 1, 2, 3}, n <= 5) never exceeds it; 36 of them, and each step of
+the argument, are checked in ``tests/test_shuffle_model_general.py``.  So general eps0-DP
+randomizers get the stronger clone (``"fmt23"``) beside FMT21; Wang et al.'s general number is
+the same pair, ours certified.
+
+*Related facts.*  (a) For k-RR, Wang et al.'s pair is a post-processing of the exact
 shuffled k-RR on the dataset where every other user holds a third value c (merge every value
 but a, b into "blank": the differing user then reports a, b, blank w.p. ``E/Z, 1/Z, (k-2)/Z``
 and the others ``1/Z, 1/Z, (E+k-3)/Z``, ``Z = E + k - 1``), so their k-RR numbers are certified
@@ -117,13 +144,13 @@ k-subset of d              E           (E-1)(C(d-1,k-1)-C(d-2,k-2))/(E C(d-1,k-1
 
 Sources: Wang et al.'s README (all rows); rows 1-3 re-derived here (beta is the total variation
 ``(E-1)/(E+k-1)`` of k-RR between two inputs; p, q its likelihood-ratio bounds).  Use: rows 1-2
-have ``beta = (p-1)/(p+1)`` (no blank); binary RR is in E_eps0, row 1 only under the open
-conjecture (not used).  Every other row has a positive blank mass, where the reduction is false
+have ``beta = (p-1)/(p+1)`` (no blank); binary RR is in E_eps0, row 1 holds by the blanket
+argument above.  Every other row has a positive blank mass, where the reduction is false
 (above), so none of them is used as an upper bound; k-RR uses the blanket instead.  Unary
 encoding, subset selection and local hashing get a valid family-specific bound from the FMT23
 errata's Lemma 7.3 instead (:mod:`dpplugins.amplification.shuffle_model_families`,
 :mod:`dpplugins.amplification.shuffle_model_errata`; for k-RR that pair *is* the blanket);
-Laplace keeps FMT21.  Those families also get a relaxed privacy blanket (:class:`Blanket`;
+Laplace has no Lemma 7.3 pair.  Those families also get a relaxed privacy blanket (:class:`Blanket`;
 the module there says how); their exact blankets (a four-category count) are not
 implemented.
 
@@ -1388,8 +1415,10 @@ def _epsilon_cached(r: Randomizer, n: int, delta: float) -> ShuffleBound:
             cands["fmt23"] = newton_smallest_epsilon(strong_upper, delta, eps0,
                                                       max(low * 1.05, 1e-12))
     elif r.kind == "general" and r.delta0 == 0:
-        pair = _fmt21_clone(eps0, n)
-        cands["fmt21"] = pair.epsilon(delta, eps0)
+        cands["fmt21"] = _fmt21_clone(eps0, n).epsilon(delta, eps0)
+        # valid for every eps0-DP randomizer run by all n users (module docstring, "The
+        # general-randomizer claim": the privacy blanket spread to binary RR's)
+        cands["fmt23"] = _strong_clone(eps0, n).epsilon(delta, eps0)
         for name, fn in (("fmt21_closed_form", _shuffle.fmt21_closed_form_epsilon),
                          ("balle2020", _shuffle.balle2020_epsilon)):
             try:
@@ -1414,8 +1443,10 @@ def epsilon(spec, n: int, delta: float) -> ShuffleBound:
       branch and bound (:class:`BinaryRRWorstCase`; within 0.4 % of the lower bound);
     * k-RR, k >= 3: ``"krr_blanket"`` (:class:`KRRBlanket`) and ``"fmt23"`` (stronger clone;
       k-RR is in the errata's class E_eps0, see :mod:`dpplugins.amplification.shuffle`);
-    * general eps0-DP: ``"fmt21"`` (FMT21 Thm 3.1, the clone pair computed exactly),
-      ``"fmt21_closed_form"``, ``"balle2020"``; (eps0, delta0)-DP: Balle et al. 2020 or none.
+    * general eps0-DP (one randomizer for all users): ``"fmt23"`` (the stronger clone pair,
+      valid by the blanket argument of the module docstring), ``"fmt21"`` (FMT21 Thm 3.1, the
+      clone pair computed exactly), ``"fmt21_closed_form"``, ``"balle2020"``; (eps0,
+      delta0)-DP: Balle et al. 2020 or none.
 
     Example::
 
@@ -1503,8 +1534,8 @@ def delta_bounds(spec, n: int, epsilon_: float) -> Bounds:
         elif r.kind == "krr":
             upper = min(upper, _blanket(r.eps0, n, r.k).delta(eps),
                         _strong_clone(r.eps0, n).delta(eps).upper)
-        else:
-            upper = min(upper, _fmt21_clone(r.eps0, n).delta(eps).upper,
+        else:   # general: the stronger clone (module docstring) is below FMT21's clone pair
+            upper = min(upper, _strong_clone(r.eps0, n).delta(eps).upper,
                         float(_shuffle.swap.pure_profile(r.eps0, n)(np.array([eps]))[0]))
     elif r.delta0 > 0:
         upper = float(upper_profile(r, n)(np.array([eps]))[0])
@@ -1630,7 +1661,9 @@ def _profile_cached(r: Randomizer, n: int) -> Callable[[np.ndarray], np.ndarray]
             return np.minimum(flat.reshape(eps.shape), single(eps))
         return fn
     if r.delta0 == 0:
-        pair = _fmt21_clone(eps0, n)
+        # general: the stronger clone (module docstring; below FMT21's clone pair, which has
+        # fewer clones -- a post-processing of it)
+        pair = _strong_clone(eps0, n)
         swap_profile = _shuffle.swap.pure_profile(eps0, n)
 
         def fn(eps):

@@ -7,9 +7,10 @@ family's exact local privacy level.
 
 Which bounds are certified (and why)
 ------------------------------------
-* **FMT21** (Feldman, McMillan, Talwar, FOCS 2021, arXiv:2012.12803, Thm 3.1) at the family's
-  eps0: valid for every eps0-DP randomizer (:func:`dpplugins.amplification.shuffle_model.epsilon`
-  with ``("general", eps0)``).
+* **FMT21** (Feldman, McMillan, Talwar, FOCS 2021, arXiv:2012.12803, Thm 3.1) and FMT23's
+  stronger clone (arXiv:2208.04591) at the family's eps0: valid for every eps0-DP randomizer
+  (:func:`dpplugins.amplification.shuffle_model.epsilon` with ``("general", eps0)``; the
+  stronger clone by the blanket argument in :mod:`dpplugins.amplification.shuffle_model`).
 * **The errata's Lemma 7.3** (FMT23 errata, arXiv:2208.04591, Sec. 7.4;
   :mod:`dpplugins.amplification.shuffle_model_errata`) with the family's ``(p, q)``: valid when
   the decomposition of its eq. (9) holds with the same ``(p, q)`` for *every* pair of inputs.
@@ -432,7 +433,7 @@ def _check(family, n, delta) -> tuple[Family, int, float]:
 def _epsilon_cached(family: Family, n: int, delta: float) -> ShuffleBound:
     general = _sm.epsilon(("general", family.eps0), n, delta)
     cands = {"fmt21": general.candidates.get("fmt21", general.epsilon)}
-    for name in ("fmt21_closed_form", "balle2020"):
+    for name in ("fmt23", "fmt21_closed_form", "balle2020"):
         if name in general.candidates:
             cands[name] = general.candidates[name]
     if family.lemma73 is not None:
@@ -453,8 +454,8 @@ def _blanket(family: Family, n: int, max_blocks: int | None = None) -> _sm.Blank
 
 
 def epsilon(family: Family, n: int, delta: float) -> ShuffleBound:
-    """Certified upper bound on epsilon(delta) of one shuffled round: the smallest of FMT21 at
-    the family's eps0 (and the closed forms it beats) and, where they apply, the errata's Lemma
+    """Certified upper bound on epsilon(delta) of one shuffled round: the smallest of FMT21 and
+    the stronger clone at the family's eps0 (and the closed forms they beat) and, where they apply, the errata's Lemma
     7.3 pair with the family's ``(p, q)`` and the relaxed privacy blanket (module docstring).
     ``.candidates`` lists each.
 
@@ -506,8 +507,8 @@ def lower_bound(family: Family, n: int, delta: float) -> ShuffleBound:
 
 
 def delta_bounds(family: Family, n: int, epsilon_: float) -> Bounds:
-    """Certified ``(lower, upper)`` bounds on delta(epsilon) of one round: upper the smallest of
-    FMT21's clone pair at the family's eps0, the Lemma 7.3 pair and the relaxed blanket (where
+    """Certified ``(lower, upper)`` bounds on delta(epsilon) of one round: upper the smallest of the
+    stronger clone pair at the family's eps0, the Lemma 7.3 pair and the relaxed blanket (where
     they apply), lower the best dataset pair of :func:`lower_bound`.
 
     Example::
@@ -522,7 +523,7 @@ def delta_bounds(family: Family, n: int, epsilon_: float) -> Bounds:
     eps = check_nonnegative("epsilon", epsilon_)
     if eps >= family.eps0:
         return Bounds(0.0, 0.0)
-    upper = _sm._fmt21_clone(family.eps0, n).delta(eps).upper
+    upper = _sm._strong_clone(family.eps0, n).delta(eps).upper   # every eps0-DP randomizer
     if family.lemma73 is not None:
         upper = min(upper, errata_pair(family.eps0, n, *family.lemma73).delta(eps))
     if family.blanket is not None:
@@ -548,13 +549,14 @@ def epsilon_bounds(family: Family, n: int, delta: float) -> Bounds:
 # --------------------------------------------------------------------------------------------
 def upper_profile(family: Family, n: int):
     """Vectorised certified upper bound on one round's privacy profile ``delta(eps)``, eps >= 0,
-    valid in both directions: the smallest of FMT21's clone pair and (where they apply) the
+    valid in both directions: the smallest of the stronger clone pair (below FMT21's) and (where
+    they apply) the
     Lemma 7.3 pair and the relaxed blanket (48 blocks of M), all symmetric bounds; between
     probe points only the bounds that were (nearly) the smallest at a probe are evaluated
     (:func:`~dpplugins.amplification.shuffle_model.smallest_bound`; valid for any subset)."""
     family, n, _ = _check(family, n, 0.5)
-    fmt21 = _sm._fmt21_clone(family.eps0, n)
-    bounds = [lambda e: fmt21.delta(e).upper]
+    strong = _sm._strong_clone(family.eps0, n)   # every eps0-DP randomizer (shuffle_model)
+    bounds = [lambda e: strong.delta(e).upper]
     if family.lemma73 is not None:
         bounds.append(errata_pair(family.eps0, n, *family.lemma73).delta)
     if family.blanket is not None:
@@ -816,8 +818,8 @@ def composed_rounds_epsilon_bounds(rounds, delta: float, *,
     :class:`~dpplugins.amplification.shuffle_model_heterogeneous.GroupedKRR` (k-RR with a local
     epsilon per group; ``n`` its users).
 
-    Upper: every round's dominating PLD -- :func:`round_pld` for a family (its own profile,
-    FMT21, Lemma 7.3 and the relaxed blanket),
+    Upper: every round's dominating PLD -- :func:`round_pld` for a family (its own profile:
+    the stronger clone, Lemma 7.3 and the relaxed blanket),
     :func:`dpplugins.amplification.shuffle_model.round_pld` otherwise --
     composed by FFT on one grid (adaptive composition of dominating pairs; Doroshenko et al.
     2022), at most the sum of the eps0 when every round is pure.  A family round may equally be

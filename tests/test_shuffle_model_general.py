@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import mpmath as mp
 import numpy as np
 import pytest
 from scipy.optimize import nnls
@@ -198,3 +199,58 @@ def test_general_upper_is_the_stronger_clone_below_fmt21_above_the_lower_bound(e
         assert sm.lower_bound(("general", eps0), n, delta).epsilon <= up.epsilon
         # binary RR is a general randomizer: its exact worst case stays below
         assert sm.epsilon(("binary_rr", eps0), n, delta).epsilon <= up.epsilon * (1 + 1e-9)
+
+
+# -- extreme local epsilons and deltas (regressions) ------------------------------------------------
+def binary_rr_worst_delta_mp(eps0, n, eps):
+    """Exact worst-case shuffled binary RR delta in 50-digit arithmetic (float loses about
+    ``u / delta`` relative here): the number of 1s, every count j of others holding 1, both
+    directions."""
+    mp.mp.dps = 50
+    e = mp.e ** mp.mpf(eps0)
+    a, b, x = e / (e + 1), 1 / (e + 1), mp.e ** mp.mpf(eps)
+
+    def binom(m, p, s):
+        return mp.binomial(m, s) * p ** s * (1 - p) ** (m - s) if 0 <= s <= m else mp.mpf(0)
+    best = mp.mpf(0)
+    for j in range(n):      # j others hold 1 (report 1 w.p. a), n - 1 - j hold 0 (w.p. b)
+        w = [sum(binom(j, a, i) * binom(n - 1 - j, b, s - i) for i in range(s + 1))
+             for s in range(n + 1)]
+        p0 = [b * (w[s - 1] if s else 0) + a * w[s] for s in range(n + 1)]   # holds 0
+        p1 = [a * (w[s - 1] if s else 0) + b * w[s] for s in range(n + 1)]   # holds 1
+        best = max(best, sum(max(u - x * v, 0) for u, v in zip(p0, p1)),
+                   sum(max(v - x * u, 0) for u, v in zip(p0, p1)))
+    return float(best)
+
+
+@pytest.mark.parametrize("eps0", [25.0, 30.0, 36.0, 50.0])
+def test_large_local_epsilon_is_never_below_binary_rr(eps0):
+    """Binary RR is a general randomizer, so every general bound is above its exact shuffled
+    delta.  From eps0 = 25 the clone pairs' closed form lost its positive summand to rounding
+    (the certified epsilon fell below binary RR's exact lower bound: 37.3 at eps0 = 50), and
+    ``1 - expit(eps0)`` lost its relative accuracy."""
+    for n in (2, 3):
+        for eps in (eps0 - 1e-3, eps0 - 1e-5):
+            exact = binary_rr_worst_delta_mp(eps0, n, eps)
+            assert exact > 0
+            for pair in (sm._strong_clone(eps0, n), sm._fmt21_clone(eps0, n)):
+                assert pair.delta(eps).upper >= exact
+            assert sm.delta_bounds(("general", eps0), n, eps).upper >= exact
+    for n in (2, 1000):
+        low = sm.lower_bound(("binary_rr", eps0), n, 1e-6).epsilon
+        assert low > eps0 - 1e-5
+        for spec in (("binary_rr", eps0), ("general", eps0)):
+            assert low <= sm.epsilon(spec, n, 1e-6).epsilon <= eps0
+        krr4 = ("krr", eps0, 4)
+        assert sm.lower_bound(krr4, n, 1e-6).epsilon <= sm.epsilon(krr4, n, 1e-6).epsilon
+
+
+@pytest.mark.parametrize("spec", [("general", 1.0), ("binary_rr", 1.0), ("krr", 1.0, 5),
+                                  ("general", 50.0)])
+def test_tiny_delta_answers_within_eps0(spec):
+    """delta = 1e-300 is below every certified error term: the answer is eps0 (the round is
+    eps0-DP), not an OverflowError from a bracket grown past it."""
+    for n in (10, 1000):
+        up = sm.epsilon(spec, n, 1e-300).epsilon
+        low = sm.lower_bound(spec, n, 1e-300).epsilon
+        assert 0 <= low <= up <= spec[1]

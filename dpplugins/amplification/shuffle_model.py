@@ -227,8 +227,15 @@ ENGINE_FAILURES = (NumericalError, ZeroDivisionError, FloatingPointError, Overfl
 def newton_smallest_epsilon(fn, delta: float, hi: float, guess: float,
                             rtol: float = 1e-7) -> float:
     """:func:`dpplugins.numerics.smallest_epsilon` with safeguarded Newton on ``[0, hi]``
-    (``fn(eps) -> (upper bound on delta(eps), d delta / d eps)``)."""
-    return smallest_epsilon(fn, delta, hi=hi, guess=guess, newton=True, rtol=rtol)
+    (``fn(eps) -> (upper bound on delta(eps), d delta / d eps)``).  ``hi`` is the round's eps0,
+    where its delta is exactly 0; where the computed upper bound there still exceeds ``delta``
+    (its error terms, e.g. at delta = 1e-300, or at eps0 = 50) the answer is ``hi`` itself.  The
+    bracket used to grow past ``hi``: ``exp`` overflowed at delta = 1e-300, and a count pair
+    evaluated at twice eps0 raised "wrong orientation" (general randomizer, eps0 = 50,
+    n = 1000)."""
+    eps = smallest_epsilon(fn, delta, hi=hi, guess=guess, newton=True, rtol=rtol,
+                           epsilon_max=hi)
+    return hi if math.isinf(eps) else eps
 #: relative accuracy we assume of one scipy binomial pmf / survival-function value (the same
 #: convention as :mod:`dpplugins.amplification.shuffle`); it is charged to every upper bound
 _REL_SF = 1e-12
@@ -515,6 +522,43 @@ class _Direction:
         cc = (self.v0[2] - x * self.v1[2]) / pc if pc > 0 else 0.0
         return ca, cb, cc
 
+    def _threshold(self, jmin: np.ndarray, ca: float, cb: float, cc: float
+                   ) -> tuple[np.ndarray, float]:
+        """The first ``j`` (per T) whose summand ``f(j) = ca j + cb (T - j) + cc (n - T)`` is
+        positive, and an error bound for the summands whose sign is within rounding of 0.
+
+        ``floor(-k / d)`` loses the threshold when ``f(T)`` is far below ``|ca|, |cb|``
+        relative to the unit round-off: at eps0 = 25, ``f(1) / d`` is about ``1e-17``, the
+        positive summand was dropped and the certified epsilon of the clone pair fell below
+        binary RR's exact lower bound (25 - 7e-6 against 25 - 2.5e-6; eps0 = 50: 37.3).  So
+        the threshold is moved until ``f`` (evaluated summand by summand, not through ``d``)
+        changes sign there, and each summand next to it whose computed ``f`` is within ``8 u``
+        of its scale ``|ca| j + |cb| (T - j) + |cc| (n - T)`` is charged ``16 u`` times that
+        scale (a sign decided wrongly moves the sum by at most ``|f|``)."""
+        T, n = self.T, self.n
+
+        def f(j):
+            return ca * j + cb * (T - j) + cc * (n - T)
+
+        def scale(j):
+            return abs(ca) * j + abs(cb) * (T - j) + abs(cc) * (n - T)
+        for _ in range(4):   # f increases in j (d > 0): a few steps from floor(-k / d)
+            down = (jmin >= 1) & (f(jmin - 1) > 0)
+            up = (jmin <= T) & ~(f(jmin) > 0)
+            if not (np.any(down) or np.any(up)):
+                break
+            jmin = jmin - down + up
+        else:
+            raise NumericalError("count pair threshold not found", "report this as a bug")
+        boundary = 0.0
+        for j in (jmin - 1, jmin):
+            inside = (j >= 0) & (j <= T)
+            unsure = inside & (np.abs(f(j)) <= 8 * _U * scale(j))
+            if np.any(unsure):
+                pm = _pmf(j[unsure], T[unsure], self.theta)
+                boundary += float(np.dot(self.w[unsure], pm * 16 * _U * scale(j)[unsure]))
+        return jmin, boundary / n
+
     def evaluate(self, x: float) -> tuple[float, float, float]:
         """``(value, error, P1(L > log x))``: the hockey-stick ``sum (P0 - x P1)_+`` computed from
         the window, a bound on its floating-point and truncation error, and the P1-mass of the
@@ -528,7 +572,7 @@ class _Direction:
         with np.errstate(over="ignore", invalid="ignore"):
             jr = np.floor(-k / d)
         jmin = np.clip(np.nan_to_num(jr, nan=0.0, posinf=1e18, neginf=-1e18), -1, T) + 1
-        jmin = jmin.astype(np.int64)
+        jmin, boundary = self._threshold(jmin.astype(np.int64), ca, cb, cc)
         s1, s2, e1, e2 = self._tails(jmin)
         mean = T * self.theta
         t1 = d * mean * s1
@@ -536,7 +580,7 @@ class _Direction:
         value = float(np.dot(self.w, np.maximum(t1 + t2, 0.0))) / n
         rounding = (4 * _U + _REL_SF) * (np.abs(t1) + np.abs(t2))
         error = float(np.dot(self.w, abs(d) * mean * e1 + np.abs(k) * e2 + rounding)) / n
-        error = error * (1 + 1e-12) + self.outside
+        error = (error + boundary) * (1 + 1e-12) + self.outside
         pa, pb, pc = self.pi
         da, db = self.v1[0] / pa, self.v1[1] / pb
         dc = self.v1[2] / pc if pc > 0 else 0.0
@@ -1204,10 +1248,13 @@ def clone_pair(eps0: float, n: int, clone_probability: float) -> CountPair:
     """The FMT21 / FMT23 clone pair as a :class:`CountPair`: the differing user reports 0 with
     probability ``e^eps0/(e^eps0+1)`` (1 otherwise, roles swapped on X1), every other user reports
     0 or 1 with probability ``c/2`` each (a clone) and nothing otherwise.  Same numbers as
-    :func:`dpplugins.amplification.shuffle.clone_pair_delta`, faster for large n."""
-    a = float(special.expit(eps0))
+    :func:`dpplugins.amplification.shuffle.clone_pair_delta`, faster for large n.
+    ``1/(e^eps0+1)`` is computed as ``expit(-eps0)``, not ``1 - expit(eps0)``: the subtraction
+    lost its relative accuracy for large eps0 (eps0 = 24: 6e-6, and the certified epsilon fell
+    below binary RR's exact lower bound; eps0 = 36: 35.74 < 35.99999)."""
+    a, b = float(special.expit(eps0)), float(special.expit(-eps0))
     c = clone_probability
-    return CountPair(n, (c / 2, c / 2, 1 - c), (a, 1 - a, 0.0), (1 - a, a, 0.0),
+    return CountPair(n, (c / 2, c / 2, 1 - c), (a, b, 0.0), (b, a, 0.0),
                      description=f"clone pair (eps0={eps0:g}, n={n}, c={c:.4g})")
 
 
@@ -1507,13 +1554,14 @@ def _single_user_profile(r: Randomizer) -> Callable[[np.ndarray], np.ndarray]:
     """n = 1: the randomizer itself.  k-RR: ``(e^eps0 - e^eps)_+/(e^eps0 + k - 1)``; a general
     (eps0, delta0) randomizer: the profile of its dominating pair,
     ``delta0 + (1 - delta0)(e^eps0 - e^eps)_+/(e^eps0 + 1)``."""
-    e = math.exp(r.eps0)
-    z = e + (r.k - 1 if r.kind == "krr" else 1)
+    others = r.k - 1 if r.kind == "krr" else 1
 
     def fn(eps):
         eps = np.asarray(eps, dtype=float)
-        with np.errstate(over="ignore"):
-            val = np.maximum(e - np.exp(np.minimum(eps, 700.0)), 0.0) / z
+        # (E - e^eps)_+ / (E + others) as -expm1(eps - eps0) / (1 + others / E): the difference
+        # of the two exponentials lost 2e-11 relative at eps0 = 50, above the 1e-12 margin
+        gap = np.minimum(eps - r.eps0, 0.0)
+        val = -np.expm1(gap) / (1.0 + others * math.exp(-r.eps0))
         return np.minimum(r.delta0 + (1 - r.delta0) * val * (1 + 1e-12), 1.0)
     return fn
 

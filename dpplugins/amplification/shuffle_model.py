@@ -525,38 +525,44 @@ class _Direction:
     def _threshold(self, jmin: np.ndarray, ca: float, cb: float, cc: float
                    ) -> tuple[np.ndarray, float]:
         """The first ``j`` (per T) whose summand ``f(j) = ca j + cb (T - j) + cc (n - T)`` is
-        positive, and an error bound for the summands whose sign is within rounding of 0.
+        positive, and an error bound for the summands whose computed sign may be wrong.
 
         ``floor(-k / d)`` loses the threshold when ``f(T)`` is far below ``|ca|, |cb|``
         relative to the unit round-off: at eps0 = 25, ``f(1) / d`` is about ``1e-17``, the
         positive summand was dropped and the certified epsilon of the clone pair fell below
-        binary RR's exact lower bound (25 - 7e-6 against 25 - 2.5e-6; eps0 = 50: 37.3).  So
-        the threshold is moved until ``f`` (evaluated summand by summand, not through ``d``)
-        changes sign there, and each summand next to it whose computed ``f`` is within ``8 u``
-        of its scale ``|ca| j + |cb| (T - j) + |cc| (n - T)`` is charged ``16 u`` times that
-        scale (a sign decided wrongly moves the sum by at most ``|f|``)."""
-        T, n = self.T, self.n
+        binary RR's exact lower bound (25 - 7e-6 against 25 - 2.5e-6; eps0 = 50: 37.3).  Our
+        analysis: a computed ``f(j)`` is within ``5 u s(j)`` of the true one, ``s(j) = |ca| j +
+        |cb| (T - j) + |cc| (n - T) <= top = (|ca| + |cb|) T + |cc| (n - T)``, and the true
+        ``f`` rises by ``d = ca - cb`` per step.  Where ``32 u top <= d`` at most one summand
+        can have the wrong sign and ``floor(-k / d)`` is within two steps: the threshold is
+        moved until the computed ``f`` changes sign there, and the two summands beside it whose
+        computed ``|f| <= 16 u s(j)`` are charged ``32 u s(j)`` times their probability.
+        Otherwise the summands of wrong sign lie in a band around ``floor(-k / d)``, each with
+        ``|f| <= 16 u top``, and ``32 u top`` is charged for the T (their probabilities sum to
+        at most 1)."""
+        T, n, d = self.T, self.n, ca - cb
 
         def f(j):
             return ca * j + cb * (T - j) + cc * (n - T)
 
         def scale(j):
             return abs(ca) * j + abs(cb) * (T - j) + abs(cc) * (n - T)
-        for _ in range(4):   # f increases in j (d > 0): a few steps from floor(-k / d)
-            down = (jmin >= 1) & (f(jmin - 1) > 0)
-            up = (jmin <= T) & ~(f(jmin) > 0)
+        top = scale(T) + abs(cb) * T
+        wide = 32 * _U * top > d
+        for _ in range(8):
+            down = ~wide & (jmin >= 1) & (f(jmin - 1) > 0)
+            up = ~wide & (jmin <= T) & ~(f(jmin) > 0)
             if not (np.any(down) or np.any(up)):
                 break
             jmin = jmin - down + up
         else:
             raise NumericalError("count pair threshold not found", "report this as a bug")
-        boundary = 0.0
+        boundary = float(np.dot(self.w[wide], 32 * _U * top[wide])) if np.any(wide) else 0.0
         for j in (jmin - 1, jmin):
-            inside = (j >= 0) & (j <= T)
-            unsure = inside & (np.abs(f(j)) <= 8 * _U * scale(j))
+            unsure = ~wide & (j >= 0) & (j <= T) & (np.abs(f(j)) <= 16 * _U * scale(j))
             if np.any(unsure):
                 pm = _pmf(j[unsure], T[unsure], self.theta)
-                boundary += float(np.dot(self.w[unsure], pm * 16 * _U * scale(j)[unsure]))
+                boundary += float(np.dot(self.w[unsure], pm * 32 * _U * scale(j)[unsure]))
         return jmin, boundary / n
 
     def evaluate(self, x: float) -> tuple[float, float, float]:

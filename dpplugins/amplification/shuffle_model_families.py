@@ -390,9 +390,8 @@ def laplace_bounded(eps0: float) -> Family:
     """The Laplace mechanism on input ``[0, 1]`` with scale ``1/eps0`` (Dwork et al., TCC 2006),
     eps0-DP.  Its total variation depends on ``|x0 - x1|`` (largest, ``1 - e^(-eps0/2)``, at
     distance 1), so Lemma 7.3 is not used; the privacy blanket is, spread to three classes
-(module docstring, "Laplace").  Lower-bound categories for
-    x0 = 1, x1 = 0: ``y > 1/2 + s``, ``y < 1/2 - s``, other, for ``s`` in {0, 1/4, 1/2} and the
-    others at 1 or at 1/2.
+    (module docstring, "Laplace").  Lower-bound categories for x0 = 1, x1 = 0: ``y > 1/2 +
+    s``, ``y < 1/2 - s``, other, for ``s`` in {0, 1/4, 1/2} and the others at 1 or at 1/2.
 
     Example::
 
@@ -455,8 +454,9 @@ def _blanket(family: Family, n: int, max_blocks: int | None = None) -> _sm.Blank
 
 def epsilon(family: Family, n: int, delta: float) -> ShuffleBound:
     """Certified upper bound on epsilon(delta) of one shuffled round: the smallest of FMT21 and
-    the stronger clone at the family's eps0 (and the closed forms they beat) and, where they apply, the errata's Lemma
-    7.3 pair with the family's ``(p, q)`` and the relaxed privacy blanket (module docstring).
+    the stronger clone at the family's eps0 (and the closed forms they beat) and, where they
+    apply, the errata's Lemma 7.3 pair with the family's ``(p, q)`` and the relaxed privacy
+    blanket (module docstring).
     ``.candidates`` lists each.
 
     Example::
@@ -507,9 +507,9 @@ def lower_bound(family: Family, n: int, delta: float) -> ShuffleBound:
 
 
 def delta_bounds(family: Family, n: int, epsilon_: float) -> Bounds:
-    """Certified ``(lower, upper)`` bounds on delta(epsilon) of one round: upper the smallest of the
-    stronger clone pair at the family's eps0, the Lemma 7.3 pair and the relaxed blanket (where
-    they apply), lower the best dataset pair of :func:`lower_bound`.
+    """Certified ``(lower, upper)`` bounds on delta(epsilon) of one round: upper the smallest
+    of the stronger clone pair at the family's eps0, the Lemma 7.3 pair and the relaxed
+    blanket (where they apply), lower the best dataset pair of :func:`lower_bound`.
 
     Example::
 

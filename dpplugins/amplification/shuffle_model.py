@@ -537,9 +537,10 @@ class _Direction:
         can have the wrong sign and ``floor(-k / d)`` is within two steps: the threshold is
         moved until the computed ``f`` changes sign there, and the two summands beside it whose
         computed ``|f| <= 16 u s(j)`` are charged ``32 u s(j)`` times their probability.
-        Otherwise the summands of wrong sign lie in a band around ``floor(-k / d)``, each with
-        ``|f| <= 16 u top``, and ``32 u top`` is charged for the T (their probabilities sum to
-        at most 1)."""
+        Otherwise (``d < 32 u top``) ``floor(-k / d)`` is within ``2 u top / d + 1`` steps of the
+        true threshold, so every summand it classifies wrongly has ``|f| <= 18 u top + 2 d <=
+        82 u top``, and ``96 u top`` is charged for the T (their probabilities sum to at most
+        1)."""
         T, n, d = self.T, self.n, ca - cb
 
         def f(j):
@@ -557,7 +558,7 @@ class _Direction:
             jmin = jmin - down + up
         else:
             raise NumericalError("count pair threshold not found", "report this as a bug")
-        boundary = float(np.dot(self.w[wide], 32 * _U * top[wide])) if np.any(wide) else 0.0
+        boundary = float(np.dot(self.w[wide], 96 * _U * top[wide])) if np.any(wide) else 0.0
         for j in (jmin - 1, jmin):
             unsure = ~wide & (j >= 0) & (j <= T) & (np.abs(f(j)) <= 16 * _U * scale(j))
             if np.any(unsure):

@@ -74,7 +74,7 @@ n users run (one randomizer; per-user randomizers keep FMT21):
 Checked: exact enumeration of the shuffled output over every dataset for about 400
 randomizers (k-RR, randomizers with ``gamma < 2/(E+1)``, extreme points of the LDP polytope,
 random ones; eps0 in {0.5, 1, 2, 3}, n <= 5) never exceeds it; 36 of them, and each step of
-the argument, are checked in ``tests/test_shuffle_model_general.py``.  So general eps0-DP
+the argument, are checked by the project's test suite.  So general eps0-DP
 randomizers get the stronger clone (``"fmt23"``) beside FMT21; Wang et al.'s general number is
 the same pair, ours certified.
 

@@ -126,19 +126,18 @@ L_x(y) = e^(-max(|y|, |1-y|)/b) / (2b)``, of mass ``gamma = e^(-eps0/2)``.  For 
 inequality), and ``G = r_0 - e^eps r_1`` on the blanket is linear in ``(r_0, r_1)``.
 
 1. Replace ``r_i`` by ``E`` w.p. ``a_i = (r_i - 1)/(E - 1)`` and by 1 otherwise,
-   independently for i = 0, 1.  ``(r_0, r_1)`` keeps its conditional mean, so (``G`` linear)
-   the new ``G'`` is a mean-preserving spread of ``G``: ``G <=_cx G'`` in the convex order.
-   Convex order is closed under sums of independent copies (Shaked, Shanthikumar, *Stochastic
-   Orders*, Springer 2007, Thm 3.A.12) and ``t -> t_+`` is convex, so ``E[(sum G_i)_+] <=
-   E[(sum G'_i)_+]``: the four-class bound with masses ``w_st = int c a_0^s (1-a_0)^(1-s)
-   a_1^t (1-a_1)^(1-t)`` is an upper bound for the pair ``(x0, x1)``.
+   independently for i = 0, 1 and for each report.  ``(r_0, r_1)`` keeps its conditional
+   mean, so (``G`` linear) the sum of the new ``G'_i`` has, given the reports, the mean of the
+   sum of the ``G_i``, and ``z -> z_+`` is convex: ``E[(sum G_i)_+] <= E[(sum G'_i)_+]``
+   (Jensen, given the reports).  The four-class bound with masses ``w_st = int c a_0^s
+   (1-a_0)^(1-s) a_1^t (1-a_1)^(1-t)`` is an upper bound for the pair ``(x0, x1)``.
 2. ``int c a_i = (int L_{x_i} - gamma)/(E - 1) = (1 - gamma)/(E - 1) =: m`` for every input,
    so ``w10 = w01 = m - w11``, ``w00 = gamma - 2m + w11``.  Class values ``v10 = E - e^eps``,
    ``v01 = 1 - E e^eps``, ``v11 = E (1 - e^eps)``, ``v00 = 1 - e^eps`` satisfy ``v01 <= v11
    <= v00 <= v10`` (eps >= 0) and ``v10 + v01 = v11 + v00``, so equal masses ``t`` on ``v10``
-   and ``v01`` are a mean-preserving spread of ``t`` on ``v11`` and ``v00``: every pair's
-   four-class ``G'`` is below, in convex order, the one with ``w11 = 0``, which is the pair
-   ``(x0, x1) = (1, 0)`` (there one of ``r_0, r_1`` is 1 at every y).
+   and ``v01`` are a mean-preserving spread of ``t`` on ``v11`` and ``v00`` (the same Jensen
+   step, one report at a time): every pair's four-class bound is below the one with ``w11 =
+   0``, which is the pair ``(x0, x1) = (1, 0)`` (there one of ``r_0, r_1`` is 1 at every y).
 3. So ``w10 = w01 = m = 1/(sqrt(E)(sqrt(E) + 1))``, ``w11 = 0``, ``w00 = gamma - 2m =
    (sqrt(E) - 1)/(sqrt(E)(sqrt(E) + 1))`` bound every pair, with nothing relaxed.
 

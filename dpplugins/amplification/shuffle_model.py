@@ -208,6 +208,7 @@ from scipy import special, stats
 
 from dpplugins.amplification import shuffle as _shuffle
 from dpplugins.amplification.shuffle import ShuffleBound, binomial_window, largest_violated
+from dpplugins.amplification.shuffle import binomial_sf as _sf
 from dpplugins.errors import (NumericalError, ParameterError, check_count, check_nonnegative,
                               check_open_unit, check_positive)
 from dpplugins.numerics import largest_violating_epsilon, smallest_epsilon
@@ -239,73 +240,6 @@ def newton_smallest_epsilon(fn, delta: float, hi: float, guess: float,
 #: relative accuracy we assume of one scipy binomial pmf / survival-function value (the same
 #: convention as :mod:`dpplugins.amplification.shuffle`); it is charged to every upper bound
 _REL_SF = 1e-12
-
-
-def _betainc_is_accurate() -> bool:
-    """``scipy.special.betainc`` is Boost's incomplete beta from SciPy 1.12 on; older versions
-    (cephes) are off by ~1e-9 relative for ~1e5 trials.  Checked once against
-    ``scipy.stats.binom.sf`` (Boost)."""
-    k, n = 201897.0, 400000.0
-    a = float(special.betainc(k + 1, n - k, 0.5))
-    b = float(stats.binom.sf(k, n, 0.5))
-    return abs(a / b - 1) < 1e-13
-
-
-_FAST_SF = _betainc_is_accurate()
-
-
-def _sf(k, n, p):
-    """``P(Bin(n, p) > k)`` as an array (Boost's incomplete beta; ``k < 0`` gives 1, ``k >= n``
-    gives 0)."""
-    k = np.asarray(k, dtype=float)
-    n = np.broadcast_to(np.asarray(n, dtype=float), k.shape)
-    if not _FAST_SF:
-        return np.asarray(stats.binom.sf(k, n, p), dtype=float)
-    out = np.zeros(k.shape)
-    inner = (k >= 0) & (k < n)
-    out[k < 0] = 1.0
-    if np.any(inner):
-        out[inner] = special.betainc(k[inner] + 1, n[inner] - k[inner], p)
-    return out
-
-
-def _cdf(k, n, p):
-    """``P(Bin(n, p) <= k)`` (Boost's incomplete beta, accurate in the lower tail)."""
-    if not _FAST_SF:
-        return np.asarray(stats.binom.cdf(k, n, p), dtype=float)
-    k = np.asarray(k, dtype=float)
-    n = np.broadcast_to(np.asarray(n, dtype=float), k.shape)
-    out = np.ones(k.shape)
-    inner = (k >= 0) & (k < n)
-    out[k < 0] = 0.0
-    if np.any(inner):
-        out[inner] = special.betainc(n[inner] - k[inner], k[inner] + 1, 1 - p)
-    return out
-
-
-def _window(trials: int, prob: float, log_cut: float = -50.0) -> tuple[int, int, float]:
-    """``(lo, hi, outside)``: ``Bin(trials, prob)`` puts all but ``outside`` (its exact mass,
-    rounded up) on ``[lo, hi]``, and ``outside <= 2 e^log_cut`` unless the support ends first."""
-    if trials == 0 or prob <= 0:
-        return 0, 0, 0.0
-    if prob >= 1:
-        return trials, trials, 0.0
-    mean = trials * prob
-    sd = math.sqrt(trials * prob * (1 - prob))
-    k = math.sqrt(-2 * log_cut) + 1
-    lo = max(0, math.floor(mean - k * sd - 2))
-    hi = min(trials, math.ceil(mean + k * sd + 2))
-    cut = math.exp(log_cut)
-    while hi < trials and float(_sf(hi, trials, prob)) > cut:
-        hi = min(trials, hi + max(2, hi - math.floor(mean)))
-    while lo > 0 and float(_cdf(lo - 1, trials, prob)) > cut:
-        lo = max(0, lo - max(2, math.ceil(mean) - lo))
-    outside = 0.0
-    if lo > 0:
-        outside += float(_cdf(lo - 1, trials, prob))
-    if hi < trials:
-        outside += float(_sf(hi, trials, prob))
-    return lo, hi, outside * (1 + 1e-9)
 
 
 def _boost_pdf():
@@ -669,7 +603,7 @@ class _BinaryCore:
     ``P0(s) = beta W(s-1) + alpha W(s)`` and ``P1(s) = alpha W(s-1) + beta W(s)``.
 
     ``W`` is the exact convolution of the two binomial pmfs on windows holding all but ``e^-50``
-    of each (; :func:`_window`); the dropped mass moves every hockey-stick sum by at most
+    of each (:func:`~dpplugins.amplification.shuffle.binomial_window`); the dropped mass moves every hockey-stick sum by at most
     ``(1 + e^eps)`` times it.
     Every entry of ``P0, P1`` carries a relative error of at most ``rho = 2 * 1e-12 (the pmf
     values) + (L + 4) u`` (``L`` terms in each convolution sum, all non-negative), so the computed
@@ -688,7 +622,7 @@ class _BinaryCore:
         for count, prob in ((n_alpha, alpha), (n_beta, beta), (n_fair, 0.5)):
             if count == 0:
                 continue
-            lo, hi, out = _window(count, prob)
+            lo, hi, out = binomial_window(count, prob, log_cut=-50.0)
             parts.append(_pmf(np.arange(lo, hi + 1), count, prob))
             start += lo
             dropped += out
@@ -1059,7 +993,7 @@ class StackedBlanket:
         Ms, Ts, Ws = [], [], []
         outside = 0.0
         for m, weight in blocks:
-            lo, hi, out = _window(m - 1, min(pab, 1.0), log_cut=-75.0)
+            lo, hi, out = binomial_window(m - 1, min(pab, 1.0), log_cut=-75.0)
             T = np.arange(lo, min(hi + 1, m) + 1)
             Ts.append(T)
             Ms.append(np.full(len(T), m))
@@ -1864,7 +1798,7 @@ def _count_pair_pmfs(pair: CountPair, max_support: int = 3_000_000):
     coordinate), or None if the window has more than ``max_support`` outcomes."""
     d = pair.forward
     n, (pa, pb, pc) = d.n, d.pi
-    lo, hi, _ = _window(n, pa + pb, log_cut=-32.0)
+    lo, hi, _ = binomial_window(n, pa + pb, log_cut=-32.0)
     T = np.arange(lo, hi + 1)
     sd = np.sqrt(np.maximum(T * d.theta * (1 - d.theta), 1.0))
     a_lo = np.maximum(0, np.floor(T * d.theta - 9 * sd - 2)).astype(np.int64)
@@ -1886,7 +1820,7 @@ def _count_pair_pmfs(pair: CountPair, max_support: int = 3_000_000):
 def _binary_like_pmfs(others: int, pi: float, v0: float, v1: float):
     """``S = Bin(others, pi) + Bern(v_b)``: pmfs of the count on a window, and their relative
     accuracy."""
-    lo, hi, _ = _window(others, pi)
+    lo, hi, _ = binomial_window(others, pi, log_cut=-50.0)
     w = _pmf(np.arange(lo, hi + 1), others, pi)
     w = np.concatenate([[0.0], w, [0.0]])
     p0 = v0 * w[:-1] + (1 - v0) * w[1:]
@@ -1912,6 +1846,33 @@ class Round:
         object.__setattr__(self, "count", check_count("count", self.count, minimum=0))
 
 
+def _rounds_grid_step(rs: Sequence[Round], value_discretization_interval: float | None) -> float:
+    """The grid step given, or the one all the rounds' PLDs share (:func:`composition_grid_step`)."""
+    return value_discretization_interval or composition_grid_step(
+        [default_grid_step(x.randomizer, x.n) for x in rs], [x.randomizer.eps0 for x in rs])
+
+
+def _composed_round_plds(rs: Sequence[Round], h: float) -> PrivacyLossDistribution:
+    """The dominating PLDs of :func:`round_pld`, each self-composed ``count`` times, composed."""
+    total = None
+    for x in rs:
+        part = round_pld(x.randomizer, x.n, value_discretization_interval=h).self_compose(x.count)
+        total = part if total is None else total.compose(part)
+    return total
+
+
+def _composed_lower_plds(rs: Sequence[Round], h: float) -> tuple[PrivacyLossDistribution, float]:
+    """The exact pairs of :func:`lower_round_pld` composed the same way, and ``sum count rho``
+    (their relative error, charged by the caller as ``rho (1 + e^eps)``)."""
+    total, rho = None, 0.0
+    for x in rs:
+        lp = lower_round_pld(x.randomizer, x.n, value_discretization_interval=h)
+        part = lp.pld.self_compose(x.count)
+        total = part if total is None else total.compose(part)
+        rho += x.count * lp.rho
+    return total, rho
+
+
 def composed_epsilon_bounds(rounds: Sequence, delta: float, *,
                             value_discretization_interval: float | None = None,
                             lower: bool = True) -> Bounds:
@@ -1923,23 +1884,15 @@ def composed_epsilon_bounds(rounds: Sequence, delta: float, *,
     rs = _as_rounds(rounds)
     if not rs:
         return Bounds(0.0, 0.0)
-    h = value_discretization_interval or composition_grid_step(
-        [default_grid_step(x.randomizer, x.n) for x in rs], [x.randomizer.eps0 for x in rs])
-    upper_pld = None
-    for x in rs:
-        part = round_pld(x.randomizer, x.n, value_discretization_interval=h).self_compose(x.count)
-        upper_pld = part if upper_pld is None else upper_pld.compose(part)
+    h = _rounds_grid_step(rs, value_discretization_interval)
+    upper_pld = _composed_round_plds(rs, h)
     up = upper_pld.epsilon_for_delta(delta, lower=False).upper
     up = min(up, sum(x.count * x.randomizer.eps0 for x in rs)
              if all(x.randomizer.delta0 == 0 for x in rs) else up)
     low = 0.0
     if lower:
-        low_pld, margin = None, 0.0
-        for x in rs:
-            lp = lower_round_pld(x.randomizer, x.n, value_discretization_interval=h)
-            part = lp.pld.self_compose(x.count)
-            low_pld = part if low_pld is None else low_pld.compose(part)
-            margin += x.count * lp.rho * (1 + math.exp(min(up, 700.0)))
+        low_pld, rho = _composed_lower_plds(rs, h)
+        margin = rho * (1 + math.exp(min(up, 700.0)))
         if delta + margin < 1:
             try:
                 low = low_pld.epsilon_for_delta(min(delta + margin, 0.999999)).lower
@@ -1959,24 +1912,16 @@ def composed_delta_bounds(rounds: Sequence, epsilon_: float, *,
     rs = _as_rounds(rounds)
     if not rs:
         return Bounds(0.0, 0.0)
-    h = value_discretization_interval or composition_grid_step(
-        [default_grid_step(x.randomizer, x.n) for x in rs], [x.randomizer.eps0 for x in rs])
-    upper_pld = None
-    for x in rs:
-        part = round_pld(x.randomizer, x.n, value_discretization_interval=h).self_compose(x.count)
-        upper_pld = part if upper_pld is None else upper_pld.compose(part)
+    h = _rounds_grid_step(rs, value_discretization_interval)
+    upper_pld = _composed_round_plds(rs, h)
     up = upper_pld.delta_for_epsilon(eps).upper
     if all(x.randomizer.delta0 == 0 for x in rs) and eps >= sum(x.count * x.randomizer.eps0
                                                                 for x in rs):
         up = 0.0
     low = 0.0
     if lower and up > 0:
-        low_pld, margin = None, 0.0
-        for x in rs:
-            lp = lower_round_pld(x.randomizer, x.n, value_discretization_interval=h)
-            part = lp.pld.self_compose(x.count)
-            low_pld = part if low_pld is None else low_pld.compose(part)
-            margin += x.count * lp.rho * (1 + math.exp(min(eps, 700.0)))
+        low_pld, rho = _composed_lower_plds(rs, h)
+        margin = rho * (1 + math.exp(min(eps, 700.0)))
         try:
             low = max(0.0, low_pld.delta_for_epsilon(eps).lower - margin)
         except NumericalError:

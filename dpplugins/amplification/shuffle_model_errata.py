@@ -63,14 +63,9 @@ from __future__ import annotations
 import functools
 import math
 
-import numpy as np
-from scipy import stats
-
-from dpplugins.amplification.shuffle import binomial_window, check_local_epsilon
-from dpplugins.amplification.shuffle_model import (UNIT_ROUNDOFF as _U, CountPair, StackedBlanket,
-                                                   newton_smallest_epsilon)
+from dpplugins.amplification.shuffle import check_local_epsilon
+from dpplugins.amplification.shuffle_model import Blanket, newton_smallest_epsilon
 from dpplugins.errors import ParameterError, check_count, check_nonnegative, check_open_unit
-from dpplugins.pld import Bounds
 
 __all__ = ["ErrataPair", "errata_pair", "decomposition_for_total_variation"]
 
@@ -102,16 +97,19 @@ def decomposition_for_total_variation(eps0: float, beta: float) -> tuple[float, 
     return p_star, max(0.0, q - 2 * (p_star - p) - 4e-16)
 
 
-class ErrataPair:
+class ErrataPair(Blanket):
     """Certified upper bound on the divergence of the errata's Lemma 7.3 pair for parameters
     ``(eps0, p, q)`` and n users (module docstring).  ``delta(eps)`` and ``epsilon(delta)`` are
-    upper bounds (every truncated and floating-point term charged)."""
+    upper bounds (every truncated and floating-point term charged).  The computation is the
+    blanket's (:class:`~dpplugins.amplification.shuffle_model.Blanket`) with ``M - 1 ~
+    Bin(n - 1, 2p + q)`` and the categories 0, 1 and 2 of the module docstring; blocks of M
+    widen until there are at most ``max_blocks``."""
 
     def __init__(self, eps0: float, n: int, p: float, q: float, *, eta: float = 2.5e-3,
                  max_blocks: int = 4000) -> None:
-        self.eps0 = check_local_epsilon(eps0, 300)
-        self.n = check_count("n", n, minimum=1)
-        e = math.exp(self.eps0)
+        eps0 = check_local_epsilon(eps0, 300)
+        n = check_count("n", n, minimum=1)
+        e = math.exp(eps0)
         p = check_nonnegative("p", p)
         if p <= 0 or p > 1 / (e + 1) * (1 + 1e-12):
             raise ParameterError("p", p, f"in (0, 1/(e^eps0+1)] = (0, {1 / (e + 1):.6g}]")
@@ -119,70 +117,14 @@ class ErrataPair:
         if 2 * p + q > 1 + 1e-12:
             raise ParameterError("q", q, f"in [0, 1 - 2p] = [0, {1 - 2 * p:.6g}]")
         self.p, self.q = p, min(q, 1 - 2 * p)
-        keep = min(1.0, 2 * p + self.q)
-        self.keep = keep
+        self.keep = keep = min(1.0, 2 * p + self.q)
         blank = max(0.0, 1 - (e + 1) * p)
-        self.pi = (p / keep, p / keep, self.q / keep)
-        self.v0 = (min(e * p, 1.0), p, blank)
-        self.v1 = (p, min(e * p, 1.0), blank)
-        while True:
-            blocks, outside = self._blocks(eta)
-            if len(blocks) <= max_blocks:
-                break
+        laws = ((p / keep, p / keep, self.q / keep), (min(e * p, 1.0), p, blank),
+                (p, min(e * p, 1.0), blank))
+        super().__init__(eps0, n, keep, laws, eta=eta)
+        while len(self.blocks) > max_blocks:
             eta *= 2
-        self.outside = outside
-        self.blocks = blocks
-        small = [(m, w) for m, w in blocks if m < 20_000]
-        self.large = [(m, w) for m, w in blocks if m >= 20_000]
-        self.stack = (StackedBlanket(self.eps0, 2, small, laws=(self.pi, self.v0, self.v1))
-                      if small else None)
-        self._pairs: dict[int, CountPair] = {}
-
-    def _blocks(self, eta: float) -> tuple[list[tuple[int, float]], float]:
-        """Blocks ``[a, b)`` of ``M - 1 ~ Bin(n - 1, keep)`` as ``(a + 1, P(M - 1 in block))``
-        (weights rounded up), and the mass outside the window."""
-        n, keep = self.n, self.keep
-        lo, hi, out = binomial_window(n - 1, keep)
-        counts = np.arange(lo, hi + 1)
-        pmf = stats.binom.pmf(counts, n - 1, keep) if keep < 1 else np.ones(1)
-        mean = (n - 1) * keep
-        sd = math.sqrt(max((n - 1) * keep * (1 - keep), 1.0))
-        edges = [lo]
-        centre_lo = mean - 4 * sd
-        while edges[-1] <= hi:
-            c = edges[-1]
-            if c < centre_lo:
-                width = min(int(10 * eta * (c + 1)), math.ceil(centre_lo - c))
-            else:
-                width = int((eta if c <= mean + 4 * sd else 10 * eta) * (c + 1))
-            edges.append(min(hi + 1, c + max(1, width)))
-        blocks = []
-        for a, b in zip(edges[:-1], edges[1:]):
-            weight = float(np.sum(pmf[a - lo:b - lo])) * (1 + 1e-12 + 2 * (b - a) * _U)
-            if weight > 0:
-                blocks.append((a + 1, weight))
-        return blocks, out
-
-    def _pair(self, m: int) -> CountPair:
-        if m not in self._pairs:
-            self._pairs[m] = CountPair(m, self.pi, self.v0, self.v1,
-                                       description=f"errata Lemma 7.3 pair, m={m}")
-        return self._pairs[m]
-
-    def evaluate(self, epsilon: float) -> tuple[Bounds, float]:
-        """(certified upper bound on delta(epsilon) as ``Bounds(0, upper)``, its derivative)."""
-        if epsilon >= self.eps0 or self.eps0 == 0:
-            return Bounds(0.0, 0.0), 0.0
-        total, slope = self.outside, 0.0
-        if self.stack is not None:
-            value, s = self.stack.evaluate(math.exp(epsilon))
-            total += value
-            slope += s
-        for m, weight in self.large:
-            b, s = self._pair(m).evaluate(epsilon)
-            total += weight * b.upper
-            slope += weight * s
-        return Bounds(0.0, min(total, 1.0)), slope
+            super().__init__(eps0, n, keep, laws, eta=eta)
 
     def delta(self, epsilon: float) -> float:
         """Certified upper bound on delta(epsilon), both directions (the pair is symmetric)."""

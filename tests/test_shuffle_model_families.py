@@ -23,7 +23,8 @@ from dpplugins.amplification import shuffle_model_families as fam
 from dpplugins.amplification.shuffle_model_errata import (ErrataPair,
                                                           decomposition_for_total_variation)
 from dpplugins.errors import ParameterError
-from test_shuffle_model import histogram_law, hockey  # brute-force helpers, shared
+from test_shuffle_model import (blanket_functional, histogram_law,  # brute-force helpers
+                                hockey)
 
 
 # -- brute force ---------------------------------------------------------------------------------
@@ -174,21 +175,12 @@ def laplace_blanket_functional(eps0, x0, x1, eps, n, *, rounding, cells=20_000, 
 
 
 def three_class_functional(eps0, eps, n):
-    """The same functional for the three-class ``G`` of the module docstring (Laplace, step 3),
-    by a direct multinomial sum: ``E - e^eps``, ``1 - E e^eps`` w.p. ``1/(h(h+1))`` each,
-    ``1 - e^eps`` w.p. ``(h-1)/(h(h+1))``, 0 otherwise, ``h = e^(eps0/2)``."""
+    """The same functional for the three-class ``G`` of the module docstring (Laplace, step 3):
+    ``E - e^eps``, ``1 - E e^eps`` w.p. ``1/(h(h+1))`` each, ``1 - e^eps`` w.p.
+    ``(h-1)/(h(h+1))``, 0 otherwise, ``h = e^(eps0/2)``."""
     E, h, x = math.exp(eps0), math.exp(eps0 / 2), math.exp(eps)
     w, w00 = 1 / (h * (h + 1)), (h - 1) / (h * (h + 1))
-    total = 0.0
-    for a, b_, c in itertools.product(range(n + 1), repeat=3):
-        if a + b_ + c > n:
-            continue
-        value = a * (E - x) + b_ * (1 - E * x) + c * (1 - x)
-        if value > 0:
-            total += value * (math.factorial(n) / math.factorial(a) / math.factorial(b_)
-                              / math.factorial(c) / math.factorial(n - a - b_ - c)
-                              * w ** (a + b_) * w00 ** c * (1 - 1 / h) ** (n - a - b_ - c))
-    return total / n
+    return blanket_functional([E - x, 1 - E * x, 1 - x], [w, w, w00], n)
 
 
 @pytest.mark.parametrize("eps0", [1.0, 3.0])

@@ -18,16 +18,15 @@ import mpmath as mp
 import numpy as np
 import pytest
 from scipy.optimize import nnls
-from scipy.special import gammaln
 
 from dpplugins.amplification import shuffle_model as sm
-from test_shuffle_model import histogram_law, hockey  # brute-force helpers, shared
+from test_shuffle_model import (blanket_functional as functional, histogram_law, hockey,
+                                krr_row)  # brute-force helpers, shared
 
 
 # -- randomizers (rows: inputs, columns: outputs) ------------------------------------------------
 def krr(eps0, k):
-    e = math.exp(eps0)
-    return np.array([[(e if x == y else 1.0) / (e + k - 1) for y in range(k)] for x in range(k)])
+    return np.array([krr_row(eps0, k, x) for x in range(k)])
 
 
 def anti_rr(eps0, k):
@@ -89,25 +88,6 @@ def worst_shuffled_delta(R, n, eps):
             best = max(best, hockey(histogram_law([R[i]] + rest),
                                     histogram_law([R[j]] + rest), eps))
     return best
-
-
-def functional(values, masses, n):
-    """``(1/n) E[(G_1 + ... + G_n)_+]`` for i.i.d. G taking ``values`` w.p. ``masses`` (the
-    rest at 0), by summing over every vector of counts (log-space multinomials)."""
-    values = np.append(np.asarray(values, float), 0.0)
-    masses = np.append(np.asarray(masses, float), 1.0 - float(np.sum(masses)))
-    keep = masses > 0
-    values, log_m = values[keep], np.log(masses[keep])
-    total = 0.0
-    for counts in itertools.product(range(n + 1), repeat=len(values) - 1):
-        if sum(counts) > n:
-            continue
-        c = np.append(counts, n - sum(counts))
-        s = float(np.dot(c, values))
-        if s > 0:
-            total += s * math.exp(gammaln(n + 1) - float(np.sum(gammaln(c + 1)))
-                                  + float(np.dot(c, log_m)))
-    return total / n
 
 
 def spread_functional(eps0, eps, n, gamma, t):

@@ -278,6 +278,18 @@ def fixed_window_epsilon(eps0: float, delta: float, num_slots: int, checkin_prob
     return EpsDelta(eps, _check_admissible(eps, delta, slots, eps0, delta0, delta1, "Thm 3.2"))
 
 
+def _smallest_of(parts: list[Profile]) -> Profile:
+    """The pointwise minimum of valid privacy profiles (each an upper bound on delta(eps), so
+    their minimum is one too), 1 where ``parts`` is empty."""
+    def profile(eps):
+        eps = np.asarray(eps, dtype=float)
+        out = np.ones_like(eps)
+        for part in parts:
+            np.minimum(out, part(eps), out=out)
+        return out
+    return profile
+
+
 def _approx_profile(a: float, b: float, slots: int, delta1: float, offset: float = 0.0) -> Profile:
     def profile(eps):
         eps = np.asarray(eps, dtype=float)
@@ -393,16 +405,8 @@ def averaged_profile(eps0: float, num_clients: int, num_slots: int, delta0: floa
     e0, delta1 = _approximate_reduction(eps0, delta0)
     if math.isinf(delta1):
         return lambda eps: np.ones_like(np.asarray(eps, dtype=float))
-    parts = [_approx_profile(*_averaged_coefficients(e0, averaged_eps1(n, m, d2)), m, delta1,
-                             offset=float(d2)) for d2 in grid]
-
-    def profile(eps):
-        eps = np.asarray(eps, dtype=float)
-        out = np.ones_like(eps)
-        for part in parts:
-            np.minimum(out, part(eps), out=out)
-        return out
-    return profile
+    return _smallest_of([_approx_profile(*_averaged_coefficients(e0, averaged_eps1(n, m, d2)),
+                                         m, delta1, offset=float(d2)) for d2 in grid])
 
 
 # -- Theorem 4.3: sliding window ------------------------------------------------------------------
@@ -716,13 +720,6 @@ def pass_privacy_profile(variant: str, *, num_clients: int, num_slots: int,
             d0 = float(gaussian_local_delta0(float(e), sigma, sens))
             if d0 < 1.0 and math.isfinite(_delta1(float(e), d0)):
                 parts.append(_theorem_profile(variant, n, m, p0, float(e), d0))
-
-    def profile(eps):
-        eps = np.asarray(eps, dtype=float)
-        out = np.ones_like(eps)
-        for part in parts:
-            np.minimum(out, part(eps), out=out)
-        return out
-    return profile
+    return _smallest_of(parts)
 
 

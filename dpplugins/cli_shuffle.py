@@ -1,7 +1,7 @@
 """The ``dpplugins shuffle`` subcommand: one round of the shuffle model, bounds side by side.
 
 ``dpplugins shuffle --eps0 E --n N --delta D --randomizer R [--k K] [--d D] [--g G]
-[--delta0 D0] [--json]`` prints, for n users each running the local randomizer R before a
+[--delta0 D0] [--json] [--plot PATH [--points P]]`` prints, for n users each running the local randomizer R before a
 shuffler, three certified numbers: FMT21's bound (Feldman, McMillan, Talwar, FOCS 2021,
 arXiv:2012.12803, Thm 3.1; valid for every eps0-DP randomizer), the best bound we certify for the
 family R (:mod:`dpplugins.amplification.shuffle_model`,
@@ -11,7 +11,8 @@ FMT23's stronger clone, the errata's Lemma 7.3, the privacy blanket) and Wang et
 variation-ratio number, labelled "not certified" (it is violated for several families; the
 modules say where).  Every other number is labelled upper or lower bound; none is an
 estimate.  ``--json`` prints strict JSON (an infinite number is null and named in
-``"infinite"``).
+``"infinite"``).  ``--plot PATH`` also draws these bounds against the number of users
+(:func:`plot_users`), the certified band between the lower and the upper bound shaded.
 
 Users with their own local epsilons (binary or k-ary RR only): ``--groups EPS:USERS,...``
 replaces ``--eps0`` and ``--n``; the rows are then FMT21 at the largest epsilon (its Thm 3.1
@@ -39,6 +40,8 @@ import json
 import math
 import sys
 from typing import Callable
+
+import numpy as np
 
 from dpplugins.cli_types import finite_number, integer
 from dpplugins.errors import ParameterError
@@ -117,6 +120,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="delta0 of an (eps0, delta0)-DP general randomizer (default 0)")
     p.add_argument("--json", action="store_true",
                    help="strict JSON (an infinite number is null and listed in 'infinite')")
+    p.add_argument("--plot", metavar="PATH",
+                   help="also draw epsilon against the number of users (log-spaced from "
+                        "min(100, n/100) to n) to this image file, e.g. shuffle.png (needs "
+                        "matplotlib; not with --groups)")
+    p.add_argument("--points", type=_count, default=8,
+                   help="numbers of users the plot evaluates (2 to 50, default 8; each is "
+                        "one report)")
     return p
 
 
@@ -290,11 +300,67 @@ def to_text(report: dict) -> str:
     return "\n".join(lines)
 
 
+#: most numbers of users a plot evaluates (each is one report: up to seconds at n = 1e8)
+MAX_PLOT_POINTS = 50
+
+
+def plot_users(n: int, points: int) -> list[int]:
+    """The numbers of users a plot evaluates: ``points`` log-spaced integers from
+    ``min(100, n // 100)`` (at least 2) to ``n`` (fewer where they coincide).
+
+    Example::
+
+        >>> plot_users(100_000, 4), plot_users(400, 3)
+        ([100, 1000, 10000, 100000], [4, 40, 400])
+    """
+    lo = max(2, min(100, n // 100))
+    values = np.unique(np.round(np.geomspace(lo, n, points)).astype(np.int64))
+    return [int(v) for v in values]
+
+
+def _check_plot(args: argparse.Namespace):
+    """The plot's output path and points, checked before anything is computed."""
+    from dpplugins.plots import check_output_path
+
+    if getattr(args, "groups", None) is not None:
+        raise ParameterError("plot", args.plot, "omitted with --groups",
+                             hint="plot one randomizer with --eps0 and --n")
+    points = args.points
+    if not isinstance(points, int) or not 2 <= points <= MAX_PLOT_POINTS:
+        raise ParameterError("points", points, f"an integer in [2, {MAX_PLOT_POINTS}]")
+    try:
+        return check_output_path(args.plot), points
+    except ParameterError as error:     # named by the option, as every other error here
+        raise ParameterError("plot", args.plot, error.valid, error.hint) from None
+
+
 def run(args: argparse.Namespace, out: Callable[[str], object] | None = None) -> int:
     """Run the subcommand; returns the exit status (0).  Bad input raises
     :class:`~dpplugins.errors.ParameterError` naming the option (the ``dpplugins`` entry point
-    turns it into one line on stderr and status 2)."""
+    turns it into one line on stderr and status 2).  With ``--plot`` the report at each number
+    of users of :func:`plot_users` is drawn by
+    :func:`dpplugins.plots.plot_shuffle_against_users` (progress on stderr when it is a
+    terminal)."""
     write = out or (lambda text: sys.stdout.write(text + "\n"))
+    plot = getattr(args, "plot", None)
+    if plot is not None:
+        path, points = _check_plot(args)
     report = bounds(args)
     write(to_json(report) if args.json else to_text(report))
+    if plot is not None:
+        from dpplugins.plots import plot_shuffle_against_users
+
+        users = plot_users(report["n"], points)
+        reports = []
+        for i, n in enumerate(users):
+            if sys.stderr.isatty():
+                sys.stderr.write(f"\rplot: {i + 1}/{len(users)} (n={n})")
+                sys.stderr.flush()
+            reports.append(report if n == report["n"] else
+                           bounds(argparse.Namespace(**{**vars(args), "n": n})))
+        if sys.stderr.isatty():
+            sys.stderr.write("\n")
+        written = plot_shuffle_against_users(reports, path)
+        if not args.json:
+            write(f"wrote {written}")
     return 0

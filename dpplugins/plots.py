@@ -12,8 +12,8 @@ import numpy as np
 from dpplugins.errors import ParameterError, check_count
 from dpplugins.report import TrainingConfig, compare
 
-__all__ = ["plot_epsilon_against_epochs", "check_output_path", "check_figure_size",
-           "check_points", "MAX_POINTS"]
+__all__ = ["plot_epsilon_against_epochs", "plot_shuffle_against_users", "check_output_path",
+           "check_figure_size", "check_points", "MAX_POINTS"]
 
 
 def _matplotlib():
@@ -157,6 +157,80 @@ def plot_epsilon_against_epochs(config: TrainingConfig, accountants: list[str], 
         ax.set_title(", ".join(parts))
         ax.grid(alpha=0.3)
         ax.legend()
+        fig.tight_layout()
+        fig.savefig(out)
+    finally:
+        plt.close(fig)
+    return out
+
+
+def _finite_or_nan(value) -> float:
+    return float(value) if value is not None and math.isfinite(value) else np.nan
+
+
+def plot_shuffle_against_users(reports: list[dict], path, *, size=(6.4, 4.0),
+                               dpi: int = 100) -> Path:
+    """Epsilon against the number of users for one shuffled randomizer, from the reports of
+    :func:`dpplugins.cli_shuffle.bounds` (one per number of users, the same randomizer,
+    ``eps0`` and ``delta``): FMT21's bound (dashed), the randomizer's best certified upper
+    bound (solid), the band from the certified lower bound up to it (shaded: the true epsilon
+    lies in it), Wang et al.'s number where there is one (dotted, labelled not certified) and
+    eps0 (no amplification).  Axes are logarithmic; an infinite bound leaves a gap.  Returns
+    the path written.
+
+    Example::
+
+        >>> import argparse, tempfile, pathlib
+        >>> from dpplugins import cli_shuffle
+        >>> args = argparse.Namespace(eps0=2.0, delta=1e-6, randomizer="rr", k=None, d=None,
+        ...                           g=None, delta0=0.0, groups=None)
+        >>> reports = [cli_shuffle.bounds(argparse.Namespace(**vars(args), n=n))
+        ...            for n in (100, 1000, 10000)]
+        >>> out = plot_shuffle_against_users(reports, pathlib.Path(tempfile.mkdtemp()) / "s.png")
+        >>> out.stat().st_size > 0
+        True
+    """
+    out = check_output_path(path)
+    size, dpi = check_figure_size(size, dpi)
+    if not reports:
+        raise ParameterError("reports", reports, "at least one report")
+    first = reports[0]
+    for report in reports:
+        if any(report[key] != first[key] for key in ("randomizer", "eps0", "delta", "delta0",
+                                                     "parameters")):
+            raise ParameterError("reports", report["randomizer"], "reports of one randomizer, "
+                                 "eps0 and delta (only the number of users may change)")
+    reports = sorted(reports, key=lambda report: report["n"])
+    users = [report["n"] for report in reports]
+    rows = [report["rows"] for report in reports]
+    # the first three rows of every report: FMT21, the randomizer's bound, the lower bound
+    fmt21 = [_finite_or_nan(r[0]["epsilon"]) for r in rows]
+    upper = [_finite_or_nan(r[1]["epsilon"]) for r in rows]
+    lower = [_finite_or_nan(r[2]["epsilon"]) for r in rows]
+    vr = [next((_finite_or_nan(row["epsilon"]) for row in r if row["kind"] == "not certified"),
+               np.nan) for r in rows]
+    plt = _matplotlib()
+    fig, ax = plt.subplots(figsize=size, dpi=dpi)
+    try:
+        ax.plot(users, fmt21, "--", marker="o", ms=3, color="tab:gray", label=rows[0][0]["bound"])
+        line, = ax.plot(users, upper, "-", marker="o", ms=3, color="tab:blue",
+                        label=rows[0][1]["bound"].replace("family: ", "") + " (certified upper)")
+        low = np.asarray(lower, dtype=float)
+        ax.fill_between(users, np.where(low > 0, low, np.nan), upper, color=line.get_color(),
+                        alpha=0.2, label="certified lower bound to upper bound")
+        if not np.all(np.isnan(vr)):
+            ax.plot(users, vr, ":", color="tab:red", label="Wang et al. 2024 (not certified)")
+        ax.axhline(first["eps0"], color="black", lw=0.8, label="eps0 (no amplification)")
+        ax.set_xscale("log")
+        positive = [v for v in fmt21 + upper + lower if np.isfinite(v) and v > 0]
+        if positive:
+            ax.set_yscale("log")
+        ax.set_xlabel("number of users n")
+        ax.set_ylabel(f"epsilon at delta={first['delta']:g}")
+        params = "".join(f", {k}={v}" for k, v in first["parameters"].items())
+        ax.set_title(f"shuffle model: {first['randomizer']}{params}, eps0={first['eps0']:g}")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize="small")
         fig.tight_layout()
         fig.savefig(out)
     finally:

@@ -224,3 +224,75 @@ def test_groups_bad_input_names_the_option():
     for bad in ("1-50", "1:x", "1:50,", "nan:50"):
         with pytest.raises(SystemExit):
             parse(*base, "--groups", bad)
+
+
+def test_plot_draws_the_reports_and_they_bracket_exact_binary_rr(tmp_path, monkeypatch):
+    """``--plot``: one report per number of users of ``plot_users`` (the given n among them),
+    drawn as they are; each plotted upper bound holds and each lower bound is violated for the
+    exact shuffled binary RR at that n (worst dataset, both directions)."""
+    pytest.importorskip("matplotlib")
+    from dpplugins import plots
+    drawn = []
+    real = plots.plot_shuffle_against_users
+
+    def spy(reports, path, **kwargs):
+        drawn.extend(reports)
+        return real(reports, path, **kwargs)
+    monkeypatch.setattr(plots, "plot_shuffle_against_users", spy)
+    eps0, delta, path = 2.0, 1e-3, tmp_path / "shuffle.png"
+    lines = []
+    assert cli_shuffle.run(parse("--eps0", str(eps0), "--n", "60", "--delta", str(delta),
+                                 "--randomizer", "rr", "--plot", str(path), "--points", "3"),
+                           out=lines.append) == 0
+    assert lines[-1] == f"wrote {path}" and path.stat().st_size > 0
+    assert [r["n"] for r in drawn] == cli_shuffle.plot_users(60, 3) == [2, 11, 60]
+    for report in drawn:
+        n = report["n"]
+        fmt21, family, lower = (row["epsilon"] for row in report["rows"][:3])
+        assert exact_binary_rr_delta(eps0, n, family) <= delta * (1 + 1e-9), n
+        assert exact_binary_rr_delta(eps0, n, fmt21) <= delta * (1 + 1e-9), n
+        if lower > 0:
+            assert exact_binary_rr_delta(eps0, n, lower * (1 - 1e-9)) >= delta * (1 - 1e-9), n
+
+
+def test_plot_writes_an_image_of_the_figure_size(tmp_path):
+    pytest.importorskip("matplotlib")
+    import subprocess
+    import sys
+
+    import matplotlib.image
+    path = tmp_path / "oue.png"
+    result = subprocess.run([sys.executable, "-m", "dpplugins", "shuffle", "--eps0", "4", "--n",
+                             "20000", "--delta", "1e-6", "--randomizer", "oue", "--d", "16",
+                             "--plot", str(path), "--points", "3", "--json"],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["n"] == 20000          # --json output stays valid JSON
+    assert matplotlib.image.imread(path).shape[:2] == (400, 640)   # 6.4 x 4 in at 100 dpi
+
+
+@pytest.mark.parametrize("extra,match", [
+    (["--plot", "{tmp}/no/such/dir/x.png"], "plot=.*existing directory"),
+    (["--plot", "{tmp}/x.txt"], "plot=.*image format"),
+    (["--plot", "{tmp}/x.png", "--points", "1"], "points=1"),
+    (["--plot", "{tmp}/x.png", "--points", "51"], "points=51"),
+])
+def test_plot_options_are_checked_before_any_bound(tmp_path, monkeypatch, extra, match):
+    def fail(args):
+        raise AssertionError("a bound was computed before the options were checked")
+    monkeypatch.setattr(cli_shuffle, "bounds", fail)
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in extra]
+    with pytest.raises(ParameterError, match=match):
+        cli_shuffle.run(parse("--eps0", "1", "--n", "1000", "--delta", "1e-6", *argv),
+                        out=lambda text: None)
+
+
+def test_plot_refuses_groups_and_mixed_reports(tmp_path):
+    from dpplugins import plots
+    with pytest.raises(ParameterError, match="plot=.*omitted with --groups"):
+        cli_shuffle.run(parse("--groups", "1:100,2:100", "--randomizer", "rr", "--delta", "1e-6",
+                              "--plot", str(tmp_path / "x.png")), out=lambda text: None)
+    a = cli_shuffle.bounds(parse("--eps0", "1", "--n", "100", "--delta", "1e-6"))
+    b = cli_shuffle.bounds(parse("--eps0", "2", "--n", "200", "--delta", "1e-6"))
+    with pytest.raises(ParameterError, match="reports"):
+        plots.plot_shuffle_against_users([a, b], tmp_path / "x.png")

@@ -1,18 +1,18 @@
 """The ``dpplugins shuffle`` subcommand: one round of the shuffle model, bounds side by side.
 
-``dpplugins shuffle --eps0 E --n N --delta D --randomizer R [--k K] [--d D] [--g G]
-[--delta0 D0] [--json] [--plot PATH [--points P]]`` prints, for n users each running the local randomizer R before a
-shuffler, three certified numbers: FMT21's bound (Feldman, McMillan, Talwar, FOCS 2021,
-arXiv:2012.12803, Thm 3.1; valid for every eps0-DP randomizer), the best bound we certify for the
-family R (:mod:`dpplugins.amplification.shuffle_model`,
+``dpplugins shuffle --eps0 E --n N --delta D --randomizer R [--k K] [--d D] [--g G] [--delta0
+D0] [--json] [--plot PATH [--points P]]`` prints, for n users each running the local randomizer
+R before a shuffler, three certified numbers: FMT21's bound (Feldman, McMillan, Talwar, FOCS
+2021, arXiv:2012.12803, Thm 3.1; valid for every eps0-DP randomizer), the best bound we certify
+for the family R (:mod:`dpplugins.amplification.shuffle_model`,
 :mod:`dpplugins.amplification.shuffle_model_families`) and a certified lower bound (exact
 shuffled privacy on specific datasets); then the family's other certified upper bounds (e.g.
 FMT23's stronger clone, the errata's Lemma 7.3, the privacy blanket) and Wang et al.'s
 variation-ratio number, labelled "not certified" (it is violated for several families; the
-modules say where).  Every other number is labelled upper or lower bound; none is an
-estimate.  ``--json`` prints strict JSON (an infinite number is null and named in
-``"infinite"``).  ``--plot PATH`` also draws these bounds against the number of users
-(:func:`plot_users`), the certified band between the lower and the upper bound shaded.
+modules say where).  Every other number is labelled upper or lower bound; none is an estimate.
+``--json`` prints strict JSON (an infinite number is null and named in ``"infinite"``).
+``--plot PATH`` also draws these bounds against the number of users (:func:`plot_users`), the
+certified band between the lower and the upper bound shaded.
 
 Users with their own local epsilons (binary or k-ary RR only): ``--groups EPS:USERS,...``
 replaces ``--eps0`` and ``--n``; the rows are then FMT21 at the largest epsilon (its Thm 3.1

@@ -212,7 +212,8 @@ def plot_shuffle_against_users(reports: list[dict], path, *, size=(6.4, 4.0),
     plt = _matplotlib()
     fig, ax = plt.subplots(figsize=size, dpi=dpi)
     try:
-        ax.plot(users, fmt21, "--", marker="o", ms=3, color="tab:gray", label=rows[0][0]["bound"])
+        ax.plot(users, fmt21, "--", marker="o", ms=3, color="tab:gray",
+                label=rows[0][0]["bound"])
         line, = ax.plot(users, upper, "-", marker="o", ms=3, color="tab:blue",
                         label=rows[0][1]["bound"].replace("family: ", "") + " (certified upper)")
         low = np.asarray(lower, dtype=float)

@@ -603,8 +603,8 @@ class _BinaryCore:
     ``P0(s) = beta W(s-1) + alpha W(s)`` and ``P1(s) = alpha W(s-1) + beta W(s)``.
 
     ``W`` is the exact convolution of the two binomial pmfs on windows holding all but ``e^-50``
-    of each (:func:`~dpplugins.amplification.shuffle.binomial_window`); the dropped mass moves every hockey-stick sum by at most
-    ``(1 + e^eps)`` times it.
+    of each (:func:`~dpplugins.amplification.shuffle.binomial_window`); the dropped mass moves
+    every hockey-stick sum by at most ``(1 + e^eps)`` times it.
     Every entry of ``P0, P1`` carries a relative error of at most ``rho = 2 * 1e-12 (the pmf
     values) + (L + 4) u`` (``L`` terms in each convolution sum, all non-negative), so the computed
     ``sum (P0 - x P1)_+`` is within ``rho * sum (P0 + x P1)`` over the entries that can be positive
@@ -1847,7 +1847,8 @@ class Round:
 
 
 def _rounds_grid_step(rs: Sequence[Round], value_discretization_interval: float | None) -> float:
-    """The grid step given, or the one all the rounds' PLDs share (:func:`composition_grid_step`)."""
+    """The grid step given, or the one all the rounds' PLDs share
+    (:func:`composition_grid_step`)."""
     return value_discretization_interval or composition_grid_step(
         [default_grid_step(x.randomizer, x.n) for x in rs], [x.randomizer.eps0 for x in rs])
 

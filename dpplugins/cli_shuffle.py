@@ -325,7 +325,7 @@ def _check_plot(args: argparse.Namespace):
     if getattr(args, "groups", None) is not None:
         raise ParameterError("plot", args.plot, "omitted with --groups",
                              hint="plot one randomizer with --eps0 and --n")
-    points = args.points
+    points = getattr(args, "points", 8)
     if not isinstance(points, int) or not 2 <= points <= MAX_PLOT_POINTS:
         raise ParameterError("points", points, f"an integer in [2, {MAX_PLOT_POINTS}]")
     try:

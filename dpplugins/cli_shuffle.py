@@ -319,8 +319,9 @@ def plot_users(n: int, points: int) -> list[int]:
 
 
 def _check_plot(args: argparse.Namespace):
-    """The plot's output path and points, checked before anything is computed."""
-    from dpplugins.plots import check_output_path
+    """The plot's output path and points, and matplotlib, checked before anything is computed
+    (ImportError naming the extra to install)."""
+    from dpplugins.plots import _matplotlib, check_output_path
 
     if getattr(args, "groups", None) is not None:
         raise ParameterError("plot", args.plot, "omitted with --groups",
@@ -329,9 +330,11 @@ def _check_plot(args: argparse.Namespace):
     if not isinstance(points, int) or not 2 <= points <= MAX_PLOT_POINTS:
         raise ParameterError("points", points, f"an integer in [2, {MAX_PLOT_POINTS}]")
     try:
-        return check_output_path(args.plot), points
+        path = check_output_path(args.plot)
     except ParameterError as error:     # named by the option, as every other error here
         raise ParameterError("plot", args.plot, error.valid, error.hint) from None
+    _matplotlib()
+    return path, points
 
 
 def run(args: argparse.Namespace, out: Callable[[str], object] | None = None) -> int:

@@ -296,3 +296,15 @@ def test_plot_refuses_groups_and_mixed_reports(tmp_path):
     b = cli_shuffle.bounds(parse("--eps0", "2", "--n", "200", "--delta", "1e-6"))
     with pytest.raises(ParameterError, match="reports"):
         plots.plot_shuffle_against_users([a, b], tmp_path / "x.png")
+
+
+def test_plot_without_matplotlib_fails_before_any_bound(tmp_path, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "matplotlib", None)     # import matplotlib -> ImportError
+
+    def fail(args):
+        raise AssertionError("a bound was computed before matplotlib was checked")
+    monkeypatch.setattr(cli_shuffle, "bounds", fail)
+    with pytest.raises(ImportError, match=r"dpplugins\[plot\]"):
+        cli_shuffle.run(parse("--eps0", "1", "--n", "1000", "--delta", "1e-6", "--plot",
+                              str(tmp_path / "x.png")), out=lambda text: None)

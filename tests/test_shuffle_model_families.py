@@ -499,7 +499,8 @@ def test_blanket_amplifies_where_lemma73_does_not():
     family = fam.unary_encoding(8.0, 64, optimized=True)
     up = fam.epsilon(family, 1000, 1e-6)
     low = fam.lower_bound(family, 1000, 1e-6)
-    assert up.method == "blanket"
+    assert up.method in ("blanket", "four_class_blanket")   # the exact one, a hair below
+    assert up.candidates["four_class_blanket"] <= up.candidates["blanket"] < 3.5
     assert up.candidates["errata_lemma73"] >= 7.9 and up.candidates["fmt21"] >= 7.9
     assert low.epsilon <= up.epsilon < 3.5
     assert low.epsilon > 2.5
@@ -618,3 +619,102 @@ def test_a_large_local_epsilon_with_a_tiny_amplified_one_answers():
     assert 0 <= b.lower <= b.upper <= 60.0
     d = fam.composed_delta_bounds(family, 10**6, 3, 0.0)
     assert 0 < d.lower <= 3 * tv * (1 + 1e-9) and d.lower <= d.upper
+
+
+# -- the exact four-class blanket ------------------------------------------------------------------
+@pytest.mark.parametrize("name,family,R,ns", cases())
+def test_four_class_masses_match_the_output_laws(name, family, R, ns):
+    """``blanket_classes`` against the full output laws: the class masses of the blanket
+    ``c(y) = R(x0)(y) / e^eps0`` where y supports x0, ``R(x0)(y)`` elsewhere."""
+    R = np.array(R)
+    e = math.exp(family.eps0)
+    s0, s1 = _supports(name, R, 0), _supports(name, R, 1)
+    c = np.where(s0, R[0] / e, R[0])
+    w10, w11, w00 = family.blanket_classes
+    assert w10 == pytest.approx(c[s0 & ~s1].sum(), rel=1e-12)
+    assert w10 == pytest.approx(c[~s0 & s1].sum(), rel=1e-12)
+    assert w11 == pytest.approx(c[s0 & s1].sum(), rel=1e-12, abs=1e-300)
+    assert w00 == pytest.approx(c[~s0 & ~s1].sum(), rel=1e-12)
+
+
+@pytest.mark.parametrize("name,family,R,ns", cases())
+def test_four_class_blanket_is_above_exact_enumeration(name, family, R, ns):
+    """The four-class blanket alone bounds the exact worst-case shuffled delta (every dataset,
+    both directions) for every n the enumeration reaches."""
+    for n in ns:
+        four = fam._four_class(family, n)
+        assert four is not None
+        for eps in np.linspace(0, family.eps0, 6)[:-1]:
+            exact = worst_shuffled_delta(R, n, eps)
+            assert four.delta(float(eps)) >= exact - 1e-12, (n, eps)
+
+
+@pytest.mark.parametrize("family", [fam.local_hashing(4.0, 8), fam.unary_encoding(8.0, 16),
+                                    fam.subset_selection(1.0, 6, 2),
+                                    fam.unary_encoding(2.0, 4, optimized=True)])
+@pytest.mark.parametrize("n", [2, 5, 9])
+def test_four_class_blanket_is_its_functional_rounded_up(family, n):
+    """Against the functional ``(1/n) E[(G_1 + ... + G_n)_+]`` summed over every vector of
+    class counts (log-space multinomials, the shared brute force): never below it, and within
+    1e-9 relative (the certified terms are small)."""
+    E = math.exp(family.eps0)
+    w10, w11, w00 = family.blanket_classes
+    four = fam._four_class(family, n)
+    for eps in np.linspace(0, family.eps0, 7)[:-1]:
+        x = math.exp(eps)
+        exact = blanket_functional([E - x, 1 - E * x, E * (1 - x), 1 - x],
+                                   [w10, w10, w11, w00], n)
+        got = four.delta(float(eps))
+        assert exact * (1 - 1e-12) <= got <= exact * (1 + 1e-9) + 1e-300, (n, eps)
+
+
+@pytest.mark.parametrize("family,n", [(fam.local_hashing(4.0, 8), 1000),
+                                      (fam.unary_encoding(4.0, 16), 1000),
+                                      (fam.subset_selection(4.0, 16, 4), 1000),
+                                      (fam.unary_encoding(8.0, 16, optimized=True), 10_000),
+                                      (fam.local_hashing(8.0, 8), 10_000)])
+def test_four_class_blanket_is_never_above_the_relaxed_one(family, n):
+    """Relaxing class 11 into 00 can only raise the bound (module docstring of the families):
+    the four-class value, computed by a different route (a direct sum, not count pairs), is
+    never above the relaxed blanket's, at any epsilon."""
+    four, relaxed = fam._four_class(family, n), fam._blanket(family, n)
+    assert four is not None
+    for eps in np.linspace(0.05, 0.95, 7) * family.eps0:
+        assert four.delta(float(eps)) <= relaxed.delta(float(eps)) * (1 + 1e-9) + 1e-15
+
+
+def test_four_class_blanket_gains_where_class_11_is_heavy():
+    """OLH (g = 8) and SUE (d = 16) at eps0 = 4, n = 1000, delta = 1e-6: the four-class blanket
+    is chosen and gains about 10 % on the better of Lemma 7.3 and the relaxed blanket, and
+    stays above the certified lower bound."""
+    for family in (fam.local_hashing(4.0, 8), fam.unary_encoding(4.0, 16)):
+        up = fam.epsilon(family, 1000, 1e-6)
+        others = min(v for k, v in up.candidates.items() if k != "four_class_blanket")
+        assert up.method == "four_class_blanket"
+        assert up.epsilon < 0.92 * others
+        assert fam.lower_bound(family, 1000, 1e-6).epsilon <= up.epsilon
+
+
+@pytest.mark.parametrize("eps0,n,delta", [(50.0, 40, 1e-300), (50.0, 3, 0.5), (1e-9, 20, 1e-6),
+                                          (8.0, 2, 1e-12)])
+def test_four_class_blanket_at_the_extremes_answers_within_eps0(eps0, n, delta):
+    family = fam.unary_encoding(eps0, 16)
+    four = fam._four_class(family, n)
+    assert four is not None
+    eps = four.epsilon(delta)
+    assert 0.0 <= eps <= eps0
+    assert four.delta(eps) <= delta or eps == eps0
+    assert fam.epsilon(family, n, delta).epsilon <= eps0
+
+
+def test_four_class_blanket_bad_input():
+    from dpplugins.amplification.shuffle_model_four_class import FourClassBlanket
+    with pytest.raises(ParameterError, match="w10"):
+        FourClassBlanket(1.0, 10, 0.0, 0.1, 0.1)
+    with pytest.raises(ParameterError, match="w10"):
+        FourClassBlanket(1.0, 10, 0.5, 0.1, 0.1)
+    with pytest.raises(ParameterError, match="n=100000"):
+        FourClassBlanket(1.0, 100_000, 0.1, 0.1, 0.1)
+    assert FourClassBlanket.for_masses(1.0, 100_000, 0.1, 0.1, 0.1) is None
+    with pytest.raises(ParameterError, match="delta"):
+        FourClassBlanket(1.0, 10, 0.1, 0.1, 0.1).epsilon(0.0)

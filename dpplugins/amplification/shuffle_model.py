@@ -150,9 +150,9 @@ argument above.  Every other row has a positive blank mass, where the reduction 
 encoding, subset selection and local hashing get a valid family-specific bound from the FMT23
 errata's Lemma 7.3 instead (:mod:`dpplugins.amplification.shuffle_model_families`,
 :mod:`dpplugins.amplification.shuffle_model_errata`; for k-RR that pair *is* the blanket);
-Laplace has no Lemma 7.3 pair.  Those families also get a relaxed privacy blanket (:class:`Blanket`;
-the module there says how); their exact blankets (a four-category count) are not
-implemented.
+Laplace has no Lemma 7.3 pair.  Those families also get a relaxed privacy blanket
+(:class:`Blanket`; the module there says how) and, where the counts are few, the exact
+four-class blanket (:mod:`dpplugins.amplification.shuffle_model_four_class`).
 
 Numerics (what is certified)
 ----------------------------

@@ -108,25 +108,36 @@ class FourClassBlanket:
             raise ParameterError("n", n, f"at most {max_cells:,} cells of counts (this has "
                                  f"{self.cells:,})", hint="use FourClassBlanket.for_masses, "
                                  "which returns None here")
-        a, b, c = (v.ravel() for v in np.meshgrid(np.arange(ha + 1), np.arange(ha + 1),
-                                                  np.arange(hc + 1), indexing="ij"))
-        keep = a + b + c <= n
-        a, b, c = a[keep], b[keep], c[keep]
-        r = n - a - b - c
-        terms = [np.full(a.shape, gammaln(n + 1.0)), -gammaln(a + 1.0), -gammaln(b + 1.0),
-                 -gammaln(c + 1.0), -gammaln(r + 1.0), (a + b) * math.log(w10),
-                 c * math.log(w11) if w11 > 0 else np.zeros(a.shape),
-                 r * math.log1p(-(2 * w10 + w11)) if rest > 0 else np.zeros(a.shape)]
-        log_p = np.sum(terms, axis=0)
-        size = np.sum(np.abs(terms), axis=0)
-        rel = np.expm1(16 * _U * size + 1e-14 + 2 * _U)      # of each exp(L) below
-        top = float(np.max(log_p))
-        live = (log_p >= top - _LOG_DROP) & (a >= 1)      # a = 0: K <= 0, nothing positive
-        p_up = np.exp(log_p) * (1 + rel)
-        # dropped cells with a >= 1 are charged a (E - x) each (coefficient of (E - x) / n)
-        self.dropped_a = float(np.sum((p_up * a)[~live & (a >= 1)])) * (1 + 1e-12)
-        self.a, self.b, self.c, self.r = (v[live].astype(float) for v in (a, b, c, r))
-        self.p = p_up[live]
+        # one slice of c at a time (memory: the live cells, not the whole box)
+        base = gammaln(n + 1.0)
+        log_w10 = math.log(w10)
+        log_w11 = math.log(w11) if w11 > 0 else 0.0
+        log_rest = math.log1p(-(2 * w10 + w11)) if rest > 0 else 0.0
+        grid_a, grid_b = (v.ravel() for v in np.meshgrid(np.arange(ha + 1.0),
+                                                         np.arange(ha + 1.0), indexing="ij"))
+        lg_a, lg_b = gammaln(grid_a + 1.0), gammaln(grid_b + 1.0)
+        slices = []
+        for c in range(hc + 1):
+            keep = grid_a + grid_b + c <= n
+            a, b = grid_a[keep], grid_b[keep]
+            r = n - a - b - c
+            terms = (base, -lg_a[keep], -lg_b[keep], -gammaln(c + 1.0), -gammaln(r + 1.0),
+                     (a + b) * log_w10, c * log_w11, r * log_rest)
+            log_p = sum(terms)
+            size = sum(np.abs(t) for t in terms)
+            slices.append((a, b, np.full(a.shape, float(c)), r, log_p, size))
+        top = max(float(np.max(sl[4])) for sl in slices if len(sl[4]))
+        self.dropped_a = 0.0
+        kept = []
+        for a, b, c, r, log_p, size in slices:
+            # exp(L) rounded up by its relative error (module docstring)
+            p_up = np.exp(log_p) * (1 + np.expm1(16 * _U * size + 1e-14 + 2 * _U))
+            live = (log_p >= top - _LOG_DROP) & (a >= 1)   # a = 0: K <= 0, nothing positive
+            # dropped cells with a >= 1 are charged a (E - x) each (a coefficient of (E - x))
+            self.dropped_a += float(np.sum((p_up * a)[~live & (a >= 1)]))
+            kept.append((a[live], b[live], c[live], r[live], p_up[live]))
+        self.dropped_a *= 1 + 1e-12
+        self.a, self.b, self.c, self.r, self.p = (np.concatenate(v) for v in zip(*kept))
         # the outside of the windows, as a coefficient of (E - x) (module docstring)
         out = w10 * float(binomial_sf(ha - 1, n - 1, w10)) if n > 1 else 0.0
         out += w10 / (1 - w10) * float(binomial_sf(ha, n, w10))

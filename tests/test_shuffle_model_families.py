@@ -718,3 +718,5 @@ def test_four_class_blanket_bad_input():
     assert FourClassBlanket.for_masses(1.0, 100_000, 0.1, 0.1, 0.1) is None
     with pytest.raises(ParameterError, match="delta"):
         FourClassBlanket(1.0, 10, 0.1, 0.1, 0.1).epsilon(0.0)
+    with pytest.raises(ParameterError, match="eps0"):
+        FourClassBlanket(1000.0, 10, 0.1, 0.1, 0.1)      # e^eps0 would overflow

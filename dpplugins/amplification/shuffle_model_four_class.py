@@ -68,7 +68,8 @@ import math
 import numpy as np
 from scipy.special import gammaln
 
-from dpplugins.amplification.shuffle import binomial_cdf, binomial_sf, binomial_window
+from dpplugins.amplification.shuffle import (binomial_cdf, binomial_sf, binomial_window,
+                                             check_local_epsilon)
 from dpplugins.amplification.shuffle_model import UNIT_ROUNDOFF as _U
 from dpplugins.amplification.shuffle_model import newton_smallest_epsilon
 from dpplugins.errors import ParameterError, check_count, check_nonnegative, check_open_unit
@@ -92,7 +93,7 @@ class FourClassBlanket:
 
     def __init__(self, eps0: float, n: int, w10: float, w11: float, w00: float,
                  max_cells: int = MAX_CELLS) -> None:
-        self.eps0 = check_nonnegative("eps0", eps0)
+        self.eps0 = check_local_epsilon(eps0, 300)
         self.n = n = check_count("n", n, minimum=1)
         for name, value in (("w10", w10), ("w11", w11), ("w00", w00)):
             check_nonnegative(name, value)

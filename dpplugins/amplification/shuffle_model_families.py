@@ -460,10 +460,11 @@ def _epsilon_cached(family: Family, n: int, delta: float) -> ShuffleBound:
                         cands)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=8)
 def _four_class(family: Family, n: int) -> FourClassBlanket | None:
     """The exact four-class blanket where the family has class masses and its counts are few
-    (:mod:`dpplugins.amplification.shuffle_model_four_class`), else None."""
+    (:mod:`dpplugins.amplification.shuffle_model_four_class`), else None.  Memoised for 8
+    ``(family, n)``: one holds up to about 10 MB of cells."""
     if family.blanket_classes is None:
         return None
     return FourClassBlanket.for_masses(family.eps0, n, *family.blanket_classes)

@@ -239,7 +239,7 @@ def newton_smallest_epsilon(fn, delta: float, hi: float, guess: float,
     return hi if math.isinf(eps) else eps
 #: relative accuracy we assume of one scipy binomial pmf / survival-function value (the same
 #: convention as :mod:`dpplugins.amplification.shuffle`); it is charged to every upper bound
-_REL_SF = 1e-12
+_REL_SF = RELATIVE_TAIL_ERROR = 1e-12
 
 
 def _boost_pdf():

@@ -70,6 +70,7 @@ from scipy.special import gammaln
 
 from dpplugins.amplification.shuffle import (binomial_cdf, binomial_sf, binomial_window,
                                              check_local_epsilon)
+from dpplugins.amplification.shuffle_model import RELATIVE_TAIL_ERROR as _REL_SF
 from dpplugins.amplification.shuffle_model import UNIT_ROUNDOFF as _U
 from dpplugins.amplification.shuffle_model import newton_smallest_epsilon
 from dpplugins.errors import ParameterError, check_count, check_nonnegative, check_open_unit
@@ -79,11 +80,15 @@ __all__ = ["FourClassBlanket", "MAX_CELLS"]
 #: most cells ``(a, b, c)`` the direct sum visits (each evaluation is a few vectorised passes
 #: over them)
 MAX_CELLS = 1_500_000
-#: relative accuracy charged to one binomial cdf (Boost), as in the count-pair engine
-_REL_SF = 1e-12
 #: cells this far (in log) below the largest are dropped (and charged)
 _LOG_DROP = 80.0
 _LOG_CUT = -60.0
+
+
+def _windows(n: int, w10: float, w11: float) -> tuple[int, int]:
+    """Upper ends of the count windows of classes 10 (and 01) and 11 (module docstring)."""
+    return (binomial_window(n, w10, _LOG_CUT)[1],
+            binomial_window(n, w11, _LOG_CUT)[1] if w11 > 0 else 0)
 
 
 class FourClassBlanket:
@@ -102,8 +107,7 @@ class FourClassBlanket:
         self.w10, self.w11, self.w00 = w10, w11, w00
         rest = max(1.0 - 2 * w10 - w11, 0.0)
         self.p00 = min(w00 / rest, 1.0) if rest > 0 else 0.0
-        ha = binomial_window(n, w10, _LOG_CUT)[1]
-        hc = binomial_window(n, w11, _LOG_CUT)[1] if w11 > 0 else 0
+        ha, hc = _windows(n, w10, w11)
         self.cells = (ha + 1) ** 2 * (hc + 1)
         if self.cells > max_cells:
             raise ParameterError("n", n, f"at most {max_cells:,} cells of counts (this has "
@@ -151,8 +155,7 @@ class FourClassBlanket:
     def for_masses(cls, eps0: float, n: int, w10: float, w11: float, w00: float,
                    max_cells: int = MAX_CELLS) -> "FourClassBlanket | None":
         """The blanket, or None where its windows exceed ``max_cells`` cells."""
-        ha = binomial_window(n, w10, _LOG_CUT)[1]
-        hc = binomial_window(n, w11, _LOG_CUT)[1] if w11 > 0 else 0
+        ha, hc = _windows(n, w10, w11)
         if (ha + 1) ** 2 * (hc + 1) > max_cells:
             return None
         return cls(eps0, n, w10, w11, w00, max_cells)

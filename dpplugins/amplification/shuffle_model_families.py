@@ -115,7 +115,8 @@ The blankets in between (``t c`` on class 00, ``1/E <= t <= 1``) were never bett
 better end (numerically checked: OUE at (eps0, n) = (1, 1e4), (2, 1e3), (2, 1e5), (4, 1e4),
 (8, 1e3), delta 1e-6, t = E^-s for s in {0, 1/4, 1/2, 3/4, 1}), so the two ends are computed
 and the smaller is used.  Where the counts of classes 10, 01 and 11 are few (``n w10`` up to
-about 100), the exact four-class blanket is computed too, by a direct sum over those counts
+about 20 to 80: n up to about 2000 at eps0 = 4, 1e5 at eps0 = 8 for d = 16), the exact
+four-class blanket is computed too, by a direct sum over those counts
 (:mod:`dpplugins.amplification.shuffle_model_four_class`); it gains most where class 11 is
 heavy (OLH, g = 8, eps0 = 4, n = 1000, delta = 1e-6: 1.669 -> 1.496).  It enters single rounds
 (:func:`epsilon`, :func:`delta_bounds`), not the composed rounds' profiles.

@@ -47,10 +47,11 @@ draws are multinomial; given ``(a, b, c)``, ``d ~ Bin(r, p00)`` with ``r = n - a
   most ``band = 2 tol + 32 u (D + 1)(x - 1)`` in size and is charged ``band F_r(D + 1)``.
 
 It is used where the three windows hold at most :data:`MAX_CELLS` cells (``n w10`` up to about
-100): there it gains up to 10 % over the better of the relaxed blanket and the errata's Lemma
-7.3 (OLH with g = 8 and SUE with d = 16, eps0 = 4, n = 1000, delta = 1e-6: 1.669 and 1.664 ->
-1.496 and 1.488), where the relaxation of class 11 costs most.  The pair is symmetric (swap
-``x0`` and ``x1``), so one direction bounds both.
+20 to 80, depending on ``n w11``; for OLH with g = 8, SUE and subset selection on d = 16, n up
+to about 2000 at eps0 = 4 and 1e5 at eps0 = 8): there it gains up to 10 % over the better of the
+relaxed blanket and the errata's Lemma 7.3 (OLH with g = 8 and SUE with d = 16, eps0 = 4, n =
+1000, delta = 1e-6: 1.669 and 1.664 -> 1.496 and 1.488), where the relaxation of class 11 costs
+most.  The pair is symmetric (swap ``x0`` and ``x1``), so one direction bounds both.
 
 Example (OLH with g = 8 buckets, eps0 = 4, n = 1000)::
 

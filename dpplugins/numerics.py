@@ -240,14 +240,21 @@ def epsilon_lower_from_larger_delta(epsilon_lower_at: Callable[[float], float], 
                                     first: float, *, ratio: float = 100.0, tries: int = 3
                                     ) -> tuple[float, float | None]:
     """A certified lower bound on ``epsilon(delta)`` from lower bounds at larger deltas, for
-    where a method certifies nothing at ``delta`` itself (its error terms swamp it): the first
-    positive ``epsilon_lower_at(d)`` for ``d = first, first ratio, ...`` (``tries`` values in
-    ``(delta, 0.5)``), and that ``d``; ``(0.0, None)`` if none is positive.
+    where a method certifies nothing at ``delta`` itself (its error terms swamp it): the
+    positive ``epsilon_lower_at(d)`` at the smallest ``d`` among ``first, first ratio, ...``
+    (``tries`` values in ``(delta, 0.5)``), and that ``d``; ``(0.0, None)`` if none is positive.
 
     Valid because ``epsilon(delta) = min{eps : delta(eps) <= delta}`` does not increase with
     ``delta`` (the privacy profile ``delta(eps)`` does not increase with ``eps``), so for
     ``delta <= d`` it is at least ``epsilon(d)``, hence at least any lower bound of that.  Our
     derivation (one line).  A :class:`~dpplugins.errors.NumericalError` at some ``d`` skips it.
+
+    The largest ``d`` is tried first, and a 0 there ends the search: a method that certifies
+    nothing at the largest delta, where its error terms weigh least, is not expected to
+    certify anything at the smaller ones, and each try can cost as much as the query itself.
+    (Which deltas are tried is a matter of cost only; any answer is a certified lower bound.)
+    Otherwise the smaller ``d`` are tried in increasing order, and the first positive value,
+    the tightest, is returned.
 
     Example::
 
@@ -257,15 +264,25 @@ def epsilon_lower_from_larger_delta(epsilon_lower_at: Callable[[float], float], 
         >>> low, at = epsilon_lower_from_larger_delta(exact, 1e-15, 1e-13)
         >>> round(at, 20), low <= math.log(1e15)
         (1e-11, True)
+        >>> epsilon_lower_from_larger_delta(lambda d: 0.0, 1e-15, 1e-13)   # one try, not three
+        (0.0, None)
     """
-    d = first
-    for _ in range(tries):
-        if delta < d < 0.5:
-            try:
-                value = float(epsilon_lower_at(d))
-            except NumericalError:
-                value = 0.0
-            if value > 0:
-                return value, d
-        d *= ratio
-    return 0.0, None
+    candidates = [first * ratio ** i for i in range(tries)]
+    candidates = [d for d in candidates if delta < d < 0.5]
+    if not candidates:
+        return 0.0, None
+
+    def lower_at(d: float) -> float:
+        try:
+            return float(epsilon_lower_at(d))
+        except NumericalError:
+            return 0.0
+
+    largest = lower_at(candidates[-1])
+    if not largest > 0:
+        return 0.0, None
+    for d in candidates[:-1]:
+        value = lower_at(d)
+        if value > 0:
+            return value, d
+    return largest, candidates[-1]

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from scipy.optimize import brentq
 from scipy.stats import norm
 
-from dpplugins.errors import ParameterError
+from dpplugins.errors import NumericalError, ParameterError
 from dpplugins.mechanisms.gaussian import gaussian_delta, gaussian_delta_upper, gaussian_epsilon
-from dpplugins.numerics import (MAX_DOUBLINGS, MAX_ITERATIONS, largest_violating_epsilon,
-                                smallest_epsilon)
+from dpplugins.numerics import (MAX_DOUBLINGS, MAX_ITERATIONS, epsilon_lower_from_larger_delta,
+                                largest_violating_epsilon, smallest_epsilon)
 
 
 def _gaussian_delta_reference(eps: float, mu: float) -> float:
@@ -185,3 +185,37 @@ def test_smallest_epsilon_tries_epsilon_max_itself():
     assert 7.0 <= x <= 7.0 * (1 + 1e-11)
     assert smallest_epsilon(lambda e: 1.0 if e < 8.0 else 0.0, 0.5, start=4.0,
                             epsilon_max=7.5) == math.inf
+
+
+# -- epsilon_lower_from_larger_delta --------------------------------------------------------------
+@pytest.mark.parametrize("blind_below", [1e-16, 1e-13, 1e-11, 1e-9, 1e-7, 1.0])
+def test_lower_from_larger_delta_is_the_smallest_certifying_delta(blind_below):
+    """A method exact for delta(eps) = e^-eps (epsilon(d) = log(1/d)) but blind (0) below
+    ``blind_below``: the answer is its value at the smallest tried delta it certifies -- what
+    trying every delta in increasing order gives -- and a lower bound on log(1/delta)."""
+    calls = []
+
+    def method(d):
+        calls.append(d)
+        return math.log(1 / d) if d >= blind_below else 0.0
+
+    delta = 1e-15
+    tried = [1e-13 * 100.0 ** i for i in range(3)]
+    expected = next(((math.log(1 / d), d) for d in tried if d >= blind_below), (0.0, None))
+    low, at = epsilon_lower_from_larger_delta(method, delta, 1e-13)
+    assert (low, at) == expected
+    assert 0.0 <= low <= math.log(1 / delta)
+    assert calls[0] == tried[-1]             # the largest first
+    if low == 0.0:
+        assert len(calls) == 1               # nothing there: nothing tried below it
+
+
+def test_lower_from_larger_delta_skips_failures_and_out_of_range():
+    def failing(d):
+        raise NumericalError("not certified", "a larger delta")
+    assert epsilon_lower_from_larger_delta(failing, 1e-12, 1e-10) == (0.0, None)
+    # only deltas in (delta, 0.5) are tried: 4e-4 and 4e-2 are, 4 is not
+    calls = []
+    low, at = epsilon_lower_from_larger_delta(lambda d: calls.append(d) or 1.0, 1e-4, 4e-4)
+    assert (low, at) == (1.0, 4e-4) and calls == [4e-4 * 100.0, 4e-4]
+    assert epsilon_lower_from_larger_delta(lambda d: 1.0, 0.3, 0.6) == (0.0, None)

@@ -242,3 +242,69 @@ def test_epsilon_delta_step_beyond_the_representable_range_is_bracketed():
     lower, upper = two.get_delta_bounds(1700.0)
     exact2 = delta0 * (2 - delta0)  # 1 - (1 - delta0)^2 without cancellation
     assert lower <= exact2 <= upper <= 2 * delta0 * (1 + 1e-11)
+
+
+# -- randomized response at extreme epsilon0 and number of buckets ------------------------------
+def _rr_exact_delta(eps0, k, neighbouring, steps, eps):
+    """delta(eps) of ``steps`` randomized-response steps, the larger direction, by enumerating
+    how many steps fall on each outcome (multinomial counts), every probability in log space
+    with mpmath at 60 digits -- no grid, no double-precision underflow.  Replace-one: outcomes
+    (the first value, the second, the k - 2 others) with P proportional to (e^eps0, 1, k - 2)
+    and Q to (1, e^eps0, k - 2); add/remove (zero-out): P = (e^eps0, k - 1) / (e^eps0 + k - 1)
+    against the uniform Q = (1, k - 1) / k, and its mirror."""
+    import itertools
+
+    import mpmath as mp
+    mp.mp.dps = 60
+    e0 = mp.mpf(eps0)
+    z = mp.log(mp.e ** e0 + k - 1)
+    if neighbouring == "replace_one":
+        atoms = [(e0 - z, -z), (-z, e0 - z)] + ([(mp.log(k - 2) - z,) * 2] if k > 2 else [])
+        directions = [atoms]
+    else:
+        p = [e0 - z, mp.log(k - 1) - z]
+        q = [-mp.log(k), mp.log(k - 1) - mp.log(k)]
+        directions = [list(zip(p, q)), list(zip(q, p))]
+    best = mp.mpf(0)
+    for atoms in directions:
+        total = mp.mpf(0)
+        for counts in itertools.product(range(steps + 1), repeat=len(atoms)):
+            if sum(counts) != steps:
+                continue
+            log_multi = mp.log(mp.factorial(steps)) - sum(mp.log(mp.factorial(c)) for c in counts)
+            lp = log_multi + sum(c * a for c, (a, _) in zip(counts, atoms))
+            lq = log_multi + sum(c * b for c, (_, b) in zip(counts, atoms))
+            total += max(mp.exp(lp) - mp.exp(eps + lq), 0)
+        best = max(best, total)
+    return float(best)
+
+
+@pytest.mark.parametrize("neighbouring", ["replace_one", "add_remove"])
+@pytest.mark.parametrize("eps0", [0.0, 1.0, 650.0, 700.5, 709.0, 750.0, 1000.0])
+@pytest.mark.parametrize("k", [2, 3, 10**6, int(1.7e308)], ids=["2", "3", "1e6", "1.7e308"])
+def test_randomized_response_bounds_hold_at_extreme_parameters(neighbouring, eps0, k):
+    """Three steps of k-ary randomized response against exact enumeration in log space.
+
+    Found by the fuzz tests and this check (pre-existing): the pair's small mass was set to 0
+    beyond eps0 = 700 (add/remove) or underflowed beyond about 745 (replace-one), so a finite
+    loss became infinite; the dominating side stays valid, but the lower bounds claimed delta =
+    0.875 where it is 0.118 (add/remove, eps0 = 709, eps = 3 eps0 - 5) and 1 where it is 0.39
+    (replace-one, eps0 = 750).  k = 1.7e308 overflowed e^eps0 + k - 1 (a pair with no mass), and
+    k = 1e308 asked numpy for an array of 1e308 entries."""
+    steps = 3
+    acc = create("pld", neighbouring=neighbouring).compose(
+        SelfComposedEvent(RandomizedResponseEvent(eps0, k), steps))
+    for eps in sorted({0.5 * eps0, steps * eps0 - 5, steps * eps0 - 0.5, 0.25, 1.0}):
+        if eps < 0:
+            continue
+        exact = _rr_exact_delta(eps0, k, neighbouring, steps, eps)
+        lower, upper = acc.get_delta_bounds(eps)
+        assert 0.0 <= lower <= exact * (1 + 1e-9) + 1e-300, eps
+        assert exact <= upper * (1 + 1e-9) + 1e-300, eps
+    for delta in (1e-5, 0.05):
+        lower, upper = acc.get_epsilon_bounds(delta)
+        assert 0.0 <= lower <= upper
+        # epsilon(delta) is the smallest eps with delta(eps) <= delta
+        assert _rr_exact_delta(eps0, k, neighbouring, steps, upper) <= delta * (1 + 1e-9)
+        if lower > 0:
+            assert _rr_exact_delta(eps0, k, neighbouring, steps, lower) >= delta * (1 - 1e-9)

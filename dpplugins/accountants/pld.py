@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import warnings
@@ -550,6 +551,16 @@ class PLDAccountant(Accountant):
                         leaf.epsilon > EPSILON_DELTA_PAIR_MAX:
                     part = PrivacyLossDistribution.from_bracketing_pairs(
                         *epsilon_delta_pairs(leaf.epsilon, leaf.delta), **options)
+                elif isinstance(leaf, RandomizedResponseEvent) and \
+                        leaf.epsilon0 > EPSILON_DELTA_PAIR_MAX:
+                    # the pair's small masses leave double's normal range (and underflow to 0
+                    # beyond about 745): it still dominates the true pair (upper bounds), and
+                    # randomized response with epsilon0 = 700 -- a post-processing of it, by
+                    # mixing the report with a uniform one -- gives the lower bounds
+                    part = PrivacyLossDistribution.from_bracketing_pairs(
+                        self._pairs(leaf),
+                        self._pairs(dataclasses.replace(leaf, epsilon0=EPSILON_DELTA_PAIR_MAX)),
+                        **options)
                 else:
                     part = PrivacyLossDistribution.from_mechanism(self._pairs(leaf), **options)
                 part = part.self_compose(count)

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from dpplugins.errors import check_count, check_positive
+from dpplugins.errors import check_count, check_nonnegative
 from dpplugins.mechanisms.discrete import discrete_pair
 from dpplugins.mechanisms.types import MechanismPairs
 
@@ -16,15 +16,30 @@ def k_randomized_response(epsilon: float, k: int) -> MechanismPairs:
     ``e^eps / (e^eps + k - 1)`` and each other value w.p. ``1 / (e^eps + k - 1)`` (Warner 1965;
     Kairouz, Oh, Viswanath 2016).  The worst-case pair differs in the two values that are swapped,
     so the pair is symmetric.
+
+    The ``k - 2`` reports that are neither value have the same probability under both and a
+    privacy loss of 0; they are merged into one atom (a post-processing that keeps the privacy
+    loss distribution), so the pair has at most three atoms whatever ``k`` (an array of ``k``
+    entries made ``k = 1e308`` fail deep in numpy).  Computed in log space; ``epsilon = 0`` is
+    the pair ``P = Q`` (a report independent of the value).  Beyond ``epsilon`` of about 745
+    the small masses underflow to 0, which makes the pair dominate the true one (infinite
+    losses): valid for upper bounds only.
+
+    Example::
+
+        >>> pairs = k_randomized_response(1.0, 10**12)
+        >>> [round(float(v), 6) for v in pairs.pairs["remove"].p]
+        [0.0, 0.0, 1.0]
     """
-    eps = check_positive("epsilon", epsilon)
+    eps = check_nonnegative("epsilon", epsilon)
     k = check_count("k", k, minimum=2)
-    # log-space normalisation so that large epsilon does not overflow
-    log_norm = np.logaddexp(eps, np.log(k - 1.0))
-    p = np.full(k, np.exp(-log_norm))
-    q = p.copy()
-    p[0] = q[1] = np.exp(eps - log_norm)
-    p[1] = q[0] = np.exp(-log_norm)
+    # log-space normalisation (math.log takes integers of any size) so that a large epsilon
+    # or k does not overflow
+    log_norm = float(np.logaddexp(eps, math.log(k - 1)))
+    top, other = math.exp(eps - log_norm), math.exp(-log_norm)
+    rest = [math.exp(math.log(k - 2) - log_norm)] if k > 2 else []
+    p = np.array([top, other] + rest)
+    q = np.array([other, top] + rest)
     return discrete_pair(p / p.sum(), q / q.sum(), symmetric=True,
                          description=f"{k}-ary randomized response(epsilon={eps:g})")
 
@@ -39,11 +54,24 @@ def zero_out_rr_pair(epsilon0: float, num_buckets: int) -> tuple[list[float], li
     REPLACE_SPECIAL): the example is replaced by a special one whose report is uniform.  ``P``:
     the report of the true bucket (``e^eps0 / (e^eps0 + k - 1)`` on it, ``1 / (e^eps0 + k - 1)``
     on each other bucket; Kairouz, Oh, Viswanath 2016 for k > 2), ``Q``: uniform ``1/k``; the
-    other buckets are merged (a post-processing that keeps the loss, which is equal on them)."""
+    other buckets are merged (a post-processing that keeps the loss, which is equal on them).
+
+    Beyond ``epsilon0`` of about 745 the mass on the other buckets underflows to 0: the pair
+    then dominates the true one (a loss of +inf where the truth is about ``epsilon0 - log k``),
+    valid for upper bounds only.
+
+    Example::
+
+        >>> p, q = zero_out_rr_pair(720.0, 2)      # e^-720 is still a normal double
+        >>> round(math.log(q[1] / p[1]) - (720.0 - math.log(2)), 9)   # add direction's loss
+        0.0
+    """
     k = num_buckets
-    if epsilon0 > 700:
-        top, other = 1.0, 0.0
-    else:
-        e = math.exp(epsilon0)
-        top, other = e / (e + k - 1), 1.0 / (e + k - 1)
-    return [top, (k - 1) * other], [1.0 / k, (k - 1) / k]
+    # in log space (math.log takes integers of any size): e^eps0 + k - 1 overflowed for
+    # k near 1e308, and a shortcut that set the small mass to 0 beyond eps0 = 700 made the
+    # pair's add-direction loss infinite where it is about eps0 - log k (valid for upper bounds
+    # only; the lower bounds of the pld accountant were then above the truth)
+    log_norm = float(np.logaddexp(epsilon0, math.log(k - 1)))
+    top = math.exp(epsilon0 - log_norm)
+    others = math.exp(math.log(k - 1) - log_norm)
+    return [top, others], [1.0 / k, (k - 1) / k]

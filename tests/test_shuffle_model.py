@@ -119,6 +119,62 @@ def test_count_pair_matches_enumeration():
             assert bounds.lower - 1e-13 <= exact <= bounds.upper + 1e-13
 
 
+def _count_pair_hockey_by_summation(n, pi, v0, v1, eps):
+    """``D_{e^eps}(P0 || P1)`` of a count pair summed term by term: ``P_b(h) = Mult_n(h; pi) / n
+    * sum_y v_b(y) h_y / pi_y`` over the counts ``(a, T - a, n - T)`` within 15 standard
+    deviations of T's mean and 40 of a's (the rest weighs below 1e-40), every summand a
+    non-negative product of scipy's binomial pmfs -- no closed form, no cancellation."""
+    x = math.exp(eps)
+    pa, pb, pc = pi
+    pab = min(pa + pb, 1.0)
+    theta = pa / (pa + pb)
+    sd_t = math.sqrt(n * pab * (1 - pab))
+    ts = np.arange(max(0, int(n * pab - 15 * sd_t)), min(n, int(n * pab + 15 * sd_t)) + 1)
+    total = 0.0
+    for t, w in zip(ts, stats.binom.pmf(ts, n, pab)):
+        sd_a = math.sqrt(t * theta * (1 - theta)) + 1
+        a = np.arange(max(0, int(t * theta - 40 * sd_a)), min(t, int(t * theta + 40 * sd_a)) + 1)
+        g = [v0[0] * a / pa + v0[1] * (t - a) / pb + (v0[2] * (n - t) / pc if pc else 0.0),
+             v1[0] * a / pa + v1[1] * (t - a) / pb + (v1[2] * (n - t) / pc if pc else 0.0)]
+        total += w * float(np.sum(stats.binom.pmf(a, t, theta) * np.maximum(g[0] - x * g[1], 0)))
+    return total / n
+
+
+@pytest.mark.parametrize("n,pi,v0,v1,epsilons", [
+    # FMT21's clone pair of eps0 = 10 (about 9,000 of the 1e8 users in the categories A, B)
+    (10**8, "clone", None, None, (0.06, 0.1, 0.12)),
+    # binary RR: the others report 1 or 0 with probability 1/2, the differing user holds 1 or 0
+    (10**8, (0.5, 0.5, 0.0), (0.75, 0.25, 0.0), (0.25, 0.75, 0.0), (2e-4, 3e-4)),
+    (10**7, "clone", None, None, (0.2, 0.3)),
+])
+def test_count_pair_is_certified_and_narrow_at_large_n(n, pi, v0, v1, epsilons):
+    """At n >= 1e7 the count pair's certified interval contains the term-by-term sum and is
+    narrow.  Its tail sums were written as ``D T theta P(Bin(T-1) >= J-1) + K P(Bin(T) >= J)``,
+    whose two terms cancel by about ``c sqrt(T)``; with the assumed error of Boost's tails
+    (1e-12 + 64 u n) the interval was 3e-4 to 5e-4 of the value at n = 1e8 (clone pair), and
+    the Laplace family's lower bound at eps0 = 8, n = 1e8, delta = 1e-8 came from a weaker pair
+    (0.0038 against an upper bound of 0.0335).  De Moivre's identity leaves a cancellation of
+    about ``c^2`` (``_Direction``'s docstring); shuffle.py's own sum of the clone pair had the
+    same form and is checked here too."""
+    clone = None
+    if pi == "clone":
+        clone = sh.fmt21_clone_probability(10.0)
+        pair = sm.clone_pair(10.0, n, clone)
+        pi, v0, v1 = pair.pi, pair.v0, pair.v1
+    else:
+        pair = sm.CountPair(n, pi, v0, v1)
+    for eps in epsilons:
+        exact = max(_count_pair_hockey_by_summation(n, pi, v0, v1, eps),
+                    _count_pair_hockey_by_summation(n, pi, v1, v0, eps))
+        assert 1e-9 < exact
+        both = [pair.delta(eps)]
+        if clone is not None:  # the clone pair as shuffle.py sums it (its own closed form)
+            both.append(sh.clone_pair_delta(10.0, n, clone, eps))
+        for bounds in both:
+            assert bounds.lower <= exact * (1 + 1e-12) and exact <= bounds.upper * (1 + 1e-12)
+            assert bounds.upper - bounds.lower <= 1e-4 * exact
+
+
 @pytest.mark.parametrize("eps0,n,clone", [(1.0, 1000, "fmt21"), (4.0, 20_000, "fmt23"),
                                           (0.5, 200_000, "fmt23")])
 def test_clone_count_pair_agrees_with_the_clone_module(eps0, n, clone):
@@ -220,13 +276,17 @@ def test_binary_rr_epsilon_at_a_tiny_delta_takes_the_stronger_clone():
     floor (about 1e-11), so the search answered eps0 = 1 -- no amplification -- after running to
     max_blocks (7.6 s; 87 s at n = 1e8).  FMT23's stronger clone (valid for binary RR) now caps
     it and stops the search once a dataset is certified above it: 0.00856, checked against
-    shuffle.fmt23_epsilon (the clone pair summed in the other module), and above the exact
+    shuffle.fmt23_epsilon (the clone pair summed in the other module, with its own certified
+    error terms: the two upper bounds agree to 1e-5, and that module's certified lower delta at
+    ours is not above 1e-15, so ours is not below the pair's true epsilon), and above the exact
     lower pairs.  Where the exact search resolves delta it still answers."""
     spec, n = ("binary_rr", 1.0), 10**6
     found = sm.epsilon(spec, n, 1e-15)
     reference = sh.fmt23_epsilon(1.0, n, 1e-15, randomizer="binary_rr").epsilon
     assert found.method == "fmt23"
-    assert reference <= found.epsilon <= reference * (1 + 1e-5)
+    assert abs(found.epsilon - reference) <= 1e-5 * reference
+    clone = sh.fmt23_clone_probability(1.0)
+    assert sh.clone_pair_delta(1.0, n, clone, found.epsilon).lower <= 1e-15
     assert sm.lower_bound(spec, n, 1e-15).epsilon <= found.epsilon < 0.01
     resolved = sm.epsilon(spec, n, 1e-6)
     assert resolved.method == "binary_rr_exact"

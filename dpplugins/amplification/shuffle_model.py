@@ -406,9 +406,19 @@ class _Direction:
     (as ``Mult_{n-1}(h - e_y; pi) = Mult_n(h; pi) h_y / (n pi_y)``).  With ``T = N_A + N_B ~
     Bin(n, pi_A + pi_B)`` and ``N_A | T ~ Bin(T, theta)``, ``P0 - x P1`` is linear in N_A for fixed
     T, so the positive part is the tail ``N_A >= J_T`` and its sum is closed form:
-    ``sum_{j >= J} Bin(T, theta)(j) (D j + K) = D T theta P(Bin(T-1, theta) >= J-1)
-    + K P(Bin(T, theta) >= J)``.  If ``pi_C = 0`` the outcomes where the differing user reports C
-    have equal probability under X0 and X1 and add nothing to the hockey-stick divergence.
+    ``sum_{j >= J} Bin(T, theta)(j) (D j + K) = D T theta (1 - theta) P(Bin(T-1, theta) = J-1)
+    + (D T theta + K) P(Bin(T, theta) >= J)``.  This is de Moivre's identity
+    ``sum_{j >= J} (j - T theta) b(j) = J (1 - theta) b(J)`` for the binomial pmf ``b`` (Diaconis &
+    Zabell, "Closed form summation for classical distributions: variations on a theme of de
+    Moivre", Statistical Science 6(3), 1991); our one-line check: with ``g(j) = j (1 - theta)
+    b(j)``, ``g(j) - g(j+1) = b(j) (j - T theta)`` since ``(j+1)(1 - theta) b(j+1) = (T - j)
+    theta b(j)``, and the sum telescopes; then ``J b(J; T) = T theta b(J-1; T-1)``.  Written this
+    way the two terms cancel only by the factor ``c^2`` for a threshold ``c`` standard deviations
+    above the mean (the Mills ratio), where the form ``D T theta P(Bin(T-1) >= J-1) + K P(Bin(T)
+    >= J)`` cancelled by about ``c sqrt(T)``: at n = 1e8 that swamped the lower bounds.  The
+    summand at the mean, ``D T theta + K``, is computed from the coefficients directly.  If
+    ``pi_C = 0`` the outcomes where the differing user reports C have equal probability under X0
+    and X1 and add nothing to the hockey-stick divergence.
     """
 
     def __init__(self, n: int, pi, v0, v1) -> None:
@@ -426,16 +436,19 @@ class _Direction:
         self.rho = _REL_SF + 64 * _U * max(n, 1)
 
     def _tails(self, jmin: np.ndarray):
-        """``S1 = P(Bin(T-1) >= J-1)`` and ``S2 = P(Bin(T) >= J) = S1 - (1-theta) P(Bin(T-1) =
-        J-1)`` for every T of the window, with absolute error bounds."""
+        """``S1 = P(Bin(T-1) >= J-1)``, ``PM = P(Bin(T-1) = J-1)`` and ``S2 = P(Bin(T) >= J) =
+        S1 - (1-theta) PM`` for every T of the window, with absolute error bounds
+        ``(s1, s2, pm, e1, e2, epm)``."""
         T, theta = self.T, self.theta
         s1 = np.zeros(len(T))
         s2 = np.where(jmin <= 0, 1.0, 0.0)
+        pmf = np.zeros(len(T))
         e1 = np.zeros(len(T))
         e2 = np.zeros(len(T))
+        epmf = np.zeros(len(T))
         pos = T >= 1
         if not np.any(pos):
-            return s1, s2, e1, e2
+            return s1, s2, pmf, e1, e2, epmf
         i = jmin[pos] - 1
         u = T[pos] - 1
         if len(u) >= 3000 or (len(u) >= 1000 and u[0] > 20000):
@@ -445,9 +458,9 @@ class _Direction:
             pm = _pmf(i, u, theta)
             ea, epm = self.rho * a, self.rho * pm
         b = a - (1 - theta) * pm
-        s1[pos], s2[pos] = a, np.maximum(b, 0.0)
-        e1[pos], e2[pos] = ea, ea + (1 - theta) * epm + 2 * _U * np.abs(b)
-        return s1, s2, e1, e2
+        s1[pos], s2[pos], pmf[pos] = a, np.maximum(b, 0.0), pm
+        e1[pos], e2[pos], epmf[pos] = ea, ea + (1 - theta) * epm + 2 * _U * np.abs(b), epm
+        return s1, s2, pmf, e1, e2, epmf
 
     def _coefficients(self, x: float):
         pa, pb, pc = self.pi
@@ -514,13 +527,21 @@ class _Direction:
             jr = np.floor(-k / d)
         jmin = np.clip(np.nan_to_num(jr, nan=0.0, posinf=1e18, neginf=-1e18), -1, T) + 1
         jmin, boundary = self._threshold(jmin.astype(np.int64), ca, cb, cc)
-        s1, s2, e1, e2 = self._tails(jmin)
-        mean = T * self.theta
-        t1 = d * mean * s1
-        t2 = k * s2
+        s1, s2, pm, e1, e2, epm = self._tails(jmin)
+        theta = self.theta
+        mean = T * theta
+        # the summand at the mean, D T theta + K, from the coefficients (class docstring): each
+        # of the three products (their factors rounded once, T - mean with the rounding of mean
+        # as well) and their sum round by at most 6 u of the magnitudes below
+        at_mean = ca * mean + cb * (T - mean) + cc * (n - T)
+        at_mean_error = 6 * _U * (abs(ca) * mean + abs(cb) * T + abs(cc) * (n - T))
+        t1 = d * mean * (1 - theta) * pm
+        t2 = at_mean * s2
         value = float(np.dot(self.w, np.maximum(t1 + t2, 0.0))) / n
-        rounding = (4 * _U + _REL_SF) * (np.abs(t1) + np.abs(t2))
-        error = float(np.dot(self.w, abs(d) * mean * e1 + np.abs(k) * e2 + rounding)) / n
+        # (the products round by at most 4 u, 1 - theta and the sum by 2 u more)
+        rounding = (8 * _U + _REL_SF) * (np.abs(t1) + np.abs(t2))
+        error = float(np.dot(self.w, abs(d) * mean * (1 - theta) * epm + np.abs(at_mean) * e2
+                             + at_mean_error * (s2 + e2) + rounding)) / n
         error = (error + boundary) * (1 + 1e-12) + self.outside
         pa, pb, pc = self.pi
         da, db = self.v1[0] / pa, self.v1[1] / pb

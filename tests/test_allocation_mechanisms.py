@@ -863,6 +863,32 @@ def test_accountant_rr_brackets_exact(t, epochs, p, eps0, k):
     _assert_accountant_brackets(acc, atoms)
 
 
+@pytest.mark.parametrize("eps0", [450.0, 549.0, 700.5, 750.0, 1000.0])
+@pytest.mark.parametrize("t,p,k", [(1, 1.0, 2), (1, 0.5, 3), (2, 1.0, 2)])
+def test_accountant_rr_at_a_huge_local_epsilon(t, p, k, eps0):
+    """Randomized response at a local epsilon of hundreds, two epochs, against the exact
+    enumeration.  Found by an exact check (pre-existing): beyond eps0 = 700 the zero-out pair's
+    small mass was 0 (beyond about 745 it underflows), a finite loss became infinite and the
+    lower bounds were above the truth (t = 1, eps0 = 750: delta >= 0.875 at 3 eps0 - 5 where it
+    is 0.118, and a lower epsilon above the exact one); from eps0 of about 420 to 550 the query
+    was refused ("does not fit the PLD grid at loss step 1e-4")."""
+    *_, RandomAllocationEvent = _events()
+    epochs = 2
+    acc = _accountant()
+    acc.compose(RandomAllocationEvent(t, epochs, _base_event("rr", eps0, k),
+                                      checkin_probability=p))
+    atoms = rr_allocation_atoms(eps0, k, t, epochs, p)
+    for eps in (0.3, eps0 / 2, epochs * eps0 - 5, epochs * eps0 - 0.5):
+        exact = float(discrete_delta(atoms, eps))
+        lower, upper = acc.get_delta_bounds(eps)
+        assert lower <= exact * (1 + 1e-12) and exact <= upper * (1 + 1e-12), \
+            (eps, lower, exact, upper)
+    for delta in (1e-3, 1e-6):
+        exact = float(discrete_epsilon(atoms, delta))
+        lower, upper = acc.get_epsilon_bounds(delta)
+        assert lower <= exact + 1e-9 and exact - 1e-9 <= upper, (delta, lower, exact, upper)
+
+
 @pytest.mark.parametrize("b,p", [(1.0, 0.5), (0.5, 1.0)])
 def test_accountant_laplace_two_steps_brackets_quadrature(b, p):
     *_, RandomAllocationEvent = _events()

@@ -172,3 +172,27 @@ def test_grid_steps_past_the_exponential_range_give_finite_valid_bounds(h, sigma
             three = pld.self_compose(3).delta_for_epsilon(1.0)
             exact = _subsampled_gaussian_delta(1.0, sigma / math.sqrt(3), 1.0)
             assert three.lower <= exact + 1e-12 and exact <= three.upper + 1e-12
+
+
+@pytest.mark.parametrize("eps0", [650.0, 690.0, 700.0])
+@pytest.mark.parametrize("k", [2, 5])
+@pytest.mark.parametrize("h", [1e-3, 1e-2, 0.05])
+def test_lower_construction_never_holds_more_than_all_the_mass(eps0, k, h):
+    """A profile's value at ``x = 0`` is the total P-mass, at most 1, so the tangent
+    construction's P-masses (plus its mass at +inf) must sum to at most 1 -- checked by the
+    definition, no reference needed.  Randomized response read as zero-out at eps0 = 650-700,
+    add direction: an atom at -log 2 just below a grid point and the other beyond the grid (a
+    loss of eps0 - log k); its polygon rose again after the atom, the hull's rising end was
+    dropped while the flat end kept the higher value, and the construction held a P-mass of up
+    to 1.022 (h = 0.05).  Composed twice, the lower bound on delta(0.3) was then above the
+    exact 1 - 1/k^2 (a certified lower bound above the truth)."""
+    from dpplugins import mechanisms
+    from dpplugins.mechanisms.randomized_response import zero_out_rr_pair
+    pair = mechanisms.discrete_pair(*zero_out_rr_pair(eps0, k))
+    pld = PLD.from_mechanism(pair, value_discretization_interval=h)
+    lower = pld._directions["add"][0][0].lower
+    assert float(sum(lower.pmf)) + lower.inf_mass <= 1 + 1e-12
+    # two compositions, add direction: the reports of the k - 1 other buckets (P-mass
+    # (k-1)/k each time, loss about eps0 - log k) give delta(0.3) = 1 - 1/k^2 up to e^-600
+    bounds = pld.self_compose(2).delta_for_epsilon(0.3)
+    assert bounds.lower <= 1 - 1 / k ** 2 <= bounds.upper

@@ -18,7 +18,7 @@ from dpplugins.events import (EpsilonDeltaEvent, Event, GaussianEvent, LaplaceEv
                               PoissonSampledEvent, RandomizedResponseEvent)
 from dpplugins.full_batch import full_batch_delta_bounds, full_batch_epsilon_bounds, full_batch_mu
 from dpplugins.mechanisms.pairs import DiscretePair
-from dpplugins.mechanisms.randomized_response import zero_out_rr_pair
+from dpplugins.mechanisms.randomized_response import lower_bound_epsilon0, zero_out_rr_pair
 from dpplugins.pld import AccuracyWarning, Bounds, PrivacyLossDistribution
 from dpplugins.pld.compose import window_limit
 from dpplugins.pld.distribution import (NOISE_RANGE, SINGLE_TAIL, atom_grid_step,
@@ -552,14 +552,13 @@ class PLDAccountant(Accountant):
                     part = PrivacyLossDistribution.from_bracketing_pairs(
                         *epsilon_delta_pairs(leaf.epsilon, leaf.delta), **options)
                 elif isinstance(leaf, RandomizedResponseEvent) and \
-                        leaf.epsilon0 > EPSILON_DELTA_PAIR_MAX:
+                        lower_bound_epsilon0(leaf.epsilon0) < leaf.epsilon0:
                     # the pair's small masses leave double's normal range (and underflow to 0
-                    # beyond about 745): it still dominates the true pair (upper bounds), and
-                    # randomized response with epsilon0 = 700 -- a post-processing of it, by
-                    # mixing the report with a uniform one -- gives the lower bounds
+                    # beyond about 745): it still dominates the true pair (upper bounds), and a
+                    # post-processing of it gives the lower bounds
+                    smaller = lower_bound_epsilon0(leaf.epsilon0)
                     part = PrivacyLossDistribution.from_bracketing_pairs(
-                        self._pairs(leaf),
-                        self._pairs(dataclasses.replace(leaf, epsilon0=EPSILON_DELTA_PAIR_MAX)),
+                        self._pairs(leaf), self._pairs(dataclasses.replace(leaf, epsilon0=smaller)),
                         **options)
                 else:
                     part = PrivacyLossDistribution.from_mechanism(self._pairs(leaf), **options)

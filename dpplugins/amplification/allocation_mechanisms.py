@@ -95,6 +95,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import NamedTuple
 
@@ -111,9 +112,9 @@ from dpplugins.amplification.allocation_participations import (BracketedPLD,
 from dpplugins.errors import (NumericalError, ParameterError, check_count, check_open_unit,
                               check_positive, check_probability)
 from dpplugins.events import Event, LaplaceEvent, RandomizedResponseEvent
-from dpplugins.mechanisms.randomized_response import zero_out_rr_pair
+from dpplugins.mechanisms.randomized_response import lower_bound_epsilon0, zero_out_rr_pair
 from dpplugins.mechanisms.types import MechanismPairs
-from dpplugins.pld.distribution import PrivacyLossDistribution
+from dpplugins.pld.distribution import PrivacyLossDistribution, component_bin_limit
 
 __all__ = ["mechanism_allocation_pairs",
            "random_allocation_mechanism_pld", "mechanism_loss_step", "supported_base",
@@ -418,11 +419,23 @@ def _base_pairs(event: Event, checkin: float = 1.0) -> dict[str, MechanismPairs]
 def _base_plds(event: Event, checkin: float, h_loss: float, tail_mass: float,
                memory_limit: int) -> dict:
     """The PLDs per direction of :func:`_base_pairs`; a clear :class:`NumericalError` where the
-    step's own loss range does not fit the PLD grid (a loss of hundreds)."""
+    step's own loss range does not fit the PLD grid (a loss of hundreds).  Randomized response
+    beyond :data:`~dpplugins.mechanisms.randomized_response.PAIR_MAX_EPSILON0` takes its lower
+    bounds from the pair at that local epsilon (a post-processing of it,
+    :func:`~dpplugins.mechanisms.randomized_response.lower_bound_epsilon0`): its own pair's small
+    masses underflow, which only the upper bounds may use."""
+    options = dict(value_discretization_interval=h_loss, tail_mass=tail_mass,
+                   memory_limit=memory_limit)
     try:
-        return {d: PrivacyLossDistribution.from_mechanism(
-            pair, value_discretization_interval=h_loss, tail_mass=tail_mass,
-            memory_limit=memory_limit) for d, pair in _base_pairs(event, checkin).items()}
+        pairs = _base_pairs(event, checkin)
+        if isinstance(event, RandomizedResponseEvent) and \
+                lower_bound_epsilon0(event.epsilon0) < event.epsilon0:
+            smaller = dataclasses.replace(event, epsilon0=lower_bound_epsilon0(event.epsilon0))
+            dominated = _base_pairs(smaller, checkin)
+            return {d: PrivacyLossDistribution.from_bracketing_pairs(pair, dominated[d], **options)
+                    for d, pair in pairs.items()}
+        return {d: PrivacyLossDistribution.from_mechanism(pair, **options)
+                for d, pair in pairs.items()}
     except (ParameterError, NumericalError) as error:
         raise NumericalError(
             f"one step of {event} does not fit the PLD grid at loss step {h_loss:g} ({error})",
@@ -451,8 +464,13 @@ def mechanism_loss_step(event: Event, steps_per_epoch: int,
         t, p = 1, 1.0  # the epoch is accounted by one step of the base mechanism
     scale = min(law.max_loss, p * math.sqrt(law.chi2 / t))
     if law.density == 0.0:  # atoms only (randomized response): every loss is an atom
-        return max(min(scale / 2000.0, 1e-4), 1e-13)
-    return max(min(scale / 200.0, 1e-3), 1e-13)
+        step = max(min(scale / 2000.0, 1e-4), 1e-13)
+    else:
+        step = max(min(scale / 200.0, 1e-3), 1e-13)
+    # no finer than one step of the base mechanism fits the memory limit (its losses span at
+    # most twice the largest one, plus the grid's spare points): randomized response with
+    # epsilon0 from about 420 to 550 asked for 1e-4 and was refused ("use more noise")
+    return max(step, (2 * law.max_loss + 1) / component_bin_limit(memory_limit))
 
 
 def _epoch(event: Event, t: int, h_loss: float, *, checkin: float, summand_step,

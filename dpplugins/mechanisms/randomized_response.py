@@ -11,6 +11,27 @@ from dpplugins.mechanisms.discrete import discrete_pair
 from dpplugins.mechanisms.types import MechanismPairs
 
 
+#: beyond this local epsilon the pairs' small masses leave double's normal range (and underflow
+#: to 0 beyond about 745): the computed pair still dominates the true one (upper bounds), and
+#: lower bounds take the pair at this epsilon0 instead (:func:`lower_bound_epsilon0`)
+PAIR_MAX_EPSILON0 = 700.0
+
+
+def lower_bound_epsilon0(epsilon0: float) -> float:
+    """The local epsilon whose randomized-response pair gives the *lower* bounds for
+    ``epsilon0``: ``min(epsilon0, PAIR_MAX_EPSILON0)``.
+
+    Valid (our derivation): randomized response at ``eps' <= eps0`` is a post-processing of the
+    one at ``eps0`` -- keep the report with probability ``lam``, else report a uniformly random
+    bucket.  The result is again k-ary randomized response, whose ratio of the true bucket's
+    probability to another's, ``(lam e^eps0 / Z + (1 - lam) / k) / (lam / Z + (1 - lam) / k)``
+    with ``Z = e^eps0 + k - 1``, runs continuously from 1 (``lam = 0``) to ``e^eps0``
+    (``lam = 1``), so every ``eps'`` is met; and the same channel maps the uniform report of
+    the zero-out neighbour to itself.  So both pairs (replace-one and zero-out) at ``eps'`` are
+    dominated by those at ``eps0`` (Blackwell), also under composition."""
+    return min(float(epsilon0), PAIR_MAX_EPSILON0)
+
+
 def k_randomized_response(epsilon: float, k: int) -> MechanismPairs:
     """k-ary randomized response with parameter ``epsilon``: report the true value w.p.
     ``e^eps / (e^eps + k - 1)`` and each other value w.p. ``1 / (e^eps + k - 1)`` (Warner 1965;

@@ -440,7 +440,14 @@ def _optimistic_hull(bins: LossBins, x: np.ndarray, v: np.ndarray, v_err: np.nda
     ld = np.longdouble
     u_ld = float(np.finfo(ld).eps) / 2
     top = (1.0 - bins.p_inf) * (1 - 2 * u)
-    v_low = np.asarray(v[: last + 1], dtype=float) - v_err[: last + 1]
+    # the running minimum (our derivation): the true profile does not increase, so lowering a
+    # vertex to the smallest value at or left of it keeps every vertex below it, and the hull
+    # then does not increase either.  Without it a polygon that rose again (a tangent at an atom
+    # just below a grid point undershoots the next vertex: k-ary randomized response at eps0 =
+    # 650 read as zero-out, whose other atom lies beyond the grid) gave a hull whose rising last
+    # segment was dropped with its kink, while the flat end took the higher value: a total
+    # P-mass of 1.0016, and lower bounds above the true delta after composition
+    v_low = np.minimum.accumulate(np.asarray(v[: last + 1], dtype=float) - v_err[: last + 1])
     x_low = x[: last + 1] * (1 - u * (np.abs(np.log(x[: last + 1])) + 8))
     xs = [np.array([0.0]), x_low]
     vs = [np.array([top]), v_low]

@@ -249,12 +249,11 @@ def epsilon_lower_from_larger_delta(epsilon_lower_at: Callable[[float], float], 
     ``delta <= d`` it is at least ``epsilon(d)``, hence at least any lower bound of that.  Our
     derivation (one line).  A :class:`~dpplugins.errors.NumericalError` at some ``d`` skips it.
 
-    The largest ``d`` is tried first, and a 0 there ends the search: a method that certifies
-    nothing at the largest delta, where its error terms weigh least, is not expected to
-    certify anything at the smaller ones, and each try can cost as much as the query itself.
-    (Which deltas are tried is a matter of cost only; any answer is a certified lower bound.)
-    Otherwise the smaller ``d`` are tried in increasing order, and the first positive value,
-    the tightest, is returned.
+    The deltas are searched by bisection for the smallest one that certifies something: a
+    method that certifies nothing at some ``d`` is not expected to certify anything at smaller
+    ones (its error terms weigh more there), and each try can cost as much as the query itself,
+    so three candidates cost two tries, not up to three.  (Which deltas are tried is a matter
+    of cost only; any answer is a certified lower bound.)
 
     Example::
 
@@ -264,25 +263,24 @@ def epsilon_lower_from_larger_delta(epsilon_lower_at: Callable[[float], float], 
         >>> low, at = epsilon_lower_from_larger_delta(exact, 1e-15, 1e-13)
         >>> round(at, 20), low <= math.log(1e15)
         (1e-11, True)
-        >>> epsilon_lower_from_larger_delta(lambda d: 0.0, 1e-15, 1e-13)   # one try, not three
+        >>> tried = []
+        >>> epsilon_lower_from_larger_delta(lambda d: tried.append(d) or 0.0, 1e-15, 1e-13)
         (0.0, None)
+        >>> len(tried)                     # two of the three candidates
+        2
     """
     candidates = [first * ratio ** i for i in range(tries)]
     candidates = [d for d in candidates if delta < d < 0.5]
-    if not candidates:
-        return 0.0, None
-
-    def lower_at(d: float) -> float:
+    best: tuple[float, float | None] = (0.0, None)
+    low, high = 0, len(candidates) - 1
+    while low <= high:
+        middle = (low + high) // 2
         try:
-            return float(epsilon_lower_at(d))
+            value = float(epsilon_lower_at(candidates[middle]))
         except NumericalError:
-            return 0.0
-
-    largest = lower_at(candidates[-1])
-    if not largest > 0:
-        return 0.0, None
-    for d in candidates[:-1]:
-        value = lower_at(d)
+            value = 0.0
         if value > 0:
-            return value, d
-    return largest, candidates[-1]
+            best, high = (value, candidates[middle]), middle - 1
+        else:
+            low = middle + 1
+    return best

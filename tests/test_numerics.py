@@ -192,7 +192,8 @@ def test_smallest_epsilon_tries_epsilon_max_itself():
 def test_lower_from_larger_delta_is_the_smallest_certifying_delta(blind_below):
     """A method exact for delta(eps) = e^-eps (epsilon(d) = log(1/d)) but blind (0) below
     ``blind_below``: the answer is its value at the smallest tried delta it certifies -- what
-    trying every delta in increasing order gives -- and a lower bound on log(1/delta)."""
+    trying every delta in increasing order gives -- and a lower bound on log(1/delta); the
+    bisection over the three candidates makes two tries whatever the answer."""
     calls = []
 
     def method(d):
@@ -205,9 +206,27 @@ def test_lower_from_larger_delta_is_the_smallest_certifying_delta(blind_below):
     low, at = epsilon_lower_from_larger_delta(method, delta, 1e-13)
     assert (low, at) == expected
     assert 0.0 <= low <= math.log(1 / delta)
-    assert calls[0] == tried[-1]             # the largest first
-    if low == 0.0:
-        assert len(calls) == 1               # nothing there: nothing tried below it
+    assert calls[0] == tried[1] and len(calls) == 2   # the middle first, then one side
+
+
+@pytest.mark.parametrize("tries", [1, 2, 4, 7])
+def test_lower_from_larger_delta_bisects_any_number_of_candidates(tries):
+    for blind_index in range(tries + 1):
+        calls = []
+        tried = [1e-12 * 10.0 ** i for i in range(tries)]
+        threshold = tried[blind_index] if blind_index < tries else 1.0
+
+        def method(d):
+            calls.append(d)
+            return 1.0 / d if d >= threshold else 0.0
+
+        low, at = epsilon_lower_from_larger_delta(method, 1e-14, 1e-12, ratio=10.0,
+                                                  tries=tries)
+        if blind_index < tries:
+            assert (low, at) == (1.0 / tried[blind_index], tried[blind_index])
+        else:
+            assert (low, at) == (0.0, None)
+        assert len(calls) <= math.ceil(math.log2(tries + 1))
 
 
 def test_lower_from_larger_delta_skips_failures_and_out_of_range():
@@ -217,5 +236,5 @@ def test_lower_from_larger_delta_skips_failures_and_out_of_range():
     # only deltas in (delta, 0.5) are tried: 4e-4 and 4e-2 are, 4 is not
     calls = []
     low, at = epsilon_lower_from_larger_delta(lambda d: calls.append(d) or 1.0, 1e-4, 4e-4)
-    assert (low, at) == (1.0, 4e-4) and calls == [4e-4 * 100.0, 4e-4]
+    assert (low, at) == (1.0, 4e-4) and calls == [4e-4]
     assert epsilon_lower_from_larger_delta(lambda d: 1.0, 0.3, 0.6) == (0.0, None)

@@ -425,9 +425,8 @@ class Accountant:
         """``bounds`` (lower end 0: nothing certified at ``delta``, whose error terms swamp it,
         far in the tail) with the lower bound certified at ``100, 10^4, 10^6`` times ``delta``
         (:func:`~dpplugins.numerics.epsilon_lower_from_larger_delta`: epsilon does not increase
-        with delta; the largest is tried first, and a 0 there ends it, so a history whose lower
-        bound is 0 everywhere costs one more query, not three).  The warnings of those queries,
-        about other deltas, are not passed on."""
+        with delta; a bisection over the three, so two more queries, not up to three).  The
+        warnings of those queries, about other deltas, are not passed on."""
         def lower_at(larger: float) -> float:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", AccuracyWarning)

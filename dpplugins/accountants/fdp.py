@@ -360,6 +360,13 @@ class GDPAccountant(Accountant):
             "valid", AccuracyWarning, stacklevel=5)
         return value
 
+    def _lower_from_larger_delta(self, history, delta: float, bounds: Bounds) -> Bounds:
+        """``bounds`` as they are: on Poisson sampling they are the pld accountant's query,
+        which has tried the larger deltas itself (trying them again nested the retries: 19.5 s
+        for one query of 398,669 steps at delta = 1e-15), and fixed-size batches certify no
+        lower bound at any delta (the retries recomputed the upper bound for nothing)."""
+        return bounds
+
     def _epsilon_bounds(self, history, delta: float) -> Bounds:
         if self._kind(history) == "poisson":
             return self._poisson_for(history).get_epsilon_bounds(delta)

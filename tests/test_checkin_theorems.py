@@ -543,3 +543,21 @@ def test_fixed_window_profile_at_a_tiny_eps0_has_no_overflow(eps0):
         ).get_epsilon_bounds(1e-6)
     assert values[0] == 1.0 and np.all(values[1:] == 0.0)
     assert 0.0 <= bounds.lower <= bounds.upper < 1e-3
+
+
+def test_fixed_window_profile_with_slots_beyond_int64():
+    """1e308 slots (a Python int beyond int64, found by the fuzz tests): the (eps0, delta0)
+    profile's term ``m (e^eps + 1) delta1`` made a numpy object array, and ``np.minimum``
+    raised a casting error.  The profile is that of the same theorem with ``m`` as a float:
+    checked against the closed form written out here (``delta + m (e^eps + 1) delta1`` is above
+    1 at every eps for such m, so the profile is 1)."""
+    from dpplugins.accountants import create
+    from dpplugins.events import EpsilonDeltaEvent, RandomCheckInEvent
+    slots = int(1e308)
+    values = C.fixed_window_profile(1.0, slots, 0.5, delta0=1e-9)(np.array([0.0, 1.0, 10.0]))
+    assert np.all(values == 1.0)
+    bounds = create("checkin").compose(
+        RandomCheckInEvent(200, EpsilonDeltaEvent(1.0, 1e-9), "fixed", slots, None, 0.5)
+    ).get_epsilon_bounds(1e-5)
+    # no amplification is certified: the (1, 1e-9) step itself, epsilon just below 1
+    assert 0.0 <= bounds.lower <= bounds.upper <= 1.0

@@ -295,8 +295,10 @@ def _approx_profile(a: float, b: float, slots: int, delta1: float, offset: float
         eps = np.asarray(eps, dtype=float)
         out = _profile_values(a, b, eps) + offset
         if delta1 > 0:
+            # (float: a Python int beyond int64 made an object array that np.minimum refused;
+            # 1e308 slots, found by the fuzz tests)
             with np.errstate(over="ignore"):
-                out = out + slots * (np.exp(eps) + 1.0) * delta1 * _UP
+                out = out + float(slots) * (np.exp(eps) + 1.0) * delta1 * _UP
         return np.minimum(out, 1.0)
     return profile
 

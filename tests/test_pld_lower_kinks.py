@@ -196,3 +196,16 @@ def test_lower_construction_never_holds_more_than_all_the_mass(eps0, k, h):
     # (k-1)/k each time, loss about eps0 - log k) give delta(0.3) = 1 - 1/k^2 up to e^-600
     bounds = pld.self_compose(2).delta_for_epsilon(0.3)
     assert bounds.lower <= 1 - 1 / k ** 2 <= bounds.upper
+
+
+@pytest.mark.parametrize("h", [1e-3, 1e-2, 0.05, 0.3])
+def test_lower_construction_of_subsampled_laplace_holds_at_most_all_the_mass(h):
+    """The same check for Laplace noise of scale 1/650 on a Poisson subsample of rate 0.9
+    (remove direction, losses up to about 650, beyond the grid): the old hull held a P-mass of
+    up to 1.022 (h = 0.3)."""
+    from dpplugins import mechanisms
+    pld = PLD.from_mechanism(mechanisms.poisson_subsampled_laplace(1 / 650, 0.9, 1.0),
+                             value_discretization_interval=h)
+    for direction in ("remove", "add"):
+        lower = pld._directions[direction][0][0].lower
+        assert float(sum(lower.pmf)) + lower.inf_mass <= 1 + 1e-12

@@ -209,3 +209,44 @@ def test_lower_construction_of_subsampled_laplace_holds_at_most_all_the_mass(h):
     for direction in ("remove", "add"):
         lower = pld._directions[direction][0][0].lower
         assert float(sum(lower.pmf)) + lower.inf_mass <= 1 + 1e-12
+
+
+def _epsilon_delta_exact(eps, delta, steps, at):
+    """delta(at) of ``steps`` compositions of the (eps, delta) pair ``P = (delta, a, b, 0)``,
+    ``Q = (0, b, a, delta)`` (``a = (1 - delta)/(1 + e^-eps)``, ``b = a e^-eps``), by
+    enumerating the outcome sequences (mpmath, 40 digits)."""
+    import itertools
+
+    import mpmath as mp
+    mp.mp.dps = 40
+    t = mp.e ** (-mp.mpf(eps))
+    a = (1 - mp.mpf(delta)) / (1 + t)
+    b = a * t
+    p, q = [mp.mpf(delta), a, b, mp.mpf(0)], [mp.mpf(0), b, a, mp.mpf(delta)]
+    total = mp.mpf(0)
+    for outcome in itertools.product(range(4), repeat=steps):
+        value = mp.fprod(p[i] for i in outcome) - mp.e ** mp.mpf(at) * mp.fprod(q[i] for i in outcome)
+        total += max(value, 0)
+    return float(total)
+
+
+@pytest.mark.parametrize("eps,delta", [(0.5, 0.05), (2.0, 1e-3), (1.0, 0.3)])
+@pytest.mark.parametrize("h", [1e-3, 0.1])
+def test_lower_construction_leaves_out_the_q_mass_at_minus_infinity(eps, delta, h):
+    """An (eps, delta) pair has Q-mass delta where P vanishes (loss -inf).  The construction put
+    it at the first grid point, where its gap term made a P-mass of ``x_0 delta`` that does not
+    exist (total 1.030 at eps = 0.5, delta = 0.05), and four compositions had lower bounds above
+    the exact delta (then capped at the upper bound).  Checked against the definition (total
+    P-mass at most 1) and exact enumeration."""
+    from dpplugins import mechanisms
+    t = math.exp(-eps)
+    a, b = (1 - delta) / (1 + t), (1 - delta) * t / (1 + t)
+    pair = mechanisms.discrete_pair([delta, a, b, 0.0], [0.0, b, a, delta], symmetric=True)
+    pld = PLD.from_mechanism(pair, value_discretization_interval=h)
+    lower = pld._directions["remove"][0][0].lower
+    assert float(sum(lower.pmf)) + lower.inf_mass <= 1 + 1e-12
+    composed = pld.self_compose(4)
+    for at in (0.0, eps / 2, eps, 2 * eps):
+        bounds = composed.delta_for_epsilon(at)
+        exact = _epsilon_delta_exact(eps, delta, 4, at)
+        assert bounds.lower <= exact * (1 + 1e-13) and exact <= bounds.upper * (1 + 1e-13)

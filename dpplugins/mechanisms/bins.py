@@ -34,6 +34,9 @@ class LossBins:
     #: bound on the floating-point error of these masses' effect on any delta (probability units);
     #: charged per unit of mass by the constructions
     fp_error: float = 64 * np.finfo(float).eps / 2
+    #: the part of ``q_below`` where P vanishes (loss ``-inf``), which no hockey-stick divergence
+    #: ever sees; 0 where the pair has none or does not tell
+    q_minus_inf: float = 0.0
 
     def __post_init__(self) -> None:
         if self.hi <= self.lo or len(self.p) != self.hi - self.lo or len(self.q) != len(self.p):
@@ -53,7 +56,7 @@ class LossBins:
                         q_below=float(self.q_below + np.sum(self.q[:a])),
                         p_above=float(self.p_above + np.sum(self.p[b:])),
                         q_above=float(self.q_above + np.sum(self.q[b:])),
-                        p_inf=self.p_inf, fp_error=self.fp_error)
+                        p_inf=self.p_inf, fp_error=self.fp_error, q_minus_inf=self.q_minus_inf)
 
     def mirrored(self) -> "LossBins":
         """The bins of the pair ``(Q, P)`` on the grid ``-hi .. -lo``: its loss is ``-L``, so

@@ -100,6 +100,7 @@ class DiscretePair:
             q=np.bincount(k[inside], weights=qb[inside], minlength=n),
             p_below=float(pb[below].sum()),
             q_below=float(qb[below].sum() + q[(p == 0) & (q > 0)].sum()),
+            q_minus_inf=float(q[(p == 0) & (q > 0)].sum()),
             p_above=float(pb[above].sum()),
             q_above=float(qb[above].sum()),
             p_inf=float(p[(q == 0) & (p > 0)].sum()),

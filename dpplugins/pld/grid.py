@@ -231,7 +231,11 @@ def optimistic_from_bins(bins: LossBins, top_q: float = 0.0) -> GridPMF:
     u = _UNIT_ROUNDOFF
     abs_eps = np.abs(eps)
     p_ext = np.concatenate([[bins.p_below], bins.p])  # region j-1 below grid point j
-    q_ext = np.concatenate([[bins.q_below], bins.q])
+    # the Q-mass at loss -inf (where P vanishes) is left out: no hockey-stick divergence sees
+    # it, and the construction would have put it at the first grid point -- with the gap term
+    # below, a P-mass of x_0 q_minus_inf that does not exist (an (eps, delta) pair at eps = 0.5,
+    # delta = 0.05 got a total P-mass of 1.030, and composed lower bounds above the truth)
+    q_ext = np.concatenate([[max(bins.q_below - bins.q_minus_inf, 0.0)], bins.q])
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         g = (q_ext - p_ext / x) / em1  # g[j] belongs to the region just below x_j
     # G_{j-1} lies in [0, (x_j - x_{j-1}) q_{j-1}], so g lies in [0, q_{j-1} e^-h]

@@ -14,7 +14,7 @@ Example::
     >>> profile = lambda eps: np.minimum(np.exp(-np.asarray(eps, dtype=float) ** 2), 1.0)
     >>> h, eps_max = profile_grid([profile])
     >>> pld = pld_from_profile(profile, h, eps_max)
-    >>> pld.epsilon_for_delta(1e-3, lower=False).upper >= np.sqrt(np.log(1e3))
+    >>> bool(pld.epsilon_for_delta(1e-3, lower=False).upper >= np.sqrt(np.log(1e3)))
     True
 """
 

@@ -423,8 +423,8 @@ def composed_local_epsilon(delta: float, eps0: float, delta0: float, passes: int
 
     Example::
 
-        >>> composed_local_epsilon(1e-6, 299.0, 0.0, 1)
-        299.0
+        >>> round(composed_local_epsilon(1e-6, 299.0, 0.0, 1), 6)   # delta = 1e-6 buys a little
+        298.999999
     """
     if passes <= _OPTIMAL_COMPOSITION_MAX:
         return optimal_composition_epsilon(delta, eps0, delta0, passes)

@@ -103,6 +103,7 @@ def supporting_configurations(event) -> tuple[tuple[str, dict], ...]:
 
     Example::
 
+        >>> from dpplugins.events import FixedBatchEvent, GaussianEvent
         >>> supporting_configurations(FixedBatchEvent(1000, 10, GaussianEvent(1.0)))
         (('fdp', {'neighbouring': 'replace_one'}),)
     """

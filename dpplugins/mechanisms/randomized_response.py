@@ -83,8 +83,8 @@ def zero_out_rr_pair(epsilon0: float, num_buckets: int) -> tuple[list[float], li
 
     Example::
 
-        >>> p, q = zero_out_rr_pair(720.0, 2)      # e^-720 is still a normal double
-        >>> round(math.log(q[1] / p[1]) - (720.0 - math.log(2)), 9)   # add direction's loss
+        >>> p, q = zero_out_rr_pair(720.0, 2)   # e^-720 is subnormal, not yet 0
+        >>> round(math.log(q[1]) - math.log(p[1]) - (720.0 - math.log(2)), 9)  # add direction
         0.0
     """
     k = num_buckets

@@ -891,7 +891,7 @@ class PrivacyLossDistribution:
         Example::
 
             >>> pld = PrivacyLossDistribution.from_gaussian(1.0, value_discretization_interval=1e-2)
-            >>> pld.self_compose(5).delta_upper_chernoff(40.0) < 1e-20
+            >>> bool(pld.self_compose(5).delta_upper_chernoff(40.0) < 1e-20)
             True
         """
         epsilon = check_nonnegative("epsilon", epsilon)

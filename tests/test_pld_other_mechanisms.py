@@ -309,3 +309,20 @@ def test_randomized_response_bounds_hold_at_extreme_parameters(neighbouring, eps
         assert _rr_exact_delta(eps0, k, neighbouring, steps, upper) <= delta * (1 + 1e-12)
         if lower > 0:
             assert _rr_exact_delta(eps0, k, neighbouring, steps, lower) >= delta * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("eps0", [650.0, 750.0, 1000.0])
+@pytest.mark.parametrize("k", [2, 3])
+def test_randomized_response_pld_is_certified_at_a_huge_local_epsilon(eps0, k):
+    """The PLD engine's own constructor (not only the accountant): the pair's small masses
+    underflow beyond about 745, and PrivacyLossDistribution.from_randomized_response(750) had
+    the lower bound 0.99999999999999 on delta(749) where it is 1 - 1/e = 0.632.  The mechanism
+    object now carries the pairs it dominates for the lower bounds; checked against the
+    log-space enumeration (replace-one, two steps)."""
+    from dpplugins.pld import PrivacyLossDistribution
+    pld = PrivacyLossDistribution.from_randomized_response(
+        eps0, k=k, value_discretization_interval=1e-2).self_compose(2)
+    for eps in (1.0, eps0 - 1.0, 2 * eps0 - 1.0):
+        exact = _rr_exact_delta(eps0, k, "replace_one", 2, eps)
+        lower, upper = pld.delta_for_epsilon(eps)
+        assert lower <= exact * (1 + 1e-12) and exact <= upper * (1 + 1e-12), (eps, exact)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import threading
 import warnings
@@ -18,7 +17,7 @@ from dpplugins.events import (EpsilonDeltaEvent, Event, GaussianEvent, LaplaceEv
                               PoissonSampledEvent, RandomizedResponseEvent)
 from dpplugins.full_batch import full_batch_delta_bounds, full_batch_epsilon_bounds, full_batch_mu
 from dpplugins.mechanisms.pairs import DiscretePair
-from dpplugins.mechanisms.randomized_response import lower_bound_epsilon0, zero_out_rr_pair
+from dpplugins.mechanisms.randomized_response import zero_out_randomized_response, zero_out_rr_pair
 from dpplugins.pld import AccuracyWarning, Bounds, PrivacyLossDistribution
 from dpplugins.pld.compose import window_limit
 from dpplugins.pld.distribution import (NOISE_RANGE, SINGLE_TAIL, atom_grid_step,
@@ -456,9 +455,10 @@ class PLDAccountant(Accountant):
         if isinstance(leaf, PoissonSampledEvent):
             return mechanisms.poisson_subsampled_laplace(leaf.event.scale, leaf.sample_rate, 1.0)
         if isinstance(leaf, RandomizedResponseEvent):
+            # (beyond epsilon0 = 700 both carry the dominated pairs for the lower bounds)
             if self.neighbouring == "replace_one":
                 return mechanisms.k_randomized_response(leaf.epsilon0, leaf.num_buckets)
-            return mechanisms.discrete_pair(*zero_out_rr_pair(leaf.epsilon0, leaf.num_buckets))
+            return zero_out_randomized_response(leaf.epsilon0, leaf.num_buckets)
         return epsilon_delta_pairs(leaf.epsilon, leaf.delta)[0]
 
     def _max_losses(self, leaf: Event) -> tuple[float, float]:
@@ -551,15 +551,6 @@ class PLDAccountant(Accountant):
                         leaf.epsilon > EPSILON_DELTA_PAIR_MAX:
                     part = PrivacyLossDistribution.from_bracketing_pairs(
                         *epsilon_delta_pairs(leaf.epsilon, leaf.delta), **options)
-                elif isinstance(leaf, RandomizedResponseEvent) and \
-                        lower_bound_epsilon0(leaf.epsilon0) < leaf.epsilon0:
-                    # the pair's small masses leave double's normal range (and underflow to 0
-                    # beyond about 745): it still dominates the true pair (upper bounds), and a
-                    # post-processing of it gives the lower bounds
-                    smaller = lower_bound_epsilon0(leaf.epsilon0)
-                    part = PrivacyLossDistribution.from_bracketing_pairs(
-                        self._pairs(leaf), self._pairs(dataclasses.replace(leaf, epsilon0=smaller)),
-                        **options)
                 else:
                     part = PrivacyLossDistribution.from_mechanism(self._pairs(leaf), **options)
                 part = part.self_compose(count)

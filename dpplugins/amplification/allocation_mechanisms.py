@@ -95,7 +95,6 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import NamedTuple
 
@@ -112,7 +111,8 @@ from dpplugins.amplification.allocation_participations import (BracketedPLD,
 from dpplugins.errors import (NumericalError, ParameterError, check_count, check_open_unit,
                               check_positive, check_probability)
 from dpplugins.events import Event, LaplaceEvent, RandomizedResponseEvent
-from dpplugins.mechanisms.randomized_response import lower_bound_epsilon0, zero_out_rr_pair
+from dpplugins.mechanisms.randomized_response import (zero_out_randomized_response,
+                                                      zero_out_rr_pair)
 from dpplugins.mechanisms.types import MechanismPairs
 from dpplugins.pld.distribution import PrivacyLossDistribution, component_bin_limit
 
@@ -407,35 +407,27 @@ def _base_pairs(event: Event, checkin: float = 1.0) -> dict[str, MechanismPairs]
     if isinstance(event, LaplaceEvent):
         pairs = (mechanisms.laplace(event.scale) if checkin == 1.0
                  else mechanisms.poisson_subsampled_laplace(event.scale, checkin))
-    else:
-        p, q = zero_out_rr_pair(event.epsilon0, event.num_buckets)
-        p = [(1.0 - checkin) * b + checkin * a for a, b in zip(p, q)]
-        pairs = mechanisms.discrete_pair(p, q, description=f"{event}, check-in p={checkin:g}")
-    return {d: MechanismPairs({"remove": pairs.pairs["remove" if pairs.symmetric else d]}, True,
-                              f"{pairs.description} ({d})")
-            for d in ("remove", "add")}
+    else:  # (beyond epsilon0 = 700 it carries the dominated pairs for the lower bounds)
+        pairs = zero_out_randomized_response(event.epsilon0, event.num_buckets, checkin)
+    return {d: _one_direction(pairs, d) for d in ("remove", "add")}
+
+
+def _one_direction(pairs: MechanismPairs, direction: str) -> MechanismPairs:
+    """``direction`` of ``pairs`` as a pair of its own (with its dominated pair, if any)."""
+    dominated = (None if pairs.dominated is None
+                 else _one_direction(pairs.dominated, direction))
+    return MechanismPairs({"remove": pairs.pairs["remove" if pairs.symmetric else direction]},
+                          True, f"{pairs.description} ({direction})", dominated=dominated)
 
 
 def _base_plds(event: Event, checkin: float, h_loss: float, tail_mass: float,
                memory_limit: int) -> dict:
     """The PLDs per direction of :func:`_base_pairs`; a clear :class:`NumericalError` where the
-    step's own loss range does not fit the PLD grid (a loss of hundreds).  Randomized response
-    beyond :data:`~dpplugins.mechanisms.randomized_response.PAIR_MAX_EPSILON0` takes its lower
-    bounds from the pair at that local epsilon (a post-processing of it,
-    :func:`~dpplugins.mechanisms.randomized_response.lower_bound_epsilon0`): its own pair's small
-    masses underflow, which only the upper bounds may use."""
-    options = dict(value_discretization_interval=h_loss, tail_mass=tail_mass,
-                   memory_limit=memory_limit)
+    step's own loss range does not fit the PLD grid (a loss of hundreds)."""
     try:
-        pairs = _base_pairs(event, checkin)
-        if isinstance(event, RandomizedResponseEvent) and \
-                lower_bound_epsilon0(event.epsilon0) < event.epsilon0:
-            smaller = dataclasses.replace(event, epsilon0=lower_bound_epsilon0(event.epsilon0))
-            dominated = _base_pairs(smaller, checkin)
-            return {d: PrivacyLossDistribution.from_bracketing_pairs(pair, dominated[d], **options)
-                    for d, pair in pairs.items()}
-        return {d: PrivacyLossDistribution.from_mechanism(pair, **options)
-                for d, pair in pairs.items()}
+        return {d: PrivacyLossDistribution.from_mechanism(
+            pair, value_discretization_interval=h_loss, tail_mass=tail_mass,
+            memory_limit=memory_limit) for d, pair in _base_pairs(event, checkin).items()}
     except (ParameterError, NumericalError) as error:
         raise NumericalError(
             f"one step of {event} does not fit the PLD grid at loss step {h_loss:g} ({error})",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -44,7 +45,8 @@ def k_randomized_response(epsilon: float, k: int) -> MechanismPairs:
     entries made ``k = 1e308`` fail deep in numpy).  Computed in log space; ``epsilon = 0`` is
     the pair ``P = Q`` (a report independent of the value).  Beyond ``epsilon`` of about 745
     the small masses underflow to 0, which makes the pair dominate the true one (infinite
-    losses): valid for upper bounds only.
+    losses): beyond :data:`PAIR_MAX_EPSILON0` the pairs at that epsilon are attached as
+    ``dominated`` (:func:`lower_bound_epsilon0`), for the lower bounds.
 
     Example::
 
@@ -61,8 +63,12 @@ def k_randomized_response(epsilon: float, k: int) -> MechanismPairs:
     rest = [math.exp(math.log(k - 2) - log_norm)] if k > 2 else []
     p = np.array([top, other] + rest)
     q = np.array([other, top] + rest)
-    return discrete_pair(p / p.sum(), q / q.sum(), symmetric=True,
-                         description=f"{k}-ary randomized response(epsilon={eps:g})")
+    pairs = discrete_pair(p / p.sum(), q / q.sum(), symmetric=True,
+                          description=f"{k}-ary randomized response(epsilon={eps:g})")
+    if lower_bound_epsilon0(eps) < eps:
+        pairs = dataclasses.replace(
+            pairs, dominated=k_randomized_response(lower_bound_epsilon0(eps), k))
+    return pairs
 
 
 def randomized_response(epsilon: float) -> MechanismPairs:
@@ -96,3 +102,29 @@ def zero_out_rr_pair(epsilon0: float, num_buckets: int) -> tuple[list[float], li
     top = math.exp(epsilon0 - log_norm)
     others = math.exp(math.log(k - 1) - log_norm)
     return [top, others], [1.0 / k, (k - 1) / k]
+
+
+def zero_out_randomized_response(epsilon0: float, num_buckets: int,
+                                 sample_rate: float = 1.0) -> MechanismPairs:
+    """Randomized response read as zero-out (:func:`zero_out_rr_pair`) on a Poisson subsample
+    of rate ``sample_rate`` (1: the plain step): ``P = (1 - q) Q + q P0`` against the uniform
+    ``Q`` (Zhu, Dong & Wang 2022, arXiv:2106.08567, Thm 11, for the subsampled pair), both
+    directions.  Beyond :data:`PAIR_MAX_EPSILON0` the pairs at that local epsilon are attached
+    as ``dominated`` (:func:`lower_bound_epsilon0`: the same channel that mixes the report with
+    a uniform one maps ``Q`` to itself, so the subsampled pair is post-processed too).
+
+    Example::
+
+        >>> pairs = zero_out_randomized_response(800.0, 2)
+        >>> [float(v) for v in pairs.pairs["add"].q], pairs.dominated is not None
+        ([1.0, 0.0], True)
+    """
+    p0, q = zero_out_rr_pair(epsilon0, num_buckets)
+    p = [(1.0 - sample_rate) * b + sample_rate * a for a, b in zip(p0, q)]
+    description = (f"{num_buckets}-ary randomized response(epsilon0={epsilon0:g}) as zero-out"
+                   + (f", Poisson subsample q={sample_rate:g}" if sample_rate != 1.0 else ""))
+    pairs = discrete_pair(p, q, description=description)
+    if lower_bound_epsilon0(epsilon0) < epsilon0:
+        pairs = dataclasses.replace(pairs, dominated=zero_out_randomized_response(
+            lower_bound_epsilon0(epsilon0), num_buckets, sample_rate))
+    return pairs

@@ -17,9 +17,14 @@ class MechanismPairs:
     direction's bins are the remove direction's read backwards
     (:meth:`~dpplugins.mechanisms.bins.LossBins.mirrored`): one set of interval masses serves
     both directions.
+    ``dominated``: where ``pairs`` only *dominate* the mechanism (e.g. their small masses
+    underflowed to 0, which makes finite losses infinite), pairs the mechanism dominates -- a
+    post-processing of it, with the same directions -- which the PLD engine uses for the lower
+    bounds instead; ``None`` when ``pairs`` are the mechanism's own.
     """
 
     pairs: Mapping[str, object]
     symmetric: bool
     description: str
     mirrored: bool = False
+    dominated: "MechanismPairs | None" = None

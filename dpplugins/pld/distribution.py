@@ -335,6 +335,13 @@ def _discretise(pairs: MechanismPairs, h: float, memory_limit: int = 1 << 30,
                                     functools.partial(_tangent_construction, pair, bins, h, lo, hi))
     if pairs.symmetric:
         out["add"] = out["remove"]
+    if pairs.dominated is not None:
+        # lower bounds from the pairs the mechanism dominates (MechanismPairs.dominated)
+        lower = _discretise(pairs.dominated, h, memory_limit, loss_range_tail)
+        both = {d: _Component(out[d].upper, lower[d].lower_source()) for d in DIRECTIONS}
+        if out["add"] is out["remove"] and lower["add"] is lower["remove"]:
+            both["add"] = both["remove"]
+        out = both
     return out
 
 

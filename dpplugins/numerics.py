@@ -240,9 +240,10 @@ def epsilon_lower_from_larger_delta(epsilon_lower_at: Callable[[float], float], 
                                     first: float, *, ratio: float = 100.0, tries: int = 3
                                     ) -> tuple[float, float | None]:
     """A certified lower bound on ``epsilon(delta)`` from lower bounds at larger deltas, for
-    where a method certifies nothing at ``delta`` itself (its error terms swamp it): the
-    positive ``epsilon_lower_at(d)`` at the smallest ``d`` among ``first, first ratio, ...``
-    (``tries`` values in ``(delta, 0.5)``), and that ``d``; ``(0.0, None)`` if none is positive.
+    where a method certifies nothing at ``delta`` itself (its error terms swamp it): a
+    positive ``epsilon_lower_at(d)`` for some ``d`` among ``first, first ratio, ...`` (``tries``
+    values in ``(delta, 0.5)``; the smallest such ``d`` when a method that certifies at one
+    ``d`` does at every larger one), and that ``d``; ``(0.0, None)`` if none is found.
 
     Valid because ``epsilon(delta) = min{eps : delta(eps) <= delta}`` does not increase with
     ``delta`` (the privacy profile ``delta(eps)`` does not increase with ``eps``), so for

@@ -326,3 +326,13 @@ def test_randomized_response_pld_is_certified_at_a_huge_local_epsilon(eps0, k):
         exact = _rr_exact_delta(eps0, k, "replace_one", 2, eps)
         lower, upper = pld.delta_for_epsilon(eps)
         assert lower <= exact * (1 + 1e-12) and exact <= upper * (1 + 1e-12), (eps, exact)
+
+
+@pytest.mark.parametrize("args,name", [((-1.0, 2), "epsilon0"), ((1.0, 1), "num_buckets"),
+                                       ((1.0, 2, 1.5), "sample_rate"),
+                                       ((float("nan"), 2), "epsilon0")])
+def test_zero_out_randomized_response_bad_input(args, name):
+    from dpplugins.errors import ParameterError
+    from dpplugins.mechanisms.randomized_response import zero_out_randomized_response
+    with pytest.raises(ParameterError, match=name):
+        zero_out_randomized_response(*args)

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from dpplugins.errors import check_count, check_nonnegative
+from dpplugins.errors import check_count, check_nonnegative, check_probability
 from dpplugins.mechanisms.discrete import discrete_pair
 from dpplugins.mechanisms.types import MechanismPairs
 
@@ -119,6 +119,9 @@ def zero_out_randomized_response(epsilon0: float, num_buckets: int,
         >>> [float(v) for v in pairs.pairs["add"].q], pairs.dominated is not None
         ([1.0, 0.0], True)
     """
+    epsilon0 = check_nonnegative("epsilon0", epsilon0)
+    num_buckets = check_count("num_buckets", num_buckets, minimum=2)
+    sample_rate = check_probability("sample_rate", sample_rate)
     p0, q = zero_out_rr_pair(epsilon0, num_buckets)
     p = [(1.0 - sample_rate) * b + sample_rate * a for a, b in zip(p0, q)]
     description = (f"{num_buckets}-ary randomized response(epsilon0={epsilon0:g}) as zero-out"

@@ -74,6 +74,35 @@ SLOW_FILES = frozenset({
 })
 
 
+def allocation_rr_laws(eps0, k, t, participations, p, digits=30):
+    """The laws ``(P, Q)`` (lists of mpmath numbers over the ``2^t`` report vectors) of one epoch
+    of k-out-of-t random allocation of k-ary randomized response read as zero-out (add/remove),
+    by enumeration.  Each step's report is reduced to "the true bucket or not" (the likelihood
+    ratio is equal on the other buckets, so every divergence is kept): with the example, a step
+    in its allocation reports the true bucket w.p. ``e^eps0 / (e^eps0 + k - 1)``, every other
+    step w.p. ``1/k``; without it (``Q``), every step w.p. ``1/k``.  The example checks in w.p.
+    ``p`` and then takes ``participations`` steps, uniformly among the subsets of that size."""
+    import itertools
+
+    import mpmath
+    mpmath.mp.dps = digits
+    e = mpmath.e ** eps0
+    top, base = e / (e + k - 1), mpmath.mpf(1) / k
+    subsets = [set(c) for c in itertools.combinations(range(t), participations)]
+
+    def law(x, chosen):
+        value = mpmath.mpf(1)
+        for i, bit in enumerate(x):
+            q1 = top if i in chosen else base
+            value *= q1 if bit else 1 - q1
+        return value
+    outcomes = list(itertools.product((0, 1), repeat=t))
+    q_law = [law(x, ()) for x in outcomes]
+    p_law = [(1 - p) * q + p * mpmath.fsum(law(x, c) for c in subsets) / len(subsets)
+             for x, q in zip(outcomes, q_law)]
+    return p_law, q_law
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in SLOW_FILES:

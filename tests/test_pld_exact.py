@@ -1,5 +1,7 @@
 """The PLD engine against closed forms: lower <= exact <= upper, and the bounds are tight."""
 
+import math
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -141,3 +143,81 @@ def test_mechanism_without_privacy_gives_infinite_epsilon():
     exact = 1 - 1e-30  # 1 - (finite mass)^3
     assert bounds.lower <= exact <= bounds.upper
     assert almost.epsilon_for_delta(1e-5).upper == float("inf")
+
+
+def _hockey_stick_of_pmf(losses, pmf, inf_mass, xs):
+    """``H_x = sum pmf(l) (1 - x e^-l)_+ + inf_mass`` at each ``x``, term by term in mpmath."""
+    import mpmath
+    mpmath.mp.dps = 40
+    atoms = [(mpmath.e ** (-mpmath.mpf(float(l))), mpmath.mpf(float(m)))
+             for l, m in zip(losses, pmf) if m > 0]
+    return [mpmath.fsum([m * max(0, 1 - mpmath.mpf(float(x)) * r) for r, m in atoms])
+            + mpmath.mpf(inf_mass) for x in xs]
+
+
+def test_moving_the_left_tail_up_dominates_at_every_epsilon():
+    """``_raise_left_tail`` moves the leading atoms of total mass at most ``mass`` to the first
+    atom after them: every hockey-stick divergence (negative epsilon included) is at least the
+    original one (exact sums in mpmath), unchanged at epsilon above the new first atom, and the
+    mass is kept (rounded up, never down)."""
+    from dpplugins.pld.grid import _raise_left_tail
+    rng = np.random.default_rng(7)
+    h = 0.01
+    for _ in range(20):
+        pmf = np.zeros(200)
+        pmf[rng.choice(200, 30, replace=False)] = rng.exponential(size=30)
+        pmf[:100] *= 1e-16  # a left tail at round-off level, as the hull of a profile leaves
+        pmf /= pmf.sum()
+        losses = (np.arange(200) - 100) * h
+        moved = _raise_left_tail(pmf.copy(), 64 * np.finfo(float).eps / 2)
+        first = int(np.flatnonzero(moved)[0])
+        assert first >= int(np.flatnonzero(pmf)[0])
+        assert math.fsum(moved.tolist()) >= math.fsum(pmf.tolist())
+        xs = np.exp(np.linspace(-3.0, 1.2, 43))
+        before = _hockey_stick_of_pmf(losses, pmf, 0.0, xs)
+        after = _hockey_stick_of_pmf(losses, moved, 0.0, xs)
+        for x, b, a in zip(xs, before, after):
+            assert a >= b
+            if np.log(x) >= losses[first]:
+                assert abs(a - b) <= 1e-18
+        assert np.array_equal(moved[first + 1:], pmf[first + 1:])
+
+
+def test_a_profile_epoch_of_randomized_response_has_no_round_off_atoms_far_to_the_left():
+    """Randomized response with 10^6 buckets, 2-out-of-10 allocation, check-in 0.5: the hull
+    of its profile left atoms of about 1e-17 down to loss -4.6 (the pair's own atoms begin at
+    log(1 - p) = -0.69), which set a FFT window that no coarser grid brought within the budget.
+    Now both directions start at -0.7 or above, and the epoch's certified upper bounds are
+    still above its exact profile, both directions, enumerated over the 2^10 reports
+    (``allocation_rr_laws``)."""
+    import mpmath
+    from conftest import allocation_rr_laws
+    from dpplugins.amplification.allocation_mechanisms import k_out_of_t_mechanism_pld
+    from dpplugins.events import RandomizedResponseEvent
+    h = 2.2e-6
+    epoch = k_out_of_t_mechanism_pld(RandomizedResponseEvent(1.0, 10**6), 10, 2, 1,
+                                     checkin_probability=0.5, value_discretization_interval=h,
+                                     lower=False).upper
+    for direction, pld in epoch.plds.items():
+        pmf = pld._directions[direction][0][0].upper
+        assert (pmf.lo * h) >= -0.7, (direction, pmf.lo * h)
+    p_law, q_law = allocation_rr_laws(1.0, 10**6, 10, 2, 0.5)
+    for eps in (0.0, 1e-4, 1e-3, 0.05, 0.3, 0.9):
+        x = mpmath.e ** eps
+        exact = max(mpmath.fsum(max(a - x * b, 0) for a, b in zip(p_law, q_law)),
+                    mpmath.fsum(max(b - x * a, 0) for a, b in zip(p_law, q_law)))
+        assert float(exact) <= epoch.delta_for_epsilon(eps).upper
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.5, 2.0])
+def test_delta_for_epsilon_without_the_lower_bound(eps):
+    """``delta_for_epsilon(eps, lower=False)``: lower bound 0, the same upper bound as with the
+    lower bound (a fresh PLD each, so no cached composition is shared), above the closed form
+    of 10 composed Gaussian steps."""
+    def composed():
+        return PLD.from_gaussian(2.0, value_discretization_interval=1e-3).self_compose(10)
+    without, with_lower = composed().delta_for_epsilon(eps, lower=False), \
+        composed().delta_for_epsilon(eps)
+    exact = gaussian_delta_exact(eps, np.sqrt(10) / 2.0)
+    assert without.lower == 0.0 < with_lower.lower <= exact <= without.upper
+    assert without.upper == with_lower.upper

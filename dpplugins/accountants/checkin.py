@@ -393,7 +393,7 @@ class CheckInAccountant(Accountant):
         local = self.local_guarantee(history)
         try:
             pld = self._cached(("pld",), self._pld)
-            upper = pld.delta_for_epsilon(epsilon).upper
+            upper = pld.delta_for_epsilon(epsilon, lower=False).upper
         except NumericalError:
             if mu is None and local is None:
                 raise

@@ -384,7 +384,7 @@ class GDPAccountant(Accountant):
         if mus is not None:
             return full_batch_delta_bounds(mus, epsilon)
         upper = self._uniform_upper(self._runs(history),
-                                    lambda pld: pld.delta_for_epsilon(epsilon).upper)
+                                    lambda pld: pld.delta_for_epsilon(epsilon, lower=False).upper)
         return Bounds(0.0, upper)
 
     def epsilon_upper_fast(self, delta: float, history=None, *, coarsen: float = 1.0) -> float:

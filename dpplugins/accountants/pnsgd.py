@@ -392,4 +392,4 @@ class PNSGDAccountant(Accountant):
             value = float(acc.pass_profile(passes[0][0])(np.array([epsilon]))[0])
             return Bounds(0.0, min(value, 1.0))
         pld = self._cached(("pld", history), lambda _: acc._pld(passes))
-        return Bounds(0.0, pld.delta_for_epsilon(epsilon).upper)
+        return Bounds(0.0, pld.delta_for_epsilon(epsilon, lower=False).upper)

@@ -381,7 +381,7 @@ class ShuffleAccountant(Accountant):
         pld = self._amplified_pld(plan)
         if pld is not None:
             try:
-                value = min(value, pld.delta_for_epsilon(epsilon).upper)
+                value = min(value, pld.delta_for_epsilon(epsilon, lower=False).upper)
             except NumericalError:
                 pass
         return min(value + 1e-300, 1.0)

@@ -1774,7 +1774,7 @@ class AllocationPLD:
     def _delta(self, direction: str, epsilon: float) -> Bounds:
         pld = self.plds[direction]
         up, lo = self.upper_slack[direction], self.lower_slack[direction]
-        upper = pld.delta_for_epsilon(epsilon + up.shift).upper
+        upper = pld.delta_for_epsilon(epsilon + up.shift, lower=False).upper
         upper = min(1.0, (_exp(up.log_factor) * upper + up.extra()) * (1 + 8 * _U))
         lower = 0.0
         if self.has_lower and pld.has_lower_bound and lo.log_factor > -math.inf:

@@ -1936,7 +1936,7 @@ def composed_delta_bounds(rounds: Sequence, epsilon_: float, *,
         return Bounds(0.0, 0.0)
     h = _rounds_grid_step(rs, value_discretization_interval)
     upper_pld = _composed_round_plds(rs, h)
-    up = upper_pld.delta_for_epsilon(eps).upper
+    up = upper_pld.delta_for_epsilon(eps, lower=False).upper
     if all(x.randomizer.delta0 == 0 for x in rs) and eps >= sum(x.count * x.randomizer.eps0
                                                                 for x in rs):
         up = 0.0

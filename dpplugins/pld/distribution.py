@@ -829,9 +829,13 @@ class PrivacyLossDistribution:
         the tilted mean at ``epsilon``); 0 when ``epsilon`` is below the mean loss."""
         return self._tilt(direction, kind, lambda lam, k: k - lam * epsilon)
 
-    def delta_for_epsilon(self, epsilon: float, *, lower_rtol: float = 0.0) -> Bounds:
+    def delta_for_epsilon(self, epsilon: float, *, lower: bool = True,
+                          lower_rtol: float = 0.0) -> Bounds:
         """Certified bounds on ``delta(epsilon)`` (the max over both directions).
 
+        ``lower=False`` skips the lower bound (``Bounds.lower`` is then 0), as in
+        :meth:`epsilon_for_delta`: callers that use only the upper bound (a profile evaluated at
+        hundreds of points) pay for the upper composition alone.
         ``lower_rtol`` (default 0: every accuracy level the query needs) stops the lower bound's
         accuracy levels (extended precision, tilting) as soon as ``upper - lower <= lower_rtol *
         upper``, or when not even an error-free composition on this grid would meet that and
@@ -851,19 +855,19 @@ class PrivacyLossDistribution:
                 found[d] = self._delta_upper_certified(d, epsilon)
         uppers = {d: value for d, (value, _) in found.items()}
         dominant = max(uppers, key=uppers.get)
-        lower, floor = 0.0, found[dominant][1]
-        if self.has_lower_bound:
+        low, floor = 0.0, found[dominant][1]
+        if lower and self.has_lower_bound:
             # a lower bound for any one direction is a lower bound for the maximum; use the
             # direction that decides the upper bound
-            lower, lower_floor = self._delta_lower_certified(dominant, epsilon, uppers[dominant],
-                                                             lower_rtol)
+            low, lower_floor = self._delta_lower_certified(dominant, epsilon, uppers[dominant],
+                                                           lower_rtol)
             floor += lower_floor
         upper = uppers[dominant]
         cached = self.cached_delta_bounds(epsilon)
         if cached is not None:  # every computed composition certifies: intersect them
-            upper, lower = min(upper, cached.upper), max(lower, cached.lower)
+            upper, low = min(upper, cached.upper), max(low, cached.lower)
         self.last_floor = floor
-        return Bounds(min(lower, upper), upper)
+        return Bounds(min(low, upper), upper)
 
     def cached_delta_bounds(self, epsilon: float) -> Bounds | None:
         """Bounds on ``delta(epsilon)`` from the compositions already computed (no new FFT):

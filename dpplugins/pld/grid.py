@@ -631,4 +631,26 @@ def pessimistic_from_profile(delta_upper, h: float, lo: int, hi: int, stride: in
     qk = np.maximum(np.diff(slopes), 0.0)
     pmf = np.zeros(hi - lo + 1)
     pmf[index[keep[1:] - 1] - lo] = hx[1:] * qk
-    return _trimmed(h, lo, pmf, float(values[-1]), FP_ALLOWANCE)
+    return _trimmed(h, lo, _raise_left_tail(pmf, FP_ALLOWANCE), float(values[-1]), FP_ALLOWANCE)
+
+
+def _raise_left_tail(pmf: np.ndarray, mass: float) -> np.ndarray:
+    """``pmf`` with its leading atoms of total P-mass at most ``mass`` moved up to the first
+    atom after them (in place).
+
+    Valid (our derivation): ``H_x(P||Q) = sum_l pmf(l) (1 - x e^-l)_+ + delta(inf)`` increases
+    with every atom's loss for every ``x >= 0``, so the moved pair dominates the original one at
+    every epsilon, negative ones included, and compositions of dominating pairs dominate.  It
+    changes nothing at epsilon above the new first atom.  Why: the hull of a profile given only
+    to double precision places atoms of about ``1e-17`` far to the left (a check-in epoch of
+    randomized response with 10^6 buckets: 50 atoms of 5e-17 in all, down to loss -4.6 where
+    the pair's own atoms begin at -0.69); they set the FFT window's width, which then did not
+    shrink with a coarser grid (16 s, four grids, to stay over the window budget)."""
+    cut = min(int(np.searchsorted(np.cumsum(pmf), mass, side="right")), len(pmf) - 1)
+    if cut > 0:
+        # the correctly rounded sum (half an ulp) plus the rounded addition (half an ulp of the
+        # result, which is the larger): one ulp up keeps the moved mass from shrinking
+        moved = math.fsum(pmf[:cut].tolist())
+        pmf[:cut] = 0.0
+        pmf[cut] = np.nextafter(pmf[cut] + moved, np.inf)
+    return pmf

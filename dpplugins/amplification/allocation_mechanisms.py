@@ -119,7 +119,7 @@ from dpplugins.pld.distribution import PrivacyLossDistribution, component_bin_li
 __all__ = ["mechanism_allocation_pairs",
            "random_allocation_mechanism_pld", "mechanism_loss_step", "supported_base",
            "default_mechanism_summand_step", "k_out_of_t_mechanism_pld",
-           "mechanism_k_loss_step", "step_max_loss"]
+           "mechanism_k_loss_step", "step_max_loss", "step_total_variation"]
 
 _U = float(np.finfo(float).eps) / 2
 #: largest base-mechanism loss for which the summand grid is built (the PLD engine's loss grid
@@ -177,6 +177,32 @@ def step_max_loss(event: Event) -> float:
         other = eps0 + math.log1p((k - 1) * math.exp(-eps0)) - math.log(k)
         loss = min(max(eps0 - other, other), eps0)
     return loss * (1 + 1e-12) + 1e-12 if math.isfinite(loss) else math.inf
+
+
+def step_total_variation(event: Event) -> float:
+    """An upper bound on the total variation distance (``delta`` at epsilon 0, both directions)
+    of one step of the base mechanism ``event``.
+
+    Laplace noise of scale ``b``, L1 sensitivity 1: ``1 - e^(-1/(2b))`` (the two densities cross
+    at the midpoint of their centres; the integral of the larger one's excess is twice the
+    Laplace mass beyond ``1/2`` from a centre: ``2 (1/2 - e^(-1/(2b))/2)``).  Randomized
+    response read as zero-out (:func:`~dpplugins.mechanisms.randomized_response.zero_out_rr_pair`,
+    ``E = e^eps0``): only the true bucket is more likely under ``P``, by ``E/(E + k - 1) - 1/k =
+    (1 - 1/k) (1 - 1/E) / (1 + (k - 1)/E)``, written so that neither a large ``eps0`` nor a
+    large ``k`` overflows.  Rounded up (relative ``1e-12``, plus ``1e-300``).
+
+    Example::
+
+        >>> round(step_total_variation(RandomizedResponseEvent(1.0, 2)), 6)  # (e-1)/(2(e+1))
+        0.231059
+    """
+    event = _check_base(event)
+    if isinstance(event, LaplaceEvent):
+        value = -math.expm1(-0.5 / event.scale)
+    else:
+        eps0, k = float(event.epsilon0), float(event.num_buckets)
+        value = (1.0 - 1.0 / k) * -math.expm1(-eps0) / (1.0 + (k - 1.0) * math.exp(-eps0))
+    return min(value * (1 + 1e-12) + 1e-300, 1.0)
 
 
 def _summand_law(event: Event) -> _SummandLaw:
@@ -628,7 +654,8 @@ def k_out_of_t_mechanism_pld(event: Event, steps_per_epoch: int, participations:
     if p < 1.0:
         upper = checkin_profile_epoch(
             full_upper, p, h_loss, f"{k}-out-of-{t} allocation of {event}, p={p:g}",
-            tail_mass=tail_mass, memory_limit=memory_limit, gaussian_mu2=None)
+            tail_mass=tail_mass, memory_limit=memory_limit, gaussian_mu2=None,
+            profile_key=("mechanism", event, t, k, float(tail_mass), int(memory_limit)))
     else:
         upper = full_upper()
     dominated = (_sum_observation_epoch(event, t, k, h_loss, checkin=p,

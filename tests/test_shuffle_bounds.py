@@ -423,3 +423,21 @@ def test_clone_pair_rdp_large_n_decreases_and_bad_orders_rejected():
     assert 0 < large < small < 1.0  # the pure-DP RDP bound at order 2 is at most eps0
     with pytest.raises(ParameterError, match="orders"):
         shuffle.clone_pair_rdp(1.0, 100, [1.0])
+
+
+@pytest.mark.parametrize("eps0", [25.0, 36.0, 50.0])
+@pytest.mark.parametrize("n", [10, 1000])
+def test_clone_pair_at_large_eps0_stays_above_shuffled_binary_rr(eps0, n):
+    """The clone pair is evaluated by the count-pair engine, whose threshold handling was
+    written for large eps0 (at eps0 = 25 a summand of relative size 1e-17 decides the sign):
+    FMT21's and FMT23's epsilons stay above the exact lower bound of shuffled binary randomized
+    response (an eps0-DP randomizer; checked against brute force above), and at eps0 itself,
+    or at eps0 = 0, delta is exactly 0 (the pair is eps0-DP)."""
+    for delta in (1e-6, 1e-12):
+        lower = shuffle.rr_lower_bound_epsilon(eps0, n, delta)
+        assert shuffle.fmt21_epsilon(eps0, n, delta).epsilon >= lower * (1 - 1e-12)
+        assert shuffle.fmt23_epsilon(eps0, n, delta).epsilon >= lower * (1 - 1e-12)
+    c = shuffle.fmt21_clone_probability(eps0)
+    assert shuffle.clone_pair_delta(eps0, n, c, eps0) == (0.0, 0.0)
+    assert shuffle.clone_pair_delta(0.0, n, 1.0, 0.1) == (0.0, 0.0)
+    assert shuffle.clone_pair_epsilon(0.0, n, 1.0, 1e-6) == 0.0

@@ -21,6 +21,7 @@ from scipy import stats
 from scipy.special import gammaln
 
 from dpplugins.accountants import UnsupportedEventError, create
+from dpplugins.amplification import count_pair
 from dpplugins.amplification import shuffle as sh
 from dpplugins.amplification import shuffle_model as sm
 from dpplugins.errors import ParameterError
@@ -192,7 +193,7 @@ def test_binomial_path_recurrences_are_certified():
                                           (100, 800, 0.5, 1.3, -60)):
         t = np.arange(length)
         i = np.floor(slope * (u0 + t) + off + np.sqrt(u0 + t) * 0.3).astype(np.int64)
-        s, p, es, ep = sm._binom_path(u0, i, theta, 1e-12)
+        s, p, es, ep = count_pair._binom_path(u0, i, theta, 1e-12)
         u = u0 + t
         assert np.all(np.abs(s - stats.binom.sf(i - 1, u, theta)) <= es + 1e-300)
         assert np.all(np.abs(p - stats.binom.pmf(i, u, theta)) <= ep + 1e-300)

@@ -46,20 +46,19 @@ positive part of ``P0 - e^eps P1`` is where ``j >= J_m = floor(b m / (a+b)) + 1`
 
     delta(eps) = sum_m B(m-1) [ (a+b) P(Bin(m-1,1/2) >= J_m - 1) - 2b P(Bin(m,1/2) >= J_m) ],
 
-an O(n) sum of binomial survival functions (scipy.stats.binom, vectorised).  The bracket is
-evaluated as ``(a+b)/2 P(Bin(m-1,1/2) = J_m - 1) + (a-b) P(Bin(m,1/2) >= J_m)`` (equal, since
-``P(Bin(m-1) >= J-1) = P(Bin(m) >= J) + P(Bin(m-1) = J-1)/2``), with ``a + b = (2 alpha - 1)
-(1 + e^eps) = tanh(eps0/2) (1 + e^eps)`` and ``a - b = -(e^eps - 1)`` computed without cancellation:
-the two terms then cancel by about ``c^2`` for a threshold ``c`` standard deviations above
-``m/2``, where the first form cancelled by about ``c sqrt(m)`` (de Moivre's identity; see
-:class:`dpplugins.amplification.shuffle_model.CountPair`, whose intervals at n = 1e8 became
-20-30 times narrower).  Terms with C outside a
-window holding all but ``e^-75`` of ``Bin(n-1, c)`` are dropped and their exact mass (at least
-their contribution, since each bracket is at most 1) is added to the upper bound; the
-floating-point error of each bracket (a difference of two terms) is charged as
-``(1e-12 + 64 u m) * (sum of the magnitudes of the two terms)``.  No blocks, no bisection inside the sum: the public
-FMT21 code sums over blocks of C with a typo in the second direction
-(``max(deltaq_upperc, deltaq_upperc)``); for this symmetric pair the exact sum needs one direction.
+an O(n) sum of binomial survival functions.  It is computed by the count-pair engine, the one
+implementation of such sums in the library
+(:class:`~dpplugins.amplification.count_pair.CountPair`; :func:`_clone_pair`): the pair is
+the count pair with the others' law ``(c/2, c/2, 1 - c)`` over (0, 1, 2) and the differing
+user's ``(alpha, 1 - alpha, 0)`` on X0, ``(1 - alpha, alpha, 0)`` on X1.  Its sum is the closed
+form above written with de Moivre's identity, so that the two terms of a bracket cancel only by
+about ``c^2`` for a threshold ``c`` standard deviations above the mean; the window of the clone
+count holds all but ``e^-75`` (the rest charged in full), and the binomial tails' accuracy, the
+rounding of every term and the sign of the summands next to the threshold are charged to the
+upper bound (see that class).  (Until this round the sum was also implemented here, with its
+own error terms; both agreed on every bound we compared.)  The public FMT21 code sums over
+blocks of C with a typo in the second direction (``max(deltaq_upperc, deltaq_upperc)``); for
+this symmetric pair the exact sum needs one direction.
 For ``eps >= eps0`` the pair is eps0-DP, so delta = 0.
 
 Closed forms: Balle et al. 2020 Thm 5.1 (see :mod:`dpplugins.amplification.swap`) and the FMT21
@@ -97,9 +96,10 @@ import numpy as np
 from scipy import special, stats
 
 from dpplugins.amplification import swap
+from dpplugins.amplification.count_pair import (_LOG_CUT, UNIT_ROUNDOFF, CountPair, binomial_window,
+                                                clone_pair, largest_violated)
 from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_count,
                               check_nonnegative, check_open_unit, check_positive)
-from dpplugins.numerics import largest_violating_epsilon, smallest_epsilon
 from dpplugins.pld import Bounds, PrivacyLossDistribution
 
 __all__ = [
@@ -114,9 +114,7 @@ __all__ = [
 ]
 
 METHODS = ("best", "fmt21", "fmt23", "fmt21_closed_form", "balle2020", "none")
-_U = float(np.finfo(float).eps) / 2
-#: log of the probability mass we leave outside a summation window (charged to delta)
-_LOG_CUT = -75.0
+_U = UNIT_ROUNDOFF
 
 
 @dataclass(frozen=True)
@@ -256,75 +254,6 @@ def _check_delta0(delta0) -> float:
 # --------------------------------------------------------------------------------------------
 # binomial windows
 # --------------------------------------------------------------------------------------------
-def _betainc_is_accurate() -> bool:
-    """``scipy.special.betainc`` is Boost's incomplete beta from SciPy 1.12 on; older versions
-    (cephes) are off by ~1e-9 relative for ~1e5 trials.  Checked once against
-    ``scipy.stats.binom.sf`` (Boost)."""
-    k, n = 201897.0, 400000.0
-    a = float(special.betainc(k + 1, n - k, 0.5))
-    b = float(stats.binom.sf(k, n, 0.5))
-    return abs(a / b - 1) < 1e-13
-
-
-_FAST_SF = _betainc_is_accurate()
-
-
-def binomial_sf(k, n, p):
-    """``P(Bin(n, p) > k)`` as an array (Boost's incomplete beta; ``k < 0`` gives 1, ``k >= n``
-    gives 0)."""
-    k = np.asarray(k, dtype=float)
-    n = np.broadcast_to(np.asarray(n, dtype=float), k.shape)
-    if not _FAST_SF:
-        return np.asarray(stats.binom.sf(k, n, p), dtype=float)
-    out = np.zeros(k.shape)
-    inner = (k >= 0) & (k < n)
-    out[k < 0] = 1.0
-    if np.any(inner):
-        out[inner] = special.betainc(k[inner] + 1, n[inner] - k[inner], p)
-    return out
-
-
-def binomial_cdf(k, n, p):
-    """``P(Bin(n, p) <= k)`` (Boost's incomplete beta, accurate in the lower tail)."""
-    if not _FAST_SF:
-        return np.asarray(stats.binom.cdf(k, n, p), dtype=float)
-    k = np.asarray(k, dtype=float)
-    n = np.broadcast_to(np.asarray(n, dtype=float), k.shape)
-    out = np.ones(k.shape)
-    inner = (k >= 0) & (k < n)
-    out[k < 0] = 0.0
-    if np.any(inner):
-        out[inner] = special.betainc(n[inner] - k[inner], k[inner] + 1, 1 - p)
-    return out
-
-
-def binomial_window(trials: int, prob: float, log_cut: float = _LOG_CUT) -> tuple[int, int, float]:
-    """``(lo, hi, outside)``: ``Bin(trials, prob)`` puts all but ``outside`` (its exact mass,
-    rounded up) on ``[lo, hi]``, and ``outside <= 2 e^log_cut`` unless the support ends first.
-    The one binomial window of the shuffle modules (tails by :func:`binomial_sf` and
-    :func:`binomial_cdf`)."""
-    if trials == 0 or prob <= 0:
-        return 0, 0, 0.0
-    if prob >= 1:
-        return trials, trials, 0.0
-    mean = trials * prob
-    sd = math.sqrt(trials * prob * (1 - prob))
-    k = math.sqrt(-2 * log_cut) + 1
-    lo = max(0, math.floor(mean - k * sd - 2))
-    hi = min(trials, math.ceil(mean + k * sd + 2))
-    cut = math.exp(log_cut)
-    while hi < trials and float(binomial_sf(hi, trials, prob)) > cut:
-        hi = min(trials, hi + max(2, hi - math.floor(mean)))
-    while lo > 0 and float(binomial_cdf(lo - 1, trials, prob)) > cut:
-        lo = max(0, lo - max(2, math.ceil(mean) - lo))
-    outside = 0.0
-    if lo > 0:
-        outside += float(binomial_cdf(lo - 1, trials, prob))
-    if hi < trials:
-        outside += float(binomial_sf(hi, trials, prob))
-    return lo, hi, outside * (1 + 1e-9)  # rounded up: it is charged to upper bounds
-
-
 # --------------------------------------------------------------------------------------------
 # the clone pair (FMT21 / FMT23)
 # --------------------------------------------------------------------------------------------
@@ -348,69 +277,48 @@ def fmt23_clone_probability(eps0: float, randomizer="binary_rr") -> float:
     return 2.0 / (math.exp(eps0) + 1.0)
 
 
-class _ClonePair:
-    """Precomputed window of the clone pair for one ``(eps0, n, c)``; delta(eps) is O(window)."""
+@dataclass(frozen=True)
+class _CloneMixture:
+    """The clone pair as a mixture over ``m``, the number of reports 0 or 1 with the differing
+    user's (``m - 1 ~ Bin(n - 1, c)`` on a window that holds all but ``outside``, with the
+    binomial ``weights``): what its pmfs and Renyi divergences sum over (:func:`_pair_pmfs`,
+    :func:`clone_pair_rdp`).  Its hockey-stick divergence is the count pair's
+    (:func:`_clone_pair`)."""
 
-    def __init__(self, eps0: float, n: int, clone_probability: float) -> None:
-        self.eps0 = eps0
-        self.n = n
-        self.c = clone_probability
-        trials = n - 1
-        lo, hi, outside = binomial_window(trials, clone_probability)
-        clones = np.arange(lo, hi + 1)
-        self.m = clones + 1  # number of 0s and 1s, the differing user included
-        self.weights = stats.binom.pmf(clones, trials, clone_probability)
-        self.outside = outside
-        self.fp_rel = 1e-12 + 64 * _U * float(self.m[-1])
-        self.alpha = float(special.expit(eps0))
-        self.beta = float(special.expit(-eps0))
-
-    def evaluate(self, epsilon: float) -> tuple[Bounds, float]:
-        """Certified bounds on delta(epsilon) (both directions) and the derivative of the exact
-        delta, ``-e^eps P1(L > eps)``, from the same two survival functions:
-        ``P1(L > eps) = sum_m B(m-1) [(beta - alpha) S1_m + 2 alpha S2_m]``."""
-        if epsilon >= self.eps0 or self.eps0 == 0:
-            return Bounds(0.0, 0.0), 0.0
-        x = math.exp(epsilon)
-        a = self.alpha - x * self.beta
-        b = x * self.alpha - self.beta
-        if a <= 0:
-            return Bounds(0.0, 0.0), 0.0
-        m = self.m
-        jmin = np.floor(b / (a + b) * m).astype(np.int64) + 1
-        s1 = stats.binom.sf(jmin - 2, m - 1, 0.5)  # P(Bin(m-1, 1/2) >= J - 1)
-        s2 = stats.binom.sf(jmin - 1, m, 0.5)      # P(Bin(m, 1/2) >= J)
-        pm = stats.binom.pmf(jmin - 1, m - 1, 0.5)  # P(Bin(m-1, 1/2) = J - 1)
-        # the bracket (a+b) s1 - 2b s2 as (a+b)/2 pm + (a-b) s2 (module docstring), with
-        # a + b = tanh(eps0/2) (1 + e^eps) and a - b = -(e^eps - 1) in closed form
-        t1 = math.tanh(self.eps0 / 2) * (1 + x) / 2 * pm
-        t2 = -math.expm1(epsilon) * s2
-        value = float(np.dot(self.weights, np.maximum(t1 + t2, 0.0)))
-        error = self.fp_rel * float(np.dot(self.weights, t1 + np.abs(t2)))
-        q_tail = float(np.dot(self.weights, (self.beta - self.alpha) * s1 + 2 * self.alpha * s2))
-        bounds = Bounds(float(max(value - error, 0.0)),
-                        float(min(value + error + self.outside, 1.0)))
-        return bounds, -x * max(q_tail, 0.0)
-
-    def delta(self, epsilon: float) -> Bounds:
-        """Certified bounds on the hockey-stick divergence at ``epsilon`` (both directions)."""
-        return self.evaluate(epsilon)[0]
-
-    def epsilon(self, delta: float) -> float:
-        """Certified upper bound on the smallest eps with delta(eps) <= delta: safeguarded Newton
-        on ``log delta`` inside a bisection bracket, ending with a checked point
-        (:func:`dpplugins.numerics.smallest_epsilon`)."""
-        def upper(e):
-            bounds, slope = self.evaluate(e)
-            return bounds.upper, slope
-        guess = -math.expm1(-self.eps0) * math.sqrt(2 * math.exp(self.eps0) * math.log(1 / delta)
-                                                      / self.n)
-        return smallest_epsilon(upper, delta, hi=self.eps0, guess=guess, newton=True, rtol=1e-7)
+    m: np.ndarray
+    weights: np.ndarray
+    outside: float
+    alpha: float
+    beta: float
 
 
 @functools.lru_cache(maxsize=64)
-def _clone_pair(eps0: float, n: int, c: float) -> _ClonePair:
-    return _ClonePair(eps0, n, c)
+def _clone_mixture(eps0: float, n: int, c: float) -> _CloneMixture:
+    lo, hi, outside = binomial_window(n - 1, c)
+    clones = np.arange(lo, hi + 1)
+    return _CloneMixture(clones + 1, stats.binom.pmf(clones, n - 1, c), outside,
+                         float(special.expit(eps0)), float(special.expit(-eps0)))
+
+
+@functools.lru_cache(maxsize=64)
+def _clone_pair(eps0: float, n: int, c: float) -> CountPair:
+    """The clone pair as a :class:`~dpplugins.amplification.count_pair.CountPair` (the one
+    implementation of its certified delta and epsilon; the module docstring has the sum)."""
+    return clone_pair(eps0, n, c)
+
+
+def _clone_delta(eps0: float, n: int, c: float, epsilon: float) -> Bounds:
+    """Certified bounds on the pair's delta(epsilon), both directions: exactly 0 from eps0 on
+    (its likelihood ratio is at most ``alpha / (1 - alpha) = e^eps0``)."""
+    if epsilon >= eps0 or eps0 == 0:
+        return Bounds(0.0, 0.0)
+    return _clone_pair(eps0, n, c).delta(epsilon)
+
+
+def _clone_epsilon(eps0: float, n: int, c: float, delta: float) -> float:
+    """Certified upper bound on the pair's smallest epsilon with delta(epsilon) <= delta (at
+    most eps0; safeguarded Newton ending with a checked point)."""
+    return 0.0 if eps0 == 0 else _clone_pair(eps0, n, c).epsilon(delta, eps0)
 
 
 def _check_clone(eps0, n, clone_probability) -> tuple[float, int, float]:
@@ -435,14 +343,7 @@ def clone_pair_delta(eps0: float, n: int, clone_probability: float, epsilon: flo
     """
     eps0, n, c = _check_clone(eps0, n, clone_probability)
     epsilon = check_nonnegative("epsilon", epsilon)
-    return _clone_pair(eps0, n, c).delta(epsilon)
-
-
-def largest_violated(delta_lower: Callable[[float], float], delta: float, hi: float) -> float:
-    """Largest eps in [0, hi] (to ~1e-7 relative) with ``delta_lower(eps) > delta`` (0 if none):
-    a certified lower bound on epsilon(delta) when ``delta_lower`` is a lower bound on delta
-    (:func:`dpplugins.numerics.largest_violating_epsilon`)."""
-    return largest_violating_epsilon(delta_lower, delta, hi, rtol=1e-7, atol=1e-12)
+    return _clone_delta(eps0, n, c, epsilon)
 
 
 def clone_pair_epsilon(eps0: float, n: int, clone_probability: float, delta: float) -> float:
@@ -450,7 +351,7 @@ def clone_pair_epsilon(eps0: float, n: int, clone_probability: float, delta: flo
     (bisection on the exact profile; at most eps0)."""
     eps0, n, c = _check_clone(eps0, n, clone_probability)
     delta = check_open_unit("delta", delta)
-    return _clone_pair(eps0, n, c).epsilon(delta)
+    return _clone_epsilon(eps0, n, c, delta)
 
 
 def clone_pair_profile(eps0: float, n: int,
@@ -458,11 +359,11 @@ def clone_pair_profile(eps0: float, n: int,
     """The pair's upper profile ``delta(eps)`` as a vectorised callable (for
     :meth:`PrivacyLossDistribution.from_privacy_profile`)."""
     eps0, n, c = _check_clone(eps0, n, clone_probability)
-    pair = _clone_pair(eps0, n, c)
 
     def profile(eps):
         eps = np.asarray(eps, dtype=float)
-        return np.array([pair.delta(float(e)).upper for e in eps.ravel()]).reshape(eps.shape)
+        return np.array([_clone_delta(eps0, n, c, float(e)).upper
+                         for e in eps.ravel()]).reshape(eps.shape)
 
     return profile
 
@@ -626,7 +527,7 @@ def _pair_pmfs(eps0: float, n: int, c: float, max_support: int):
     mass there: extra P-mass where Q = 0 only increases ``(P - e^eps Q)_+`` pointwise, also for
     products of pairs, so every delta computed from it (composed or not) stays an upper bound.
     ``None`` if the window exceeds ``max_support``."""
-    pair = _clone_pair(eps0, n, c)
+    pair = _clone_mixture(eps0, n, c)
     m = pair.m
     k = math.sqrt(-2 * _LOG_CUT) + 1
     j_lo = np.maximum(0, np.floor(m / 2 - k * np.sqrt(m) / 2 - 2)).astype(np.int64)
@@ -679,7 +580,7 @@ def clone_pair_rdp(eps0: float, n: int, orders, *, randomizer="general",
         raise ParameterError("method", method, "'fmt21' or 'fmt23'")
     if eps0 == 0:
         return np.zeros(orders.shape)
-    pair = _clone_pair(eps0, n, c)
+    pair = _clone_mixture(eps0, n, c)
     k = math.sqrt(-2 * _LOG_CUT) + 1
     log_sums = np.full(orders.shape, -np.inf)
     missing = pair.outside
@@ -744,8 +645,7 @@ def dominating_pair_pld(eps0: float, n: int, *, randomizer="general", method: st
         h = check_positive("value_discretization_interval", value_discretization_interval or 1e-3)
         return PrivacyLossDistribution.from_pmfs([1.0], [1.0], symmetric=True,
                                                  value_discretization_interval=h, **options)
-    pair = _clone_pair(eps0, n, c)
-    eps_hi = max(pair.epsilon(1e-15), 1e-6)
+    eps_hi = max(_clone_epsilon(eps0, n, c, 1e-15), 1e-6)
     h = check_positive("value_discretization_interval",
                        value_discretization_interval or float(np.clip(eps_hi / 1000, 1e-6, 1e-2)))
     pmfs = _pair_pmfs(eps0, n, c, int(max_support))

@@ -156,12 +156,13 @@ four-class blanket (:mod:`dpplugins.amplification.shuffle_model_four_class`).
 
 Numerics (what is certified)
 ----------------------------
-:class:`CountPair`: one closed-form binomial-tail sum per value of ``T = N_A + N_B`` on a window
-holding all but e^-75 of T (the rest charged in full); tails by Boost's incomplete beta (SciPy
->= 1.12; checked at import, else ``scipy.stats``), assumed accurate to ``1e-12 + 64 u n``
-relative as in :mod:`dpplugins.amplification.shuffle` (cephes' ``bdtrc`` is off by ~1e-9 and is
-not used); long windows walk the exact recurrences of :func:`_binom_path` with running absolute
-error bounds.  :class:`_BinaryCore`: exact convolutions of binomial pmfs on e^-50 windows, the
+:class:`CountPair` (:mod:`dpplugins.amplification.count_pair`, the one implementation, also
+of FMT21's clone pair in :mod:`dpplugins.amplification.shuffle`): one closed-form binomial-tail
+sum per value of ``T = N_A + N_B`` on a window holding all but e^-75 of T (the rest charged in
+full); tails by Boost's incomplete beta (SciPy >= 1.12; checked at import, else
+``scipy.stats``), assumed accurate to ``1e-12 + 64 u n`` relative (cephes' ``bdtrc`` is off by
+~1e-9 and is not used); long windows walk the exact recurrences of
+:func:`~dpplugins.amplification.count_pair._binom_path` with running absolute error bounds.  :class:`_BinaryCore`: exact convolutions of binomial pmfs on e^-50 windows, the
 relative error of every entry bounded, the dropped mass charged ``(1 + e^eps)`` times; windows
 longer than 2048 are convolved by FFT (:func:`_fft_convolve`, Higham's error bound for the FFT,
 its l1 absolute error charged ``2 (1 + e^eps)`` times), which makes n = 1e8 take seconds.  Every
@@ -207,136 +208,25 @@ import numpy as np
 from scipy import special, stats
 
 from dpplugins.amplification import shuffle as _shuffle
-from dpplugins.amplification.shuffle import ShuffleBound, binomial_window, largest_violated
-from dpplugins.amplification.shuffle import binomial_sf as _sf
+# the count-pair engine (re-exported here: this module's bounds are count pairs)
+from dpplugins.amplification.count_pair import (_REL_SF, UNIT_ROUNDOFF, CountPair,
+                                                _lower_epsilon, binomial_window, clone_pair,
+                                                newton_smallest_epsilon)
+from dpplugins.amplification.count_pair import binomial_pmf as _pmf
+from dpplugins.amplification.count_pair import binomial_sf as _sf
+from dpplugins.amplification.count_pair import count_pair_pmfs as _count_pair_pmfs
+from dpplugins.amplification.shuffle import ShuffleBound
 from dpplugins.errors import (NumericalError, ParameterError, check_count, check_nonnegative,
                               check_open_unit, check_positive)
-from dpplugins.numerics import largest_violating_epsilon, smallest_epsilon
 from dpplugins.pld import Bounds, PrivacyLossDistribution
 
 #: category laws ``(pi, v0, v1)`` of a count pair: the others' law, the differing user's on X0
 #: and on X1, each over the categories (A, B, C)
 Laws = tuple[tuple[float, float, float], tuple[float, float, float], tuple[float, float, float]]
 
-_U = float(np.finfo(float).eps) / 2
-#: the unit round-off of double precision (shared with the sibling shuffle-model modules)
-UNIT_ROUNDOFF = _U
+_U = UNIT_ROUNDOFF
 #: what the count-pair engine raises at extreme laws (probabilities near the underflow range)
 ENGINE_FAILURES = (NumericalError, ZeroDivisionError, FloatingPointError, OverflowError)
-
-
-def newton_smallest_epsilon(fn, delta: float, hi: float, guess: float,
-                            rtol: float = 1e-7) -> float:
-    """:func:`dpplugins.numerics.smallest_epsilon` with safeguarded Newton on ``[0, hi]``
-    (``fn(eps) -> (upper bound on delta(eps), d delta / d eps)``).  ``hi`` is the round's eps0,
-    where its delta is exactly 0; where the computed upper bound there still exceeds ``delta``
-    (its error terms, e.g. at delta = 1e-300, or at eps0 = 50) the answer is ``hi`` itself.  The
-    bracket used to grow past ``hi``: ``exp`` overflowed at delta = 1e-300, and a count pair
-    evaluated at twice eps0 raised "wrong orientation" (general randomizer, eps0 = 50,
-    n = 1000)."""
-    eps = smallest_epsilon(fn, delta, hi=hi, guess=guess, newton=True, rtol=rtol,
-                           epsilon_max=hi)
-    return hi if math.isinf(eps) else eps
-#: relative accuracy we assume of one scipy binomial pmf / survival-function value (the same
-#: convention as :mod:`dpplugins.amplification.shuffle`); it is charged to every upper bound
-_REL_SF = RELATIVE_TAIL_ERROR = 1e-12
-
-
-def _boost_pdf():
-    """SciPy's Boost binomial pmf ufunc (what ``scipy.stats.binom.pmf`` calls, without its
-    argument-checking overhead), if this SciPy has it and it agrees with the public function."""
-    try:
-        from scipy.stats._boost import _binom_pdf
-    except ImportError:  # pragma: no cover - other SciPy versions
-        return None
-    k = np.array([3.0, 200000.0, 201000.0])
-    n = np.array([10.0, 400000.0, 400000.0])
-    if np.allclose(_binom_pdf(k, n, 0.5), stats.binom.pmf(k, n, 0.5), rtol=1e-15, atol=0):
-        return _binom_pdf
-    return None  # pragma: no cover
-
-
-_PDF = _boost_pdf()
-
-
-def _pmf(k, n, p):
-    """``P(Bin(n, p) = k)`` (Boost), 0 outside ``0 <= k <= n``."""
-    if _PDF is None:
-        return np.asarray(stats.binom.pmf(k, n, p), dtype=float)
-    k = np.asarray(k, dtype=float)
-    n = np.broadcast_to(np.asarray(n, dtype=float), k.shape)
-    out = np.zeros(k.shape)
-    inner = (k >= 0) & (k <= n)
-    if np.any(inner):
-        out[inner] = _PDF(k[inner], n[inner], p)
-    return out
-
-
-def _binom_path(U0: int, I: np.ndarray, theta: float, rho: float, block: int | None = None):
-    """``S = P(Bin(U, theta) >= I)`` and ``P = P(Bin(U, theta) = I)`` along a path
-    ``U = U0, U0 + 1, ...`` with integer thresholds ``I``, with certified absolute error bounds.
-
-    Every ``block``-th point, and every point whose threshold moves by more than one or touches
-    the boundary (``I <= 0`` or ``I > U``), is computed directly (Boost; relative error ``rho``);
-    the others by the exact recurrences ``P(U+1, I) = P(U, I) (U+1)(1-theta)/(U+1-I)``,
-    ``S(U+1, I) = S(U, I) + theta P(U, I-1)`` with ``P(U, I-1) = P(U, I) I (1-theta) /
-    ((U-I+1) theta)``, then ``S(U, I+1) = S(U, I) - P(U, I)`` and
-    ``P(U, I+1) = P(U, I) (U-I) theta / ((I+1)(1-theta))`` (or the mirror step down).  Each step
-    adds at most ``6u`` times the computed value to the running bound of P (a ratio of four
-    numbers) and ``2u`` times S plus the error of the P it adds to the bound of S.  The bounds are
-    absolute, so a subtraction cannot hide a loss of relative accuracy."""
-    I = np.asarray(I, dtype=np.int64)
-    L = len(I)
-    if block is None:
-        block = int(min(256, max(8, math.sqrt(0.03 * L))))
-    U = U0 + np.arange(L, dtype=np.int64)
-    prev_I = np.concatenate([[0], I[:-1]])
-    step = I - prev_I
-    ok = (prev_I >= 1) & (prev_I <= U - 1) & (np.abs(step) <= 1) & (I >= 1) & (I <= U)
-    pos = np.arange(L)
-    anchor = ~ok | (pos % block == 0)
-    offset = pos - np.maximum.accumulate(np.where(anchor, pos, 0))
-    S = np.zeros(L)
-    P = np.zeros(L)
-    S[anchor] = _sf(I[anchor] - 1, U[anchor], theta)
-    P[anchor] = _pmf(I[anchor], U[anchor], theta)
-    eS = rho * S
-    eP = rho * P
-    q = theta / (1 - theta)
-    c6, c2 = 6 * _U, 2 * _U
-    for s in range(1, int(offset.max(initial=0)) + 1):
-        idx = np.nonzero(offset == s)[0]
-        j = idx - 1
-        u, i0 = U[j].astype(float), I[j].astype(float)
-        p_cur, ep = P[j], eP[j]
-        # U -> U + 1 at the threshold i0 (1 <= i0 <= u)
-        r_down = i0 / ((u - i0 + 1) * q)                  # P(u, i0-1) / P(u, i0)
-        p_down = p_cur * r_down
-        s_new = S[j] + theta * p_down
-        es_new = eS[j] + theta * (ep * r_down + c6 * p_down) + c2 * s_new
-        r_up = (u + 1) * (1 - theta) / (u + 1 - i0)       # P(u+1, i0) / P(u, i0)
-        p_new = p_cur * r_up
-        ep_new = ep * r_up + c6 * p_new
-        d = step[idx]
-        up = d > 0
-        if np.any(up):                                    # threshold i0 -> i0 + 1 at u + 1
-            r = (u[up] + 1 - i0[up]) * q / (i0[up] + 1)
-            s_new[up] = s_new[up] - p_new[up]
-            es_new[up] = es_new[up] + ep_new[up] + c2 * np.abs(s_new[up])
-            p_new[up] = p_new[up] * r
-            ep_new[up] = ep_new[up] * r + c6 * p_new[up]
-        down = d < 0
-        if np.any(down):                                  # threshold i0 -> i0 - 1 at u + 1
-            r = i0[down] / ((u[down] + 2 - i0[down]) * q)
-            p_new[down] = p_new[down] * r
-            ep_new[down] = ep_new[down] * r + c6 * p_new[down]
-            s_new[down] = s_new[down] + p_new[down]
-            es_new[down] = es_new[down] + ep_new[down] + c2 * s_new[down]
-        S[idx] = np.clip(s_new, 0.0, 1.0)
-        P[idx] = p_new
-        eS[idx] = es_new
-        eP[idx] = ep_new
-    return S, P, eS, eP
 
 
 # --------------------------------------------------------------------------------------------
@@ -396,223 +286,6 @@ def randomizer(spec) -> Randomizer:
 # --------------------------------------------------------------------------------------------
 # the three-category count pair (one exact closed-form sum)
 # --------------------------------------------------------------------------------------------
-class _Direction:
-    """One direction of a count pair.  n users: one (the differing user) with law ``v0`` on X0
-    and ``v1`` on X1 over categories (A, B, C), and ``n - 1`` others iid with law ``pi``; the
-    output is the vector of counts.  Requires ``pi_A, pi_B > 0`` and ``v0_C = v1_C``, and the
-    orientation ``v0_A / pi_A - v0_B / pi_B > v1_A / pi_A - v1_B / pi_B`` (large N_A favours X0).
-
-    ``P_b(h) = sum_y v_b(y) Mult_{n-1}(h - e_y; pi) = Mult_n(h; pi) / n * sum_y v_b(y) h_y / pi_y``
-    (as ``Mult_{n-1}(h - e_y; pi) = Mult_n(h; pi) h_y / (n pi_y)``).  With ``T = N_A + N_B ~
-    Bin(n, pi_A + pi_B)`` and ``N_A | T ~ Bin(T, theta)``, ``P0 - x P1`` is linear in N_A for fixed
-    T, so the positive part is the tail ``N_A >= J_T`` and its sum is closed form:
-    ``sum_{j >= J} Bin(T, theta)(j) (D j + K) = D T theta (1 - theta) P(Bin(T-1, theta) = J-1)
-    + (D T theta + K) P(Bin(T, theta) >= J)``.  This is de Moivre's identity
-    ``sum_{j >= J} (j - T theta) b(j) = J (1 - theta) b(J)`` for the binomial pmf ``b`` (Diaconis &
-    Zabell, "Closed form summation for classical distributions: variations on a theme of de
-    Moivre", Statistical Science 6(3), 1991); our one-line check: with ``g(j) = j (1 - theta)
-    b(j)``, ``g(j) - g(j+1) = b(j) (j - T theta)`` since ``(j+1)(1 - theta) b(j+1) = (T - j)
-    theta b(j)``, and the sum telescopes; then ``J b(J; T) = T theta b(J-1; T-1)``.  Written this
-    way the two terms cancel only by the factor ``c^2`` for a threshold ``c`` standard deviations
-    above the mean (the Mills ratio), where the form ``D T theta P(Bin(T-1) >= J-1) + K P(Bin(T)
-    >= J)`` cancelled by about ``c sqrt(T)``: at n = 1e8 that swamped the lower bounds.  The
-    summand at the mean, ``D T theta + K``, is computed from the coefficients directly.  If
-    ``pi_C = 0`` the outcomes where the differing user reports C have equal probability under X0
-    and X1 and add nothing to the hockey-stick divergence.
-    """
-
-    def __init__(self, n: int, pi, v0, v1) -> None:
-        self.n = n
-        self.pi = tuple(float(v) for v in pi)
-        self.v0 = tuple(float(v) for v in v0)
-        self.v1 = tuple(float(v) for v in v1)
-        pa, pb, pc = self.pi
-        pab = pa + pb
-        lo, hi, out = binomial_window(n - 1, min(pab, 1.0))
-        self.T = np.arange(lo, min(hi + 1, n) + 1, dtype=np.int64)
-        self.w = stats.binom.pmf(self.T, n, min(pab, 1.0))
-        self.outside = out
-        self.theta = pa / pab
-        self.rho = _REL_SF + 64 * _U * max(n, 1)
-
-    def _tails(self, jmin: np.ndarray):
-        """``S1 = P(Bin(T-1) >= J-1)``, ``PM = P(Bin(T-1) = J-1)`` and ``S2 = P(Bin(T) >= J) =
-        S1 - (1-theta) PM`` for every T of the window, with absolute error bounds
-        ``(s1, s2, pm, e1, e2, epm)``."""
-        T, theta = self.T, self.theta
-        s1 = np.zeros(len(T))
-        s2 = np.where(jmin <= 0, 1.0, 0.0)
-        pmf = np.zeros(len(T))
-        e1 = np.zeros(len(T))
-        e2 = np.zeros(len(T))
-        epmf = np.zeros(len(T))
-        pos = T >= 1
-        if not np.any(pos):
-            return s1, s2, pmf, e1, e2, epmf
-        i = jmin[pos] - 1
-        u = T[pos] - 1
-        if len(u) >= 3000 or (len(u) >= 1000 and u[0] > 20000):
-            a, pm, ea, epm = _binom_path(int(u[0]), i, theta, self.rho)
-        else:
-            a = _sf(i - 1, u, theta)
-            pm = _pmf(i, u, theta)
-            ea, epm = self.rho * a, self.rho * pm
-        b = a - (1 - theta) * pm
-        s1[pos], s2[pos], pmf[pos] = a, np.maximum(b, 0.0), pm
-        e1[pos], e2[pos], epmf[pos] = ea, ea + (1 - theta) * epm + 2 * _U * np.abs(b), epm
-        return s1, s2, pmf, e1, e2, epmf
-
-    def _coefficients(self, x: float):
-        pa, pb, pc = self.pi
-        ca = (self.v0[0] - x * self.v1[0]) / pa
-        cb = (self.v0[1] - x * self.v1[1]) / pb
-        cc = (self.v0[2] - x * self.v1[2]) / pc if pc > 0 else 0.0
-        return ca, cb, cc
-
-    def _threshold(self, jmin: np.ndarray, ca: float, cb: float, cc: float
-                   ) -> tuple[np.ndarray, float]:
-        """The first ``j`` (per T) whose summand ``f(j) = ca j + cb (T - j) + cc (n - T)`` is
-        positive, and an error bound for the summands whose computed sign may be wrong.
-
-        ``floor(-k / d)`` loses the threshold when ``f(T)`` is far below ``|ca|, |cb|``
-        relative to the unit round-off: at eps0 = 25, ``f(1) / d`` is about ``1e-17``, the
-        positive summand was dropped and the certified epsilon of the clone pair fell below
-        binary RR's exact lower bound (25 - 7e-6 against 25 - 2.5e-6; eps0 = 50: 37.3).  Our
-        analysis: a computed ``f(j)`` is within ``5 u s(j)`` of the true one, ``s(j) = |ca| j +
-        |cb| (T - j) + |cc| (n - T) <= top = (|ca| + |cb|) T + |cc| (n - T)``, and the true
-        ``f`` rises by ``d = ca - cb`` per step.  Where ``32 u top <= d`` at most one summand
-        can have the wrong sign and ``floor(-k / d)`` is within two steps: the threshold is
-        moved until the computed ``f`` changes sign there, and the two summands beside it whose
-        computed ``|f| <= 16 u s(j)`` are charged ``32 u s(j)`` times their probability.
-        Otherwise (``d < 32 u top``) ``floor(-k / d)`` is within ``2 u top / d + 1`` steps of the
-        true threshold, so every summand it classifies wrongly has ``|f| <= 18 u top + 2 d <=
-        82 u top``, and ``96 u top`` is charged for the T (their probabilities sum to at most
-        1)."""
-        T, n, d = self.T, self.n, ca - cb
-
-        def f(j):
-            return ca * j + cb * (T - j) + cc * (n - T)
-
-        def scale(j):
-            return abs(ca) * j + abs(cb) * (T - j) + abs(cc) * (n - T)
-        top = scale(T) + abs(cb) * T
-        wide = 32 * _U * top > d
-        for _ in range(8):
-            down = ~wide & (jmin >= 1) & (f(jmin - 1) > 0)
-            up = ~wide & (jmin <= T) & ~(f(jmin) > 0)
-            if not (np.any(down) or np.any(up)):
-                break
-            jmin = jmin - down + up
-        else:
-            raise NumericalError("count pair threshold not found", "report this as a bug")
-        boundary = float(np.dot(self.w[wide], 96 * _U * top[wide])) if np.any(wide) else 0.0
-        for j in (jmin - 1, jmin):
-            unsure = ~wide & (j >= 0) & (j <= T) & (np.abs(f(j)) <= 16 * _U * scale(j))
-            if np.any(unsure):
-                pm = _pmf(j[unsure], T[unsure], self.theta)
-                boundary += float(np.dot(self.w[unsure], pm * 32 * _U * scale(j)[unsure]))
-        return jmin, boundary / n
-
-    def evaluate(self, x: float) -> tuple[float, float, float]:
-        """``(value, error, P1(L > log x))``: the hockey-stick ``sum (P0 - x P1)_+`` computed from
-        the window, a bound on its floating-point and truncation error, and the P1-mass of the
-        positive region (the derivative is ``-x`` times it)."""
-        n, T = self.n, self.T
-        ca, cb, cc = self._coefficients(x)
-        d = ca - cb
-        if d <= 0:
-            raise NumericalError("count pair with the wrong orientation", "report this as a bug")
-        k = cb * T + cc * (n - T)
-        with np.errstate(over="ignore", invalid="ignore"):
-            jr = np.floor(-k / d)
-        jmin = np.clip(np.nan_to_num(jr, nan=0.0, posinf=1e18, neginf=-1e18), -1, T) + 1
-        jmin, boundary = self._threshold(jmin.astype(np.int64), ca, cb, cc)
-        s1, s2, pm, e1, e2, epm = self._tails(jmin)
-        theta = self.theta
-        mean = T * theta
-        # the summand at the mean, D T theta + K, from the coefficients (class docstring): each
-        # of the three products (their factors rounded once, T - mean with the rounding of mean
-        # as well) and their sum round by at most 6 u of the magnitudes below
-        at_mean = ca * mean + cb * (T - mean) + cc * (n - T)
-        at_mean_error = 6 * _U * (abs(ca) * mean + abs(cb) * T + abs(cc) * (n - T))
-        t1 = d * mean * (1 - theta) * pm
-        t2 = at_mean * s2
-        value = float(np.dot(self.w, np.maximum(t1 + t2, 0.0))) / n
-        # (the products round by at most 4 u, 1 - theta and the sum by 2 u more)
-        rounding = (8 * _U + _REL_SF) * (np.abs(t1) + np.abs(t2))
-        error = float(np.dot(self.w, abs(d) * mean * (1 - theta) * epm + np.abs(at_mean) * e2
-                             + at_mean_error * (s2 + e2) + rounding)) / n
-        error = (error + boundary) * (1 + 1e-12) + self.outside
-        pa, pb, pc = self.pi
-        da, db = self.v1[0] / pa, self.v1[1] / pb
-        dc = self.v1[2] / pc if pc > 0 else 0.0
-        tail = float(np.dot(self.w, (da - db) * mean * s1 + (db * T + dc * (n - T)) * s2)) / n
-        return value, error, max(tail, 0.0)
-
-
-class CountPair:
-    """Both directions of a count pair (:class:`_Direction`): certified ``delta(eps)`` of the
-    pair, its epsilon at a delta, and its exact pmfs for the PLD engine when small."""
-
-    def __init__(self, n: int, pi, v0, v1, *, description: str = "") -> None:
-        self.n = n
-        self.pi, self.v0, self.v1 = tuple(pi), tuple(v0), tuple(v1)
-        self.description = description
-        self.forward = _Direction(n, pi, v0, v1)
-        symmetric = (math.isclose(pi[0], pi[1], rel_tol=1e-15)
-                     and math.isclose(v0[0], v1[1], rel_tol=1e-15)
-                     and math.isclose(v0[1], v1[0], rel_tol=1e-15))
-        self.backward = None if symmetric else _Direction(
-            n, (pi[1], pi[0], pi[2]), (v1[1], v1[0], v1[2]), (v0[1], v0[0], v0[2]))
-
-    def evaluate(self, epsilon: float) -> tuple[Bounds, float]:
-        """Certified bounds on ``max(D_{e^eps}(P0||P1), D_{e^eps}(P1||P0))`` and the derivative of
-        the larger one."""
-        x = math.exp(epsilon)
-        best = None
-        for part in (self.forward, self.backward):
-            if part is None:
-                continue
-            value, err, tail = part.evaluate(x)
-            if best is None or value > best[0]:
-                best = (value, err, tail)
-            else:
-                best = (best[0], max(best[1], err), best[2])
-        value, err, tail = best
-        return (Bounds(float(max(value - err, 0.0)), float(min(value + err, 1.0))), -x * tail)
-
-    def delta(self, epsilon: float) -> Bounds:
-        return self.evaluate(epsilon)[0]
-
-    def epsilon(self, delta: float, hi: float) -> float:
-        """Certified upper bound on the smallest eps in ``[0, hi]`` with ``delta(eps) <= delta``
-        (``hi`` must satisfy it; memoised)."""
-        memo = self.__dict__.setdefault("_upper_memo", {})
-        if (delta, hi) not in memo:
-            def upper(e):
-                b, slope = self.evaluate(e)
-                return b.upper, slope
-            memo[(delta, hi)] = newton_smallest_epsilon(upper, delta, hi,
-                                                        min(self._scale_guess(delta), 0.1 * hi))
-        return memo[(delta, hi)]
-
-    def _scale_guess(self, delta: float) -> float:
-        """First Newton point: ``s sqrt(2 log(1/delta))`` with ``s^2 = sum_y (v0_y - v1_y)^2 /
-        (n pi_y)``, the variance of the privacy loss to first order in ``1/n`` (a Gaussian
-        approximation; only where the search starts, never what it returns)."""
-        s2 = sum((a - b) ** 2 / p for a, b, p in zip(self.v0, self.v1, self.pi) if p > 0)
-        guess = math.sqrt(max(s2, 0.0) / self.n * 2 * math.log(1 / delta))
-        return guess if guess > 0 else math.inf
-
-    def epsilon_lower(self, delta: float, hi: float) -> float:
-        """Certified lower bound on the same quantity (memoised)."""
-        memo = self.__dict__.setdefault("_lower_memo", {})
-        if (delta, hi) not in memo:
-            memo[(delta, hi)] = _lower_epsilon(lambda e: self.delta(e).lower, delta, hi,
-                                               self.epsilon(delta, hi))
-        return memo[(delta, hi)]
-
-
 # --------------------------------------------------------------------------------------------
 # shuffled binary randomized response: exact pairs and the certified worst case over datasets
 # --------------------------------------------------------------------------------------------
@@ -624,7 +297,7 @@ class _BinaryCore:
     ``P0(s) = beta W(s-1) + alpha W(s)`` and ``P1(s) = alpha W(s-1) + beta W(s)``.
 
     ``W`` is the exact convolution of the two binomial pmfs on windows holding all but ``e^-50``
-    of each (:func:`~dpplugins.amplification.shuffle.binomial_window`); the dropped mass moves
+    of each (:func:`~dpplugins.amplification.count_pair.binomial_window`); the dropped mass moves
     every hockey-stick sum by at most ``(1 + e^eps)`` times it.
     Every entry of ``P0, P1`` carries a relative error of at most ``rho = 2 * 1e-12 (the pmf
     values) + (L + 4) u`` (``L`` terms in each convolution sum, all non-negative), so the computed
@@ -795,25 +468,6 @@ def _fft_convolve(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
     p2 = rn * min(sa * nb, sb * na) + dp
     err2 = (dp + kappa * p2) / rn
     return c, rn * err2 * (1 + 1e-6) + 1e-300
-
-
-def _lower_epsilon(delta_lower: Callable[[float], float], delta: float, hi: float,
-                   near: float | None) -> float:
-    """Certified lower bound on epsilon(delta) from a lower bound on delta(eps): try just below
-    ``near`` (a certified upper bound found before), then further below, and bisect between
-    the last point that failed and the first that holds (from 0 if none holds)."""
-    if near is not None and near > 0:
-        failed = near
-        for t in (1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 0.03, 0.1, 0.3):
-            e = near * (1 - t)
-            if delta_lower(e) > delta:
-                if t <= 1e-2:
-                    return e
-                return largest_violating_epsilon(delta_lower, delta, min(failed, hi),
-                                                 rtol=1e-7, atol=1e-12, violated=e)
-            failed = e
-        return largest_violated(delta_lower, delta, min(failed, hi))
-    return largest_violated(delta_lower, delta, hi)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -1206,20 +860,6 @@ class KRRBlanket(Blanket):
 # --------------------------------------------------------------------------------------------
 # the count pairs used below (all certified through CountPair)
 # --------------------------------------------------------------------------------------------
-def clone_pair(eps0: float, n: int, clone_probability: float) -> CountPair:
-    """The FMT21 / FMT23 clone pair as a :class:`CountPair`: the differing user reports 0 with
-    probability ``e^eps0/(e^eps0+1)`` (1 otherwise, roles swapped on X1), every other user reports
-    0 or 1 with probability ``c/2`` each (a clone) and nothing otherwise.  Same numbers as
-    :func:`dpplugins.amplification.shuffle.clone_pair_delta`, faster for large n.
-    ``1/(e^eps0+1)`` is computed as ``expit(-eps0)``, not ``1 - expit(eps0)``: the subtraction
-    lost its relative accuracy for large eps0 (eps0 = 24: 6e-6, and the certified epsilon fell
-    below binary RR's exact lower bound; eps0 = 36: 35.74 < 35.99999)."""
-    a, b = float(special.expit(eps0)), float(special.expit(-eps0))
-    c = clone_probability
-    return CountPair(n, (c / 2, c / 2, 1 - c), (a, b, 0.0), (b, a, 0.0),
-                     description=f"clone pair (eps0={eps0:g}, n={n}, c={c:.4g})")
-
-
 def variation_ratio_pair(p: float, beta: float, q: float, n: int) -> CountPair:
     """The pair of Wang et al. (VLDB 2024) for parameters ``(p, beta, q)``, as we read it from
     their public code (module docstring): the differing user reports 0 w.p. ``p beta/(p-1)``,
@@ -1812,30 +1452,6 @@ def lower_round_pld(spec, n: int, *, value_discretization_interval: float | None
         what = "binary RR, others at the X0 value"
     return LowerPLD.of_pmfs(p0, p1, rho, h, f"exact lower-bound pair of {r.name} (n={n}, "
                                            f"{what})")
-
-
-def _count_pair_pmfs(pair: CountPair, max_support: int = 3_000_000):
-    """The pmfs of a count pair on the outcomes ``(T, N_A)`` of a window (e^-32 on each
-    coordinate), or None if the window has more than ``max_support`` outcomes."""
-    d = pair.forward
-    n, (pa, pb, pc) = d.n, d.pi
-    lo, hi, _ = binomial_window(n, pa + pb, log_cut=-32.0)
-    T = np.arange(lo, hi + 1)
-    sd = np.sqrt(np.maximum(T * d.theta * (1 - d.theta), 1.0))
-    a_lo = np.maximum(0, np.floor(T * d.theta - 9 * sd - 2)).astype(np.int64)
-    a_hi = np.minimum(T, np.ceil(T * d.theta + 9 * sd + 2)).astype(np.int64)
-    sizes = a_hi - a_lo + 1
-    if int(sizes.sum()) > max_support:
-        return None
-    row = np.repeat(np.arange(len(T)), sizes)
-    a = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes) + a_lo[row]
-    t = T[row]
-    base = _pmf(t, n, pa + pb) * _pmf(a, t, d.theta) / n
-    out = []
-    for v in (d.v0, d.v1):
-        lin = v[0] * a / pa + v[1] * (t - a) / pb + (v[2] * (n - t) / pc if pc > 0 else 0.0)
-        out.append(base * lin)
-    return out[0], out[1], 3 * _REL_SF + 8 * _U
 
 
 def _binary_like_pmfs(others: int, pi: float, v0: float, v1: float):

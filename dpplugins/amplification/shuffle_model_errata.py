@@ -64,7 +64,8 @@ import functools
 import math
 
 from dpplugins.amplification.shuffle import check_local_epsilon
-from dpplugins.amplification.shuffle_model import Blanket, newton_smallest_epsilon
+from dpplugins.amplification.count_pair import newton_smallest_epsilon
+from dpplugins.amplification.shuffle_model import Blanket
 from dpplugins.errors import ParameterError, check_count, check_nonnegative, check_open_unit
 
 __all__ = ["ErrataPair", "errata_pair", "decomposition_for_total_variation"]

@@ -29,7 +29,7 @@ draws are multinomial; given ``(a, b, c)``, ``d ~ Bin(r, p00)`` with ``r = n - a
 ``F_m`` the cdf of ``Bin(m, p00)``; the sum over ``(a, b, c)`` is direct.  Every term charged:
 
 * ``(a, b, c)`` run over ``[0, hi]`` with ``hi`` the upper end of each marginal's e^-60 window
-  (:func:`~dpplugins.amplification.shuffle.binomial_window`).  A draw outside has ``(sum
+  (:func:`~dpplugins.amplification.count_pair.binomial_window`).  A draw outside has ``(sum
   G)_+ <= a (E - x)`` (every other value is ``<= 0``), and ``E[a; a > h] = n w10 P(Bin(n-1,
   w10) >= h)``, ``E[a | b] <= n w10 / (1 - w10)``, ``E[a | c] <= n w10 / (1 - w11)``, so the
   outside is charged ``(E - x) w10 (P(Bin(n-1, w10) >= h_a) + P(b > h_b) / (1 - w10) +
@@ -69,11 +69,11 @@ import math
 import numpy as np
 from scipy.special import gammaln
 
-from dpplugins.amplification.shuffle import (binomial_cdf, binomial_sf, binomial_window,
-                                             check_local_epsilon)
-from dpplugins.amplification.shuffle_model import RELATIVE_TAIL_ERROR as _REL_SF
-from dpplugins.amplification.shuffle_model import UNIT_ROUNDOFF as _U
-from dpplugins.amplification.shuffle_model import newton_smallest_epsilon
+from dpplugins.amplification.count_pair import RELATIVE_TAIL_ERROR as _REL_SF
+from dpplugins.amplification.count_pair import UNIT_ROUNDOFF as _U
+from dpplugins.amplification.count_pair import (binomial_cdf, binomial_sf, binomial_window,
+                                                newton_smallest_epsilon)
+from dpplugins.amplification.shuffle import check_local_epsilon
 from dpplugins.errors import ParameterError, check_count, check_nonnegative, check_open_unit
 
 __all__ = ["FourClassBlanket", "MAX_CELLS"]

@@ -30,7 +30,8 @@ from dpplugins.errors import NumericalError
 from dpplugins.numerics import largest_violating_epsilon, smallest_epsilon
 from dpplugins.pld import Bounds
 
-__all__ = ["CountPair", "clone_pair", "count_pair_pmfs", "binomial_sf", "binomial_cdf",
+__all__ = ["CountPair", "clone_pair", "count_pair_pmfs", "ragged_windows", "binomial_sf",
+           "binomial_cdf",
            "binomial_window", "binomial_pmf", "newton_smallest_epsilon", "largest_violated",
            "RELATIVE_TAIL_ERROR", "UNIT_ROUNDOFF"]
 
@@ -488,6 +489,14 @@ def clone_pair(eps0: float, n: int, clone_probability: float) -> CountPair:
                      description=f"clone pair (eps0={eps0:g}, n={n}, c={c:.4g})")
 
 
+def ragged_windows(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every point of the integer windows ``[lo[r], hi[r]]``, flattened row by row: the row
+    ``r`` of each point and its value (the outcomes of a pmf over ``(row, value)``)."""
+    sizes = hi - lo + 1
+    row = np.repeat(np.arange(len(lo)), sizes)
+    return row, np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes) + lo[row]
+
+
 def count_pair_pmfs(pair: CountPair, max_support: int = 3_000_000):
     """The pmfs of a count pair on the outcomes ``(T, N_A)`` of a window (e^-32 on each
     coordinate), or None if the window has more than ``max_support`` outcomes."""
@@ -498,11 +507,9 @@ def count_pair_pmfs(pair: CountPair, max_support: int = 3_000_000):
     sd = np.sqrt(np.maximum(T * d.theta * (1 - d.theta), 1.0))
     a_lo = np.maximum(0, np.floor(T * d.theta - 9 * sd - 2)).astype(np.int64)
     a_hi = np.minimum(T, np.ceil(T * d.theta + 9 * sd + 2)).astype(np.int64)
-    sizes = a_hi - a_lo + 1
-    if int(sizes.sum()) > max_support:
+    if int((a_hi - a_lo + 1).sum()) > max_support:
         return None
-    row = np.repeat(np.arange(len(T)), sizes)
-    a = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes) + a_lo[row]
+    row, a = ragged_windows(a_lo, a_hi)
     t = T[row]
     base = binomial_pmf(t, n, pa + pb) * binomial_pmf(a, t, d.theta) / n
     out = []

@@ -97,7 +97,7 @@ from scipy import special, stats
 
 from dpplugins.amplification import swap
 from dpplugins.amplification.count_pair import (_LOG_CUT, UNIT_ROUNDOFF, CountPair, binomial_window,
-                                                clone_pair, largest_violated)
+                                                clone_pair, largest_violated, ragged_windows)
 from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_count,
                               check_nonnegative, check_open_unit, check_positive)
 from dpplugins.pld import Bounds, PrivacyLossDistribution
@@ -532,11 +532,9 @@ def _pair_pmfs(eps0: float, n: int, c: float, max_support: int):
     k = math.sqrt(-2 * _LOG_CUT) + 1
     j_lo = np.maximum(0, np.floor(m / 2 - k * np.sqrt(m) / 2 - 2)).astype(np.int64)
     j_hi = np.minimum(m, np.ceil(m / 2 + k * np.sqrt(m) / 2 + 2)).astype(np.int64)
-    sizes = j_hi - j_lo + 1
-    if int(sizes.sum()) > max_support:
+    if int((j_hi - j_lo + 1).sum()) > max_support:
         return None
-    row = np.repeat(np.arange(len(m)), sizes)
-    j = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes) + j_lo[row]
+    row, j = ragged_windows(j_lo, j_hi)
     mm = m[row]
     base = pair.weights[row] * stats.binom.pmf(j, mm, 0.5) * 2.0 / mm
     p0 = base * (pair.alpha * j + pair.beta * (mm - j))

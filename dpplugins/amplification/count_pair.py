@@ -30,7 +30,8 @@ from dpplugins.errors import NumericalError
 from dpplugins.numerics import largest_violating_epsilon, smallest_epsilon
 from dpplugins.pld import Bounds
 
-__all__ = ["CountPair", "clone_pair", "count_pair_pmfs", "ragged_windows", "binomial_sf",
+__all__ = ["CountPair", "clone_pair", "krr_laws", "krr_lower_pairs", "count_pair_pmfs",
+           "ragged_windows", "binomial_sf",
            "binomial_cdf",
            "binomial_window", "binomial_pmf", "newton_smallest_epsilon", "largest_violated",
            "RELATIVE_TAIL_ERROR", "UNIT_ROUNDOFF"]
@@ -487,6 +488,35 @@ def clone_pair(eps0: float, n: int, clone_probability: float) -> CountPair:
     c = clone_probability
     return CountPair(n, (c / 2, c / 2, 1 - c), (a, b, 0.0), (b, a, 0.0),
                      description=f"clone pair (eps0={eps0:g}, n={n}, c={c:.4g})")
+
+
+def krr_laws(eps0: float, k: int) -> tuple[float, float, float]:
+    """``(e^eps0, e^eps0 + k - 1, k / (e^eps0 + k - 1))`` of k-ary randomized response: the
+    true value is reported with probability ``e^eps0 / z`` and each other one with ``1 / z``."""
+    e = math.exp(eps0)
+    z = e + k - 1
+    return e, z, k / z
+
+
+def krr_lower_pairs(eps0: float, n: int, k: int) -> dict[str, CountPair]:
+    """Exact shuffled k-RR on two datasets (the differing user holds a on X0, b on X1), each a
+    :class:`CountPair`, so each gives certified *lower* bounds:
+
+    * ``"others_at_a"``: every other user holds a.  The reports on the k - 2 values other than a,
+      b are uniform for everybody, so (N_a, N_b) is sufficient: exact.
+    * ``"others_at_c"`` (k >= 3): every other user holds a third value c; the histogram merged
+      into (N_a, N_b, rest) -- a post-processing, exact for k = 3.  This is Wang et al.'s pair
+      for k-RR (:func:`dpplugins.amplification.shuffle_model.variation_ratio_pair` with their
+      k-RR parameters) and FMT23's original Thm 5.2 pair.
+    """
+    e, z, _ = krr_laws(eps0, k)
+    v0, v1 = (e / z, 1 / z, (k - 2) / z), (1 / z, e / z, (k - 2) / z)
+    out = {"others_at_a": CountPair(n, (e / z, 1 / z, (k - 2) / z), v0, v1,
+                                    description=f"{k}-RR, others at a")}
+    if k >= 3:
+        out["others_at_c"] = CountPair(n, (1 / z, 1 / z, (e + k - 3) / z), v0, v1,
+                                       description=f"{k}-RR, others at a third value")
+    return out
 
 
 def ragged_windows(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -97,7 +97,8 @@ from scipy import special, stats
 
 from dpplugins.amplification import swap
 from dpplugins.amplification.count_pair import (_LOG_CUT, UNIT_ROUNDOFF, CountPair, binomial_window,
-                                                clone_pair, largest_violated, ragged_windows)
+                                                clone_pair, krr_lower_pairs, largest_violated,
+                                                ragged_windows)
 from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_count,
                               check_nonnegative, check_open_unit, check_positive)
 from dpplugins.pld import Bounds, PrivacyLossDistribution
@@ -691,25 +692,12 @@ def _ternary_rr_delta(eps0: float, n: int, epsilon: float) -> Bounds:
 
     With ``p = 1/(e^eps0 + 2)`` the histogram ``(A, B, D)`` has
     ``P0 = Mult(n; p, p, e^eps0 p)(A, B, D) (e^(2 eps0) A + e^eps0 B + D) / (n e^eps0)`` (and
-    A <-> B for P1); given ``S = A + B ~ Bin(n, 2p)``, ``A ~ Bin(S, 1/2)`` and ``P0 - e^eps P1`` is
-    linear in A, so the inner sum is closed-form like the clone pair's.  Symmetric pair.
+    A <-> B for P1): the count pair
+    :func:`~dpplugins.amplification.count_pair.krr_lower_pairs` calls ``"others_at_c"``, whose
+    delta is a closed-form sum like the clone pair's (one implementation, in
+    :class:`~dpplugins.amplification.count_pair.CountPair`).  Symmetric pair.
     """
-    x = math.exp(epsilon)
-    p2 = 2.0 / (math.exp(eps0) + 2.0)
-    lo, hi, out = binomial_window(n, p2)
-    s = np.arange(max(lo, 1), hi + 1)
-    weights = stats.binom.pmf(s, n, p2)
-    d = n - s
-    u = math.expm1(eps0) * (1 + x)  # coefficient of A, divided by e^eps0
-    v = s * (1 - x * math.exp(eps0)) + d * (math.exp(-eps0) - x * math.exp(-eps0))
-    jmin = np.clip(np.floor(-v / u).astype(np.int64) + 1, 0, s + 1)
-    t1 = u * (s / 2.0) * stats.binom.sf(jmin - 2, s - 1, 0.5)
-    t2 = v * stats.binom.sf(jmin - 1, s, 0.5)
-    inner = np.maximum(t1 + t2, 0.0) / n
-    value = float(np.dot(weights, inner))
-    error = (1e-12 + 64 * _U * n) * float(np.dot(weights, (np.abs(t1) + np.abs(t2)) / n))
-    slack = error + (1 + x) * out
-    return Bounds(float(max(value - slack, 0.0)), float(min(value + slack, 1.0)))
+    return krr_lower_pairs(eps0, n, 3)["others_at_c"].delta(epsilon)
 
 
 def shuffled_rr_delta(eps0: float, n: int, epsilon: float, *, k: int = 2,

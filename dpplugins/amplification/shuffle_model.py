@@ -211,7 +211,8 @@ from dpplugins.amplification import shuffle as _shuffle
 # the count-pair engine (re-exported here: this module's bounds are count pairs)
 from dpplugins.amplification.count_pair import (_REL_SF, UNIT_ROUNDOFF, CountPair,
                                                 _lower_epsilon, binomial_window, clone_pair,
-                                                newton_smallest_epsilon)
+                                                krr_lower_pairs, newton_smallest_epsilon)
+from dpplugins.amplification.count_pair import krr_laws as _krr_laws
 from dpplugins.amplification.count_pair import binomial_pmf as _pmf
 from dpplugins.amplification.count_pair import binomial_sf as _sf
 from dpplugins.amplification.count_pair import count_pair_pmfs as _count_pair_pmfs
@@ -630,12 +631,6 @@ class BinaryRRWorstCase:
 # --------------------------------------------------------------------------------------------
 # the privacy blanket of k-ary randomized response
 # --------------------------------------------------------------------------------------------
-def _krr_laws(eps0: float, k: int) -> tuple[float, float, float]:
-    e = math.exp(eps0)
-    z = e + k - 1
-    return e, z, k / z
-
-
 def krr_blanket_laws(eps0: float, k: int) -> Laws:
     """Blanket laws ``(pi, v0, v1)`` of k-RR over the categories a, b, rest: blanket reports
     are uniform on the k values, the differing user reports a, b, rest w.p. ``(E, 1, k-2)/Z``
@@ -900,27 +895,6 @@ def variation_ratio_parameters(spec) -> tuple[float, float, float]:
     if r.kind == "general":
         return e, (e - 1) / (e + 1), e
     return e, (e - 1) / (e + r.k - 1), e
-
-
-def krr_lower_pairs(eps0: float, n: int, k: int) -> dict[str, CountPair]:
-    """Exact shuffled k-RR on two datasets (the differing user holds a on X0, b on X1), each a
-    :class:`CountPair`, so each gives certified *lower* bounds:
-
-    * ``"others_at_a"``: every other user holds a.  The reports on the k - 2 values other than a,
-      b are uniform for everybody, so (N_a, N_b) is sufficient: exact.
-    * ``"others_at_c"`` (k >= 3): every other user holds a third value c; the histogram merged
-      into (N_a, N_b, rest) -- a post-processing, exact for k = 3.  This is Wang et al.'s pair
-      for k-RR (:func:`variation_ratio_pair` with their k-RR parameters) and FMT23's original
-      Thm 5.2 pair.
-    """
-    e, z, _ = _krr_laws(eps0, k)
-    v0, v1 = (e / z, 1 / z, (k - 2) / z), (1 / z, e / z, (k - 2) / z)
-    out = {"others_at_a": CountPair(n, (e / z, 1 / z, (k - 2) / z), v0, v1,
-                                    description=f"{k}-RR, others at a")}
-    if k >= 3:
-        out["others_at_c"] = CountPair(n, (1 / z, 1 / z, (e + k - 3) / z), v0, v1,
-                                       description=f"{k}-RR, others at a third value")
-    return out
 
 
 # --------------------------------------------------------------------------------------------

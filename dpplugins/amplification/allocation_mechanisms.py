@@ -183,10 +183,10 @@ def step_total_variation(event: Event) -> float:
     """An upper bound on the total variation distance (``delta`` at epsilon 0, both directions)
     of one step of the base mechanism ``event``.
 
-    Laplace noise of scale ``b``, L1 sensitivity 1: ``1 - e^(-1/(2b))`` (the two densities cross
-    at the midpoint of their centres; the integral of the larger one's excess is twice the
-    Laplace mass beyond ``1/2`` from a centre: ``2 (1/2 - e^(-1/(2b))/2)``).  Randomized
-    response read as zero-out (:func:`~dpplugins.mechanisms.randomized_response.zero_out_rr_pair`,
+    Our derivation (elementary).  Laplace noise of scale ``b``, L1 sensitivity 1, centres 0 and
+    1: the densities cross at ``1/2``, so the distance is ``P_0(Y < 1/2) - P_1(Y < 1/2) =
+    (1 - e^(-1/(2b))/2) - e^(-1/(2b))/2 = 1 - e^(-1/(2b))``.  Randomized response read as
+    zero-out (:func:`~dpplugins.mechanisms.randomized_response.zero_out_rr_pair`,
     ``E = e^eps0``): only the true bucket is more likely under ``P``, by ``E/(E + k - 1) - 1/k =
     (1 - 1/k) (1 - 1/E) / (1 + (k - 1)/E)``, written so that neither a large ``eps0`` nor a
     large ``k`` overflows.  Rounded up (relative ``1e-12``, plus ``1e-300``).

@@ -606,7 +606,9 @@ def pessimistic_from_profile(delta_upper, h: float, lo: int, hi: int, stride: in
     lies above it, so the hull's piecewise-linear profile is a valid upper bound (Doroshenko et al.
     2022, Sec. 4); beyond ``eps_hi`` the remaining ``delta_U(eps_hi)`` goes to ``+inf``.  A
     ``stride > 1`` evaluates the (possibly expensive) profile on a coarser sub-grid; the kinks then
-    sit on every ``stride``-th grid point, which is still valid.
+    sit on every ``stride``-th grid point, which is still valid.  Leading atoms of total mass at
+    most ``FP_ALLOWANCE`` (round-off of the hull) move up to the first atom after them
+    (:func:`_raise_left_tail`; valid, and it keeps the FFT window to the pair's own losses).
     """
     if hi <= lo:
         raise ParameterError("hi", hi, f"> lo={lo}")

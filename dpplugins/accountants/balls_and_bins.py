@@ -346,9 +346,16 @@ class RandomAllocationAccountant(Accountant):
         # in 3..100) at twice the cost, so the first grid is the answer
         levels = _LEVELS[:1] if several and any(epoch_kind(key)[3] < 1.0
                                                 for key in upper_epochs) else _LEVELS
+        # a history of one partial epoch: the lower bound leaves that epoch out (0 whatever the
+        # grid) and the upper bound counts it as a whole epoch, a gap no finer grid narrows --
+        # the first grid's upper construction is the answer (found by the long fuzz tests: a
+        # finer grid took 10.6 s of 14.8 at t = 191,284 and certified a larger upper bound)
+        only_partial = not lower_epochs
+        if only_partial:
+            levels = _LEVELS[:1]
         for level, (grid_factor, _) in enumerate(levels):
             h_loss = h0 * grid_factor
-            with_lower = level == 0 or not several
+            with_lower = (level == 0 or not several) and not only_partial
             try:
                 composed = self._composed(upper_epochs, h_loss, level, lower=with_lower)
                 full = query(composed)
@@ -368,6 +375,12 @@ class RandomAllocationAccountant(Accountant):
                 lower, full_lower = max(lower, best.lower), max(full_lower, best.lower)
             bounds = Bounds(min(lower, upper), upper)
             best = bounds
+            if only_partial:
+                if upper <= 0.0:
+                    return bounds
+                why_stopped = ("the history is one partial epoch, which the lower bound leaves "
+                               "out and the upper bound counts as a whole epoch")
+                break
             # the numerical gap is that of the full composition (a partial epoch adds a real one)
             gap = (upper - full_lower) / upper if upper > 0 else 0.0
             if gap <= self.eps_tolerance:

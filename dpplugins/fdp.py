@@ -393,7 +393,8 @@ def tradeoff_from_pld(pld, alphas=None, epsilons=None, *, points: int = 1001) ->
         >>> curve = tradeoff_from_pld(pld)   # about G_0.5, never above it
     """
     def profile(eps):
-        return np.array([pld.delta_for_epsilon(float(e), lower=False).upper for e in np.atleast_1d(eps)])
+        return np.array([pld.delta_for_epsilon(float(e), lower=False).upper
+                         for e in np.atleast_1d(eps)])
 
     if epsilons is None:  # the PLD's certified error terms are ~1e-11, so stop at 1e-9
         epsilons = _profile_epsilons(profile, points, threshold=1e-9)

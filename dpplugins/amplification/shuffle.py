@@ -55,8 +55,7 @@ form above written with de Moivre's identity, so that the two terms of a bracket
 about ``c^2`` for a threshold ``c`` standard deviations above the mean; the window of the clone
 count holds all but ``e^-75`` (the rest charged in full), and the binomial tails' accuracy, the
 rounding of every term and the sign of the summands next to the threshold are charged to the
-upper bound (see that class).  (Until this round the sum was also implemented here, with its
-own error terms; both agreed on every bound we compared.)  The public FMT21 code sums over
+upper bound (see that class).  The public FMT21 code sums over
 blocks of C with a typo in the second direction (``max(deltaq_upperc, deltaq_upperc)``); for
 this symmetric pair the exact sum needs one direction.
 For ``eps >= eps0`` the pair is eps0-DP, so delta = 0.
@@ -697,7 +696,14 @@ def _ternary_rr_delta(eps0: float, n: int, epsilon: float) -> Bounds:
     delta is a closed-form sum like the clone pair's (one implementation, in
     :class:`~dpplugins.amplification.count_pair.CountPair`).  Symmetric pair.
     """
-    return krr_lower_pairs(eps0, n, 3)["others_at_c"].delta(epsilon)
+    return _ternary_pair(eps0, n).delta(epsilon)
+
+
+@functools.lru_cache(maxsize=64)
+def _ternary_pair(eps0: float, n: int) -> CountPair:
+    """The pair of :func:`_ternary_rr_delta`, built once per ``(eps0, n)`` (its binomial window
+    and weights): a lower bound on epsilon evaluates it dozens of times."""
+    return krr_lower_pairs(eps0, n, 3)["others_at_c"]
 
 
 def shuffled_rr_delta(eps0: float, n: int, epsilon: float, *, k: int = 2,

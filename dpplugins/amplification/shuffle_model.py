@@ -162,8 +162,9 @@ sum per value of ``T = N_A + N_B`` on a window holding all but e^-75 of T (the r
 full); tails by Boost's incomplete beta (SciPy >= 1.12; checked at import, else
 ``scipy.stats``), assumed accurate to ``1e-12 + 64 u n`` relative (cephes' ``bdtrc`` is off by
 ~1e-9 and is not used); long windows walk the exact recurrences of
-:func:`~dpplugins.amplification.count_pair._binom_path` with running absolute error bounds.  :class:`_BinaryCore`: exact convolutions of binomial pmfs on e^-50 windows, the
-relative error of every entry bounded, the dropped mass charged ``(1 + e^eps)`` times; windows
+:func:`~dpplugins.amplification.count_pair._binom_path` with running absolute error bounds.
+:class:`_BinaryCore`: exact convolutions of binomial pmfs on e^-50 windows, the relative error
+of every entry bounded, the dropped mass charged ``(1 + e^eps)`` times; windows
 longer than 2048 are convolved by FFT (:func:`_fft_convolve`, Higham's error bound for the FFT,
 its l1 absolute error charged ``2 (1 + e^eps)`` times), which makes n = 1e8 take seconds.  Every
 epsilon is a checked point of a safeguarded Newton iteration.

@@ -4,6 +4,7 @@ independently computed per-pass profile, and the accountant contract."""
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -263,3 +264,34 @@ def test_calibration_finds_noise_for_a_target():
     acc.step(noise_multiplier=sigma, sample_rate=1 / N, count=N)
     assert acc.get_epsilon(1e-5) <= 2.0
     assert acc.get_epsilon(1e-5) > 1.95
+
+
+def test_a_profile_cut_off_by_its_grid_refuses_instead_of_infinity():
+    """Found by the long fuzz tests: 172,308 passes of one record with little noise; each pass's
+    profile is still positive where its grid ends, and that mass, composed, sits at infinite
+    loss (3.6e-15).  Below it the query returned epsilon = inf for a mechanism whose epsilon is
+    finite at every delta > 0; it now refuses like the deltas just above it, and the delta its
+    message advises is answered."""
+    from dpplugins.errors import NumericalError
+    from dpplugins.events import GaussianEvent, PNSGDEvent
+
+    event = PNSGDEvent(1, 172308, GaussianEvent(1.224259860746218), 0.4702482429838126,
+                       0.017232568643972192, 0.16871289671434825, "online", 0.5280323263454494,
+                       None)
+    acc = create("pnsgd").compose(event)
+    for delta in (1e-15, 1e-20):
+        with pytest.raises(NumericalError, match="infinite privacy loss") as raised:
+            acc.get_epsilon_bounds(delta)
+    advised = float(re.search(r"delta above ([0-9.e+-]+)", str(raised.value)).group(1))
+    assert 1e-15 < advised < 1e-6
+    assert math.isfinite(acc.get_epsilon(advised * 1.01))
+
+
+def test_delta_at_infinity_composes_as_the_complement_product():
+    """An (eps, delta)-DP profile keeps delta beyond eps: composed k times, the mass at infinite
+    loss is 1 - (1 - delta)^k (closed form), rounded up by at most a relative 1e-11."""
+    delta, k = 1e-4, 37
+    one = PLD.from_privacy_profile(lambda e: np.where(np.asarray(e) >= 0.5, delta, 1.0),
+                                   epsilon_max=1.0, value_discretization_interval=0.01)
+    exact = -math.expm1(k * math.log1p(-delta))
+    assert exact <= one.self_compose(k).delta_at_infinity() <= exact * (1 + 1e-11)

@@ -19,7 +19,8 @@ from dpplugins.accountants.base import (Accountant, UnsupportedEventError, priva
 from dpplugins.events import Event, GaussianEvent, LaplaceEvent, PNSGDEvent
 from dpplugins.amplification.iteration import (NOISES, PNSGDSetting, epsilon_for_delta,
                                                privacy_profile)
-from dpplugins.errors import ParameterError, check_choice, check_count, check_positive
+from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_count,
+                              check_positive)
 from dpplugins.pld import Bounds, PrivacyLossDistribution
 from dpplugins.pld.distribution import within_window_budget
 
@@ -383,7 +384,17 @@ class PNSGDAccountant(Accountant):
         if passes == [(passes[0][0], 1)]:
             return Bounds(0.0, epsilon_for_delta(acc.pass_profile(passes[0][0]), delta))
         pld = self._cached(("pld", history), lambda _: acc._pld(passes))
-        return Bounds(0.0, pld.epsilon_for_delta(delta, lower=False).upper)
+        upper = pld.epsilon_for_delta(delta, lower=False).upper
+        if math.isinf(upper):
+            # the noise makes every epsilon finite; the infinite loss is the profiles' mass
+            # beyond the end of each pass's grid (a fuzz case: 172,308 passes at delta = 1e-15)
+            at_infinity = pld.delta_at_infinity()
+            raise NumericalError(
+                f"no finite epsilon is certified at delta={delta:g}: the composed passes place "
+                f"{at_infinity:.3g} at infinite privacy loss (each pass's privacy profile beyond "
+                "the end of its grid)",
+                f"ask for delta above {at_infinity + pld.delta_upper_floor():.3g}")
+        return Bounds(0.0, upper)
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
         acc, runs = self._configured(history)

@@ -933,10 +933,7 @@ class PrivacyLossDistribution:
         if found is not None:
             return found
         parts = [(c.upper, k) for c, k in self._directions[direction]]
-        log_survive = math.fsum(k * math.log1p(-min(c.inf_mass, 1.0)) if c.inf_mass < 1
-                                else -math.inf for c, k in parts)
-        inf_mass = min(1.0, -math.expm1(log_survive) * (1 + 1e-12) + 1e-300) \
-            if log_survive > -math.inf else 1.0
+        inf_mass = self._composed_inf_mass(direction)
         finite = [(c, k) for c, k in parts if np.any(c.pmf > 0)]
         if len(finite) < len(parts):
             value = inf_mass  # a component without finite part: S = inf almost surely
@@ -965,6 +962,28 @@ class PrivacyLossDistribution:
             self._chernoff.clear()
         self._chernoff[key] = value
         return value
+
+    def _composed_inf_mass(self, direction: str) -> float:
+        """``delta(inf)`` of the upper-bound composition of ``direction``: ``1 - prod (1 -
+        delta_i(inf))^k_i`` over its components, rounded up."""
+        parts = [(c.upper, k) for c, k in self._directions[direction]]
+        log_survive = math.fsum(k * math.log1p(-min(c.inf_mass, 1.0)) if c.inf_mass < 1
+                                else -math.inf for c, k in parts)
+        return min(1.0, -math.expm1(log_survive) * (1 + 1e-12) + 1e-300) \
+            if log_survive > -math.inf else 1.0
+
+    def delta_at_infinity(self) -> float:
+        """The mass the upper bound places at infinite privacy loss (the largest over the
+        directions, rounded up): every certified delta is at least this, so no finite epsilon is
+        certified for a smaller delta.  It holds the mechanism's own ``delta(inf)`` and whatever
+        the construction moved there (the tails beyond a grid or a profile's ``epsilon_max``).
+
+        Example::
+
+            >>> PrivacyLossDistribution.from_randomized_response(1.0).delta_at_infinity() < 1e-299
+            True
+        """
+        return max(self._composed_inf_mass(d) for d in self._directions_to_evaluate())
 
     def delta_upper_floor(self) -> float:
         """A part of every certified upper bound on delta this PLD returns that no accuracy
@@ -1078,9 +1097,7 @@ class PrivacyLossDistribution:
         error terms (``epsilon - epsilon of the window sum alone``)."""
         best, floor, last_error = math.inf, 0.0, None
         parts = self._directions[direction]
-        survive = all(c.upper.inf_mass < 1.0 for c, _ in parts)
-        inf_mass = -math.expm1(sum(k * math.log1p(-c.upper.inf_mass) for c, k in parts)) \
-            if survive else 1.0
+        inf_mass = self._composed_inf_mass(direction)
         construction = self._construction_error(direction, "upper")
         if inf_mass < delta:
             # every composition's delta is at least delta(inf) plus the construction error of

@@ -22,7 +22,8 @@ from scipy import stats
 from conftest import epsilon_from_delta_curve, gaussian_delta_exact, hockey_stick_by_quadrature
 from dpplugins.accountants import available, create, get_class
 from dpplugins.accountants.fdp import GDPAccountant
-from dpplugins.errors import ParameterError
+from dpplugins.errors import NumericalError, ParameterError
+from dpplugins.events import FixedBatchEvent, GaussianEvent
 from dpplugins.pld import AccuracyWarning
 from dpplugins.fdp import CLTEstimateWarning
 
@@ -117,8 +118,8 @@ def test_far_tail_queries_are_not_retried_on_top(monkeypatch):
     """Below delta = 1e-6 an accountant whose lower bound is 0 retries at larger deltas.  The
     fdp accountant does not add its own retries: on Poisson sampling its bounds are the pld
     accountant's query, which retries itself (nested, they took 19.5 s for one fuzz history),
-    and on fixed-size batches it certifies no lower bound at any delta, so the retries only
-    recomputed the upper bound (three times more work, counted here)."""
+    and on fixed-size batches its lower bound is a pld accountant's query too (before it had
+    one, the retries only recomputed the upper bound: three times more work, counted here)."""
     acc, pld = create("fdp"), create("pld")
     for a in (acc, pld):
         a.step(noise_multiplier=1.0, sample_rate=0.01, count=1000)
@@ -133,7 +134,10 @@ def test_far_tail_queries_are_not_retried_on_top(monkeypatch):
         return original(self, *args, **kwargs)
     monkeypatch.setattr(GDPAccountant, "_uniform_upper", counted)
     bounds = uniform.get_epsilon_bounds(1e-10)
-    assert bounds.lower == 0.0 < bounds.upper and len(calls) == 1
+    sensitivity_two = create("pld")
+    sensitivity_two.step(noise_multiplier=0.5, sample_rate=0.01, count=100)
+    assert bounds.lower == sensitivity_two.get_epsilon_bounds(1e-10).lower
+    assert 0 < bounds.lower < bounds.upper and len(calls) == 1
 
 
 def test_poisson_without_subsampling_is_gaussian_composition():
@@ -187,6 +191,86 @@ def test_uniform_between_one_direction_and_plain_gaussian(sigma, q, steps):
     eps = uniform.get_epsilon(DELTA)
     assert poisson.get_epsilon_bounds(DELTA).lower <= eps
     assert eps <= gdp_epsilon(2 * math.sqrt(steps) / sigma, DELTA)
+
+
+def test_uniform_lower_bound_is_the_delta_of_a_real_dataset_pair():
+    """The fixed-size-batch lower bound (module docstring of the fdp accountant) against a Monte
+    Carlo simulation of the mechanism itself: batches of m of N records without replacement
+    (numpy's hypergeometric law for the differing record), every other record's clipped
+    gradient -1, the differing record's +1 on one dataset and -1 on the other, Gaussian noise on
+    the batch sum.  For any statistic L, ``P(L > eps) - e^eps Q(L > eps)`` estimated from the two
+    simulated datasets is at most their delta(eps), with equality for the true log-likelihood
+    ratio: with that L the estimate must meet our certified lower bound within its standard
+    error, and neither may exceed the certified upper bound."""
+    sigma, n_records, m, steps, eps = 2.0, 40, 4, 20, 1.0
+    q = m / n_records
+    rng = np.random.default_rng(7)
+    samples = 200_000
+
+    def batch_sums(with_x: bool) -> np.ndarray:
+        sampled = (rng.hypergeometric(1, n_records - 1, m, size=(samples, steps)) if with_x
+                   else np.zeros((samples, steps)))
+        # m - sampled other records (-1 each), plus the differing record's +1 when it is in
+        return -(m - sampled) + sampled + sigma * rng.standard_normal((samples, steps))
+
+    def log_ratio(y: np.ndarray) -> np.ndarray:
+        z = y + m  # centred on the other dataset's (constant) batch sum
+        mixture = np.logaddexp(math.log1p(-q) - z ** 2 / (2 * sigma ** 2),
+                               math.log(q) - (z - 2) ** 2 / (2 * sigma ** 2))
+        return (mixture + z ** 2 / (2 * sigma ** 2)).sum(axis=1)
+
+    on_x, on_other = log_ratio(batch_sums(True)), log_ratio(batch_sums(False))
+    p_set, q_set = on_x > eps, on_other > eps
+    estimate = p_set.mean() - math.exp(eps) * q_set.mean()
+    se = math.sqrt(p_set.var() / samples + math.exp(2 * eps) * q_set.var() / samples)
+    acc = create("fdp", sampling="uniform")
+    acc.compose(FixedBatchEvent(n_records, m, GaussianEvent(sigma)), steps)
+    lower, upper = acc.get_delta_bounds(eps)
+    assert abs(estimate - lower) <= 4 * se and se < 0.1 * lower
+    assert estimate + 4 * se < upper
+    # the lower bound is a real improvement on 0 and below the upper bound
+    assert 0.5 * upper < lower < upper
+
+
+@pytest.mark.parametrize("sigma,q,steps", [(1.0, 0.01, 100_000), (2.0, 0.01, 10_000),
+                                           (1.1, 256 / 60000, 4688), (8.0, 0.05, 2000),
+                                           (0.6, 0.3, 50), (20.0, 1e-4, 10 ** 6)])
+def test_uniform_lower_bound_below_upper_in_both_queries(sigma, q, steps):
+    acc = create("fdp", sampling="uniform")
+    acc.step(noise_multiplier=sigma, sample_rate=q, count=steps)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AccuracyWarning)
+        for delta in (1e-3, 1e-6):
+            lower, upper = acc.get_epsilon_bounds(delta)
+            assert 0 < lower <= upper
+            low_delta, up_delta = acc.get_delta_bounds(lower)
+            assert low_delta <= up_delta and up_delta >= delta * (1 - 1e-9)
+
+
+def test_uniform_query_below_the_construction_error_refuses_with_its_lower_bound():
+    """delta below what the fixed-size-batch construction certifies: NumericalError that says
+    why, what to change and what the lower bound certifies, decided on the first grid (delta =
+    1e-30 used to return [0, inf] after four finer grids, while 1e-10 raised)."""
+    calls = []
+    original = GDPAccountant._uniform_pld
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return original(self, *args, **kwargs)
+    for delta in (1e-12, 1e-30):
+        acc = create("fdp", sampling="uniform")
+        acc.step(noise_multiplier=1.0, sample_rate=0.01, count=100_000)
+        sensitivity_two = create("pld")
+        sensitivity_two.step(noise_multiplier=0.5, sample_rate=0.01, count=100_000)
+        lower = sensitivity_two.get_epsilon_bounds(delta).lower
+        assert 200 < lower < math.inf
+        calls.clear()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(GDPAccountant, "_uniform_pld", counted)
+            with pytest.raises(NumericalError, match=re.escape(f"lower bound on epsilon is "
+                                                                f"{lower:.6g}") + ".*delta above"):
+                acc.get_epsilon_bounds(delta)
+        assert len(calls) <= 2   # the first grid (and the window budget's coarser one at most)
 
 
 def test_uniform_delta_and_epsilon_are_consistent():

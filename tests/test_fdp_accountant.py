@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import warnings
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -134,7 +135,7 @@ def test_far_tail_queries_are_not_retried_on_top(monkeypatch):
         return original(self, *args, **kwargs)
     monkeypatch.setattr(GDPAccountant, "_uniform_upper", counted)
     bounds = uniform.get_epsilon_bounds(1e-10)
-    sensitivity_two = create("pld")
+    sensitivity_two = create("pld", eps_tolerance=1e-2)  # its accuracy target
     sensitivity_two.step(noise_multiplier=0.5, sample_rate=0.01, count=100)
     assert bounds.lower == sensitivity_two.get_epsilon_bounds(1e-10).lower
     assert 0 < bounds.lower < bounds.upper and len(calls) == 1
@@ -236,13 +237,23 @@ def test_uniform_lower_bound_is_the_delta_of_a_real_dataset_pair():
                                            (1.1, 256 / 60000, 4688), (8.0, 0.05, 2000),
                                            (0.6, 0.3, 50), (20.0, 1e-4, 10 ** 6)])
 def test_uniform_lower_bound_below_upper_in_both_queries(sigma, q, steps):
+    """The lower bound stays below our upper bound and below dp-accounting's RDP bound for
+    sampling without replacement (Wang, Balle, Kasiviswanathan 2019; replace-one, noise sigma/2
+    for the sum's sensitivity 2C), an independent implementation."""
     acc = create("fdp", sampling="uniform")
     acc.step(noise_multiplier=sigma, sample_rate=q, count=steps)
+    import dp_accounting
+
+    rdp = dp_accounting.rdp.RdpAccountant(
+        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    rate = Fraction(q)   # the float's exact value, as the accountant's step records it
+    rdp.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.SampledWithoutReplacementDpEvent(
+        rate.denominator, rate.numerator, dp_accounting.GaussianDpEvent(sigma / 2)), steps))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", AccuracyWarning)
         for delta in (1e-3, 1e-6):
             lower, upper = acc.get_epsilon_bounds(delta)
-            assert 0 < lower <= upper
+            assert 0 < lower <= upper and lower <= rdp.get_epsilon(delta)
             low_delta, up_delta = acc.get_delta_bounds(lower)
             assert low_delta <= up_delta and up_delta >= delta * (1 - 1e-9)
 
@@ -260,7 +271,7 @@ def test_uniform_query_below_the_construction_error_refuses_with_its_lower_bound
     for delta in (1e-12, 1e-30):
         acc = create("fdp", sampling="uniform")
         acc.step(noise_multiplier=1.0, sample_rate=0.01, count=100_000)
-        sensitivity_two = create("pld")
+        sensitivity_two = create("pld", eps_tolerance=1e-2)  # its accuracy target
         sensitivity_two.step(noise_multiplier=0.5, sample_rate=0.01, count=100_000)
         lower = sensitivity_two.get_epsilon_bounds(delta).lower
         assert 200 < lower < math.inf

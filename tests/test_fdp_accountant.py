@@ -512,3 +512,22 @@ def test_uniform_one_grid_bound_keeps_within_a_small_memory_limit():
         warnings.simplefilter("ignore", AccuracyWarning)
         reference = default.get_epsilon(1e-5)
         assert reference * (1 - 1e-3) <= small.epsilon_upper_fast(1e-5) <= reference * 1.05
+
+
+def test_fixed_batch_rates_are_rounded_against_each_bound():
+    """batch_size / dataset_size is rarely a float: the upper bound uses the float at or above
+    it, the lower bound the float at or below it (exact rationals), and a rate that rounds to 1
+    keeps a lower bound below the full-batch closed form."""
+    from dpplugins.accountants.fdp import _directed_rate
+
+    for n, m in [(3, 1), (60000, 256), (10 ** 17 + 3, 7), (2 ** 60, 2 ** 60 - 1), (8, 2)]:
+        event = FixedBatchEvent(n, m, GaussianEvent(1.0))
+        up, down = _directed_rate(event, "up"), _directed_rate(event, "down")
+        assert Fraction(down) <= Fraction(m, n) <= Fraction(up)
+        assert up in (down, math.nextafter(down, 1.0))
+    almost_full = create("fdp", sampling="uniform").compose(
+        FixedBatchEvent(2 ** 60, 2 ** 60 - 1, GaussianEvent(4.0)), 4)
+    lower, upper = almost_full.get_epsilon_bounds(DELTA)
+    full = create("fdp", sampling="uniform").compose(FixedBatchEvent(8, 8, GaussianEvent(4.0)), 4)
+    full_lower, full_upper = full.get_epsilon_bounds(DELTA)
+    assert 0 < lower <= full_lower and upper == full_upper

@@ -27,13 +27,14 @@ A batch of ``m`` of the ``N`` records, ``q = m/N``.  Take neighbours that replac
 other record the gradient ``-C v``.  On the dataset with ``x'`` the batch sum is always ``-m C
 v``; on the one with ``x`` it is ``-(m - 2) C v`` when ``x`` is sampled (probability ``q``) and
 ``-m C v`` otherwise: a sampled record *displaces another one*, so the sum moves by ``2C``, not
-by ``C``.  With noise ``N(0, sigma^2 C^2)``, the sum shifted by ``m C v`` and projected on
-``v`` (a bijection and a post-processing), one step on the two datasets is the pair ``(1 - q)
+by ``C``.  With noise ``N(0, sigma^2 C^2)``, the sum shifted by ``m C v``, projected on ``v``
+and divided by ``C`` (bijections and a post-processing), one step on the two datasets is the pair ``(1 - q)
 N(0, sigma^2) + q N(2, sigma^2)`` against ``N(0, sigma^2)``: the "remove" pair of the
 Poisson-subsampled Gaussian with noise multiplier ``sigma / 2`` (scaled by 1/2;
 :func:`dpplugins.mechanisms.poisson_subsampled_gaussian`).  The gradients do not depend on the
 model, so every step draws an independent batch from the same pair, and ``T`` steps are that
-pair composed ``T`` times; exchanging the two datasets gives the "add" pair.  The certified
+pair composed ``T`` times (steps with other batch sizes or noise take their own pairs, with
+the same records); exchanging the two datasets gives the "add" pair.  The certified
 lower bound of the Poisson add/remove PLD with noise ``sigma / 2`` (the larger of the two
 directions) is therefore a certified lower bound for fixed-size batches.  (Lebeda, Regehr,
 Kamath, Steinke 2024, arXiv:2405.20769, likewise find that sampling without replacement under
@@ -89,6 +90,24 @@ _RELATIONS = {
     ("uniform", "replace_one"): ("fixed-size batches without replacement, replace-one neighbours "
                                  "(sensitivity 2C: each step is C_q(G_{2/sigma}))"),
 }
+
+
+def _directed_rate(event: FixedBatchEvent, rounding: str) -> float:
+    """``batch_size / dataset_size`` as the nearest float at or above it (``rounding="up"``) or
+    at or below it (``"down"``).
+
+    Example::
+
+        >>> _directed_rate(FixedBatchEvent(3, 1, GaussianEvent(1.0)), "down") <= 1 / 3
+        True
+    """
+    rate = event.sample_rate
+    exact = Fraction(event.batch_size, event.dataset_size)
+    if rounding == "up" and Fraction(rate) < exact:
+        return math.nextafter(rate, 1.0)
+    if rounding == "down" and Fraction(rate) > exact:
+        return math.nextafter(rate, 0.0)
+    return rate
 
 
 def _profile_end(profile, threshold: float) -> float:
@@ -279,14 +298,17 @@ class GDPAccountant(Accountant):
         return self.sampling
 
     @staticmethod
-    def _runs(history) -> list[tuple[float, float, int]]:
+    def _runs(history, rate_rounding: str = "up") -> list[tuple[float, float, int]]:
         """``(noise_multiplier, sample_rate, steps)`` runs of the history (either kind; a
-        history holds one kind)."""
+        history holds one kind).  A fixed-size batch's rate ``batch_size / dataset_size`` is
+        rounded to a float in the direction ``rate_rounding`` says (``"up"`` for upper bounds,
+        ``"down"`` for lower bounds: a larger rate is less private), so that neither bound
+        rests on a rate rounded its way."""
         runs: list[tuple[float, float, int]] = []
         for leaf, count in private_leaves(history):
             if not isinstance(leaf, FixedBatchEvent):
                 return poisson_gaussian_runs(history)
-            entry = (leaf.event.noise_multiplier, leaf.sample_rate)
+            entry = (leaf.event.noise_multiplier, _directed_rate(leaf, rate_rounding))
             if runs and runs[-1][:2] == entry:
                 runs[-1] = entry + (runs[-1][2] + count,)
             else:
@@ -412,11 +434,13 @@ class GDPAccountant(Accountant):
     def _epsilon_bounds(self, history, delta: float) -> Bounds:
         if self._kind(history) == "poisson":
             return self._poisson_for(history).get_epsilon_bounds(delta)
-        runs = self._runs(history)
+        runs, low_runs = self._runs(history), self._runs(history, rate_rounding="down")
         mus = full_batch_mu(runs, sensitivity_factor=2.0)
-        if mus is not None:
+        if mus is not None and runs == low_runs:
             return full_batch_epsilon_bounds(mus, delta)
-        lower = self._uniform_lower(runs, lambda acc: acc.get_epsilon_bounds(delta).lower)
+        lower = self._uniform_lower(low_runs, lambda acc: acc.get_epsilon_bounds(delta).lower)
+        if mus is not None:   # every batch rounds to the whole dataset: the upper bound only
+            return Bounds(lower, full_batch_epsilon_bounds(mus, delta).upper)
         upper = self._uniform_upper_or_refuse(
             runs, lambda pld: pld.epsilon_for_delta(delta, lower=False).upper, lower, "epsilon")
         return Bounds(lower, upper)
@@ -424,11 +448,13 @@ class GDPAccountant(Accountant):
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
         if self._kind(history) == "poisson":
             return self._poisson_for(history).get_delta_bounds(epsilon)
-        runs = self._runs(history)
+        runs, low_runs = self._runs(history), self._runs(history, rate_rounding="down")
         mus = full_batch_mu(runs, sensitivity_factor=2.0)
-        if mus is not None:
+        if mus is not None and runs == low_runs:
             return full_batch_delta_bounds(mus, epsilon)
-        lower = self._uniform_lower(runs, lambda acc: acc.get_delta_bounds(epsilon).lower)
+        lower = self._uniform_lower(low_runs, lambda acc: acc.get_delta_bounds(epsilon).lower)
+        if mus is not None:   # every batch rounds to the whole dataset: the upper bound only
+            return Bounds(lower, full_batch_delta_bounds(mus, epsilon).upper)
         upper = self._uniform_upper_or_refuse(
             runs, lambda pld: pld.delta_for_epsilon(epsilon, lower=False).upper, lower, "delta")
         return Bounds(lower, upper)

@@ -233,29 +233,42 @@ def test_uniform_lower_bound_is_the_delta_of_a_real_dataset_pair():
     assert 0.5 * upper < lower < upper
 
 
-@pytest.mark.parametrize("sigma,q,steps", [(1.0, 0.01, 100_000), (2.0, 0.01, 10_000),
-                                           (1.1, 256 / 60000, 4688), (8.0, 0.05, 2000),
-                                           (0.6, 0.3, 50), (20.0, 1e-4, 10 ** 6)])
-def test_uniform_lower_bound_below_upper_in_both_queries(sigma, q, steps):
-    """The lower bound stays below our upper bound and below dp-accounting's RDP bound for
-    sampling without replacement (Wang, Balle, Kasiviswanathan 2019; replace-one, noise sigma/2
-    for the sum's sensitivity 2C), an independent implementation."""
+UNIFORM_SETTINGS = [(1.0, 0.01, 100_000), (2.0, 0.01, 10_000), (1.1, 256 / 60000, 4688),
+                    (8.0, 0.05, 2000), (0.6, 0.3, 50), (20.0, 1e-4, 10 ** 6)]
+
+
+def _uniform_bounds(sigma, q, steps, delta):
     acc = create("fdp", sampling="uniform")
     acc.step(noise_multiplier=sigma, sample_rate=q, count=steps)
-    import dp_accounting
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AccuracyWarning)
+        return acc, acc.get_epsilon_bounds(delta)
 
+
+@pytest.mark.parametrize("sigma,q,steps", UNIFORM_SETTINGS)
+def test_uniform_lower_bound_below_upper_in_both_queries(sigma, q, steps):
+    for delta in (1e-3, 1e-6):
+        acc, (lower, upper) = _uniform_bounds(sigma, q, steps, delta)
+        assert 0 < lower <= upper
+        low_delta, up_delta = acc.get_delta_bounds(lower)
+        assert low_delta <= up_delta and up_delta >= delta * (1 - 1e-9)
+
+
+@pytest.mark.anchor
+@pytest.mark.parametrize("sigma,q,steps", UNIFORM_SETTINGS)
+def test_uniform_lower_bound_below_dp_accounting_rdp(sigma, q, steps):
+    """The lower bound stays below dp-accounting's RDP bound for sampling without replacement
+    (Wang, Balle, Kasiviswanathan 2019; replace-one, noise sigma/2 for the sum's sensitivity
+    2C), an independent implementation."""
+    dp_accounting = pytest.importorskip("dp_accounting")
     rdp = dp_accounting.rdp.RdpAccountant(
         neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
     rate = Fraction(q)   # the float's exact value, as the accountant's step records it
     rdp.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.SampledWithoutReplacementDpEvent(
         rate.denominator, rate.numerator, dp_accounting.GaussianDpEvent(sigma / 2)), steps))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", AccuracyWarning)
-        for delta in (1e-3, 1e-6):
-            lower, upper = acc.get_epsilon_bounds(delta)
-            assert 0 < lower <= upper and lower <= rdp.get_epsilon(delta)
-            low_delta, up_delta = acc.get_delta_bounds(lower)
-            assert low_delta <= up_delta and up_delta >= delta * (1 - 1e-9)
+    for delta in (1e-3, 1e-6):
+        _, (lower, _) = _uniform_bounds(sigma, q, steps, delta)
+        assert 0 < lower <= rdp.get_epsilon(delta)
 
 
 def test_uniform_query_below_the_construction_error_refuses_with_its_lower_bound():

@@ -685,8 +685,15 @@ def _clt_inputs(noise_multiplier, sample_rate, steps) -> tuple[float, float, flo
     return sigma, q, t
 
 
+def _inverse_square(sigma: float) -> float:
+    """``1 / sigma^2``; inf where ``sigma^2`` underflows to 0 (sigma below about 1e-162: it
+    raised ZeroDivisionError)."""
+    square = sigma * sigma
+    return math.inf if square == 0.0 else 1.0 / square
+
+
 def _expm1_inverse_square(sigma: float) -> float:
-    x = 1.0 / (sigma * sigma)
+    x = _inverse_square(sigma)
     return math.inf if x > 700 else math.expm1(x)
 
 
@@ -722,7 +729,7 @@ def clt_mu_poisson(noise_multiplier: float, sample_rate: float, steps: float, *,
     check_choice("neighbouring", neighbouring, ("add_remove", "replace_one"))
     chi2 = _expm1_inverse_square(sigma)
     if neighbouring == "replace_one":
-        chi2 = chi2 + (-math.expm1(-1.0 / (sigma * sigma)))  # e^x - e^-x = (e^x - 1) + (1 - e^-x)
+        chi2 = chi2 + (-math.expm1(-_inverse_square(sigma)))  # e^x - e^-x = (e^x - 1) + (1 - e^-x)
         return q * math.sqrt(2.0 * t * chi2)
     return q * math.sqrt(t * chi2)
 
@@ -755,7 +762,7 @@ def clt_mu_uniform(noise_multiplier: float, sample_rate: float, steps: float) ->
     """
     sigma, q, t = _clt_inputs(noise_multiplier, sample_rate, steps)
     s = sigma / 2.0
-    x = 1.0 / (s * s)
+    x = _inverse_square(s)
     if x > 700:
         return math.inf
     inner = math.exp(x) * special.ndtr(1.5 / s) + 3.0 * special.ndtr(-0.5 / s) - 2.0

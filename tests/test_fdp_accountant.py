@@ -544,3 +544,20 @@ def test_fixed_batch_rates_are_rounded_against_each_bound():
     full = create("fdp", sampling="uniform").compose(FixedBatchEvent(8, 8, GaussianEvent(4.0)), 4)
     full_lower, full_upper = full.get_epsilon_bounds(DELTA)
     assert 0 < lower <= full_lower and upper == full_upper
+
+
+@pytest.mark.parametrize("sigma", [5e-324, 1e-310, 1e-160])
+def test_tiny_noise_multipliers_refuse_or_estimate_without_a_bare_exception(sigma):
+    """Noise multipliers whose square underflows: the CLT mu is inf (it raised
+    ZeroDivisionError), and on fixed-size batches a certified query refuses naming the noise
+    multiplier (below about 1e-308 it raised a ParameterError about mu = inf, an argument the
+    user never passed) and states a positive lower bound (the lower bound's sigma / 2 rounds up:
+    5e-324 / 2 would be 0, a non-private step with epsilon inf)."""
+    for sampling in ("poisson", "uniform"):
+        acc = create("fdp", sampling=sampling)
+        acc.step(noise_multiplier=sigma, sample_rate=0.01, count=10)
+        assert acc.get_mu() == math.inf
+    with pytest.raises(NumericalError, match="noise multiplier") as raised:
+        acc.get_epsilon_bounds(DELTA)
+    lower = float(re.search(r"lower bound on epsilon is (\d[0-9.e+]*\d)", str(raised.value)).group(1))
+    assert 0 < lower < math.inf

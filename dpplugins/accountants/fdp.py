@@ -110,6 +110,19 @@ def _directed_rate(event: FixedBatchEvent, rounding: str) -> float:
     return rate
 
 
+def _half_up(sigma: float) -> float:
+    """``sigma / 2`` rounded up: more noise, so a lower bound stays valid (halving is exact
+    except among subnormals, where ``5e-324 / 2`` rounds to 0, a non-private step).
+
+    Example::
+
+        >>> _half_up(5e-324) == 5e-324 and _half_up(3.0) == 1.5
+        True
+    """
+    half = sigma / 2.0
+    return half if 2.0 * half >= sigma else math.nextafter(half, math.inf)
+
+
 def _profile_end(profile, threshold: float) -> float:
     """A power-of-two epsilon in ``[2^-20, 1e4]`` where ``profile`` is at most ``threshold``: the
     smallest power of two >= 1 with that property, or, when it holds at 1, the smallest one
@@ -131,6 +144,10 @@ def _component_end(sigma: float, q: float, steps: int, tail_mass: float) -> floa
     """Largest privacy loss kept on the grid of one fixed-size-batch component (what lies beyond
     goes to ``delta(inf)``; see :func:`fixed_size_gaussian_pld`)."""
     mu = 2.0 / sigma
+    if not math.isfinite(mu):
+        # a noise multiplier below about 1e-308 (it raised a ParameterError about mu = inf)
+        raise NumericalError(f"the noise multiplier {sigma:g} is too small to account: 2 / sigma "
+                             "overflows the float range", "use a larger noise multiplier")
     return _profile_end(lambda eps: fdp.subsampled_gaussian_delta(eps, mu, q),
                         min(1e-16, tail_mass) / max(steps, 1))
 
@@ -471,7 +488,7 @@ class GDPAccountant(Accountant):
         options.update(neighbouring="add_remove",
                        eps_tolerance=max(options["eps_tolerance"], _LOWER_TOLERANCE))
         lower = PLDAccountant(**options)
-        lower.history = [SelfComposedEvent(PoissonSampledEvent(q, GaussianEvent(sigma / 2.0)),
+        lower.history = [SelfComposedEvent(PoissonSampledEvent(q, GaussianEvent(_half_up(sigma))),
                                            steps) for sigma, q, steps in runs]
         # its compositions are kept across queries like the upper bound's (its own cache: the
         # key is the history and the grid step, and these histories are Poisson ones)

@@ -451,30 +451,32 @@ class GDPAccountant(Accountant):
     def _epsilon_bounds(self, history, delta: float) -> Bounds:
         if self._kind(history) == "poisson":
             return self._poisson_for(history).get_epsilon_bounds(delta)
-        runs, low_runs = self._runs(history), self._runs(history, rate_rounding="down")
-        mus = full_batch_mu(runs, sensitivity_factor=2.0)
-        if mus is not None and runs == low_runs:
-            return full_batch_epsilon_bounds(mus, delta)
-        lower = self._uniform_lower(low_runs, lambda acc: acc.get_epsilon_bounds(delta).lower)
-        if mus is not None:   # every batch rounds to the whole dataset: the upper bound only
-            return Bounds(lower, full_batch_epsilon_bounds(mus, delta).upper)
-        upper = self._uniform_upper_or_refuse(
-            runs, lambda pld: pld.epsilon_for_delta(delta, lower=False).upper, lower, "epsilon")
-        return Bounds(lower, upper)
+        return self._uniform_bounds(
+            history, lambda mus: full_batch_epsilon_bounds(mus, delta),
+            lambda acc: acc.get_epsilon_bounds(delta).lower,
+            lambda pld: pld.epsilon_for_delta(delta, lower=False).upper, "epsilon")
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
         if self._kind(history) == "poisson":
             return self._poisson_for(history).get_delta_bounds(epsilon)
+        return self._uniform_bounds(
+            history, lambda mus: full_batch_delta_bounds(mus, epsilon),
+            lambda acc: acc.get_delta_bounds(epsilon).lower,
+            lambda pld: pld.delta_for_epsilon(epsilon, lower=False).upper, "delta")
+
+    def _uniform_bounds(self, history, closed_form, lower_of, upper_of, what: str) -> Bounds:
+        """Bounds of a fixed-size-batch history for one query: ``closed_form(mus)`` where every
+        batch is the whole dataset (:mod:`dpplugins.full_batch`), else ``lower_of`` on the
+        lower bound's accountant (:meth:`_uniform_lower`) and ``upper_of`` on the upper bound's
+        PLDs (:meth:`_uniform_upper`); ``what`` names the quantity in a refusal."""
         runs, low_runs = self._runs(history), self._runs(history, rate_rounding="down")
         mus = full_batch_mu(runs, sensitivity_factor=2.0)
         if mus is not None and runs == low_runs:
-            return full_batch_delta_bounds(mus, epsilon)
-        lower = self._uniform_lower(low_runs, lambda acc: acc.get_delta_bounds(epsilon).lower)
+            return closed_form(mus)
+        lower = self._uniform_lower(low_runs, lower_of)
         if mus is not None:   # every batch rounds to the whole dataset: the upper bound only
-            return Bounds(lower, full_batch_delta_bounds(mus, epsilon).upper)
-        upper = self._uniform_upper_or_refuse(
-            runs, lambda pld: pld.delta_for_epsilon(epsilon, lower=False).upper, lower, "delta")
-        return Bounds(lower, upper)
+            return Bounds(lower, closed_form(mus).upper)
+        return Bounds(lower, self._uniform_upper_or_refuse(runs, upper_of, lower, what))
 
     def _uniform_lower(self, runs, evaluate) -> float:
         """Certified lower bound for fixed-size batches: ``evaluate`` (a query returning the lower

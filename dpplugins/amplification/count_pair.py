@@ -196,10 +196,16 @@ def _binom_path(U0: int, I: np.ndarray, theta: float, rho: float, block: int | N
     eP = rho * P
     q = theta / (1 - theta)
     c6, c2 = 6 * _U, 2 * _U
-    for s in range(1, int(offset.max(initial=0)) + 1):
-        idx = np.nonzero(offset == s)[0]
+    # the points at each offset from their anchor, in increasing order (a stable sort: the
+    # same index arrays as np.nonzero(offset == s), without a pass over the path per offset;
+    # offsets are below block <= 256, so 16 bits hold them and the sort is a radix sort)
+    order = np.argsort(offset.astype(np.int16), kind="stable")
+    ends = np.cumsum(np.bincount(offset))
+    U_float, I_float = U.astype(float), I.astype(float)
+    for s in range(1, len(ends)):
+        idx = order[ends[s - 1]:ends[s]]
         j = idx - 1
-        u, i0 = U[j].astype(float), I[j].astype(float)
+        u, i0 = U_float[j], I_float[j]
         p_cur, ep = P[j], eP[j]
         # U -> U + 1 at the threshold i0 (1 <= i0 <= u)
         r_down = i0 / ((u - i0 + 1) * q)                  # P(u, i0-1) / P(u, i0)

@@ -616,9 +616,14 @@ def pessimistic_from_profile(delta_upper, h: float, lo: int, hi: int, stride: in
     # top goes to delta(inf), which is valid, only looser)
     limit = math.floor(600.0 / h)
     lo, hi = max(lo, -limit), min(hi, limit)
-    index = np.arange(lo, hi + 1, stride)
-    if index[-1] != hi:
-        index = np.append(index, hi)
+    # the multiples of stride (0 among them) and both ends: on a window symmetric about 0 the
+    # negative points mirror the positive ones, so a profile of both signs from one bound
+    # (PrivacyLossDistribution.from_privacy_profile, symmetric) asks for each |eps| once, and
+    # a memoised profile is evaluated at half the points (the grid from lo used to put the
+    # negative side's points between the positive side's mirrored: a shuffled round's profile
+    # at 10^8 users was evaluated at 155 points instead of about 80, 90 ms each)
+    index = np.unique(np.concatenate([[lo], np.arange(-((-lo) // stride) * stride, hi + 1,
+                                                      stride), [hi]]).astype(np.int64))
     eps = index * h
     values = np.asarray(delta_upper(eps), dtype=float)
     if values.shape != eps.shape or np.any(np.isnan(values)):

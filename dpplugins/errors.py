@@ -81,6 +81,23 @@ def check_positive(name: str, value: Any) -> float:
     return value
 
 
+#: the largest privacy-loss grid step an accountant option accepts: a coarser grid certifies
+#: nothing useful (every loss is rounded up to a multiple of it), and a step of 1e300 overflowed
+#: the engine's loss arithmetic; the engine itself coarsens further where a history's losses
+#: are huge (the window budget), which this does not limit
+MAX_GRID_STEP = 1.0
+
+
+def check_grid_step(name: str, value: Any) -> float:
+    """A privacy-loss grid step (an accountant's ``value_discretization_interval``) in ``(0,
+    MAX_GRID_STEP]``."""
+    value = check_real(name, value)
+    if not 0 < value <= MAX_GRID_STEP:
+        raise ParameterError(name, value, f"in (0, {MAX_GRID_STEP:g}]",
+                             "leave it unset for the accountant's own choice")
+    return value
+
+
 def check_nonnegative(name: str, value: Any) -> float:
     """A finite real number >= 0."""
     value = check_real(name, value)

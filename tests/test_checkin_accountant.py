@@ -345,3 +345,53 @@ def test_inadmissible_delta0_is_accounted_without_amplification_on_any_protocol(
                                eps0=2.0, delta0=1e-3)
     eps = np.array([0.0, 1.0, 2.0, 3.0])
     assert np.allclose(f(eps), C.single_participation_profile(2.0, 1e-3)(eps), rtol=0, atol=0)
+
+
+def test_noise_multipliers_whose_inverse_square_underflows_answer():
+    """Beyond sigma of about 1e162, ``(2 / sigma)^2`` underflowed to 0: the history's Gaussian
+    mu became 0 and ``get_delta`` divided by it (ZeroDivisionError; found by a hostile sweep).
+    mu is now the scaled square root, ``2 sqrt(passes) / sigma > 0``, and the bounds hold the
+    exact Gaussian delta at that mu (Balle & Wang 2018, closed form: ``2 Phi(mu / 2) - 1`` at
+    eps = 0, about ``mu / sqrt(2 pi)`` here)."""
+    from dpplugins.events import GaussianEvent, RandomCheckInEvent
+    from dpplugins.mechanisms.gaussian import gaussian_delta, gaussian_delta_upper
+
+    for sigma in (1e170, 1e300):
+        acc = create("checkin")
+        acc.compose(RandomCheckInEvent(1, GaussianEvent(sigma), "fixed", 1), 4)
+        mu = acc.gaussian_mu()
+        assert mu == pytest.approx(4.0 / sigma, rel=1e-14) and mu > 0
+        exact = math.sqrt(2 / math.pi) * (mu / 2)        # 2 Phi(mu/2) - 1 to first order
+        assert acc.get_delta_bounds(0.0).upper >= exact
+        assert acc.get_delta(1.0) >= 0.0
+        assert acc.get_epsilon_bounds(1e-5) == (0.0, 0.0)
+    # mu = 0 itself: two equal laws, delta(eps) = (1 - e^eps)_+ exactly
+    for eps in (-1.0, 0.0, 0.5):
+        exact = max(0.0, -math.expm1(eps))
+        assert exact <= gaussian_delta_upper(eps, 0.0) <= exact * (1 + 1e-11)
+        assert float(gaussian_delta(eps, 0.0)) == pytest.approx(exact, rel=1e-15, abs=0)
+        assert math.copysign(1.0, float(gaussian_delta(eps, 0.0))) == 1.0   # no -0.0
+
+
+def test_a_pass_mixing_gaussian_and_eps_delta_randomizers_is_refused_at_compose():
+    """Half a pass of (eps0, delta0) randomizers, then half a pass of Gaussian ones: accepted,
+    and every query then raised an AttributeError (found by a hostile sweep).  The mix is now
+    refused when composed, the ledger untouched; a change of randomizer at a pass boundary is
+    still accepted."""
+    from fractions import Fraction
+
+    from dpplugins.accountants import UnsupportedEventError
+    from dpplugins.events import EpsilonDeltaEvent, GaussianEvent, RandomCheckInEvent
+
+    half = RandomCheckInEvent(10, EpsilonDeltaEvent(1.0), "fixed", 10, passes=Fraction(1, 2))
+    for first, second in ((half, half.with_event(GaussianEvent(1.0))),
+                          (half.with_event(GaussianEvent(1.0)), half)):
+        acc = create("checkin").compose(first)
+        before = acc.history
+        with pytest.raises(UnsupportedEventError, match="one kind of local randomizer per pass"):
+            acc.compose(second)
+        assert acc.history == before and math.isfinite(acc.get_epsilon(1e-5))
+        acc.compose(first)                        # completes the pass
+        acc.compose(second, 2)                    # a whole pass of the other kind
+        lower, upper = acc.get_epsilon_bounds(1e-5)
+        assert 0.0 <= lower <= upper < math.inf

@@ -212,3 +212,23 @@ def test_identical_seeds_give_identical_schedules(make):
 def test_bad_input_raises_parameter_error(call, name):
     with pytest.raises(ParameterError, match=name):
         call()
+
+
+def test_averaged_expected_batch_size_is_a_closed_form_of_two_binomial_tails():
+    """``E[min(L, b)]``, ``L ~ Bin(n, p0 / m)``, against the sum over every load (scipy's pmf):
+    the property built that pmf over all n + 1 loads (n = 10^8: more than 3 GB; 10^9: a
+    MemoryError); it is now ``n p P(Bin(n-1, p) <= b-1) + b P(Bin(n, p) > b)``."""
+    for n in (1, 2, 7, 100, 12345):
+        for m in (1, 3, 1000):
+            for p0 in (1.0, 0.5, 1e-3):
+                for cap in (None, 1, 2, 50, 10**6):
+                    sampler = RandomCheckIn(n, m, p0, "averaged", cap, rng=0)
+                    b = sampler.max_batch_size
+                    loads = np.arange(n + 1)
+                    brute = float(np.sum(np.minimum(loads, b) * stats.binom.pmf(loads, n, p0 / m)))
+                    assert sampler.expected_batch_size == pytest.approx(brute, rel=1e-12, abs=1e-300)
+    # large n: the mean when the cap does not bind, the cap when it binds everywhere
+    assert RandomCheckIn(10**9, 1000, 1.0, "averaged", rng=0).expected_batch_size == \
+        pytest.approx(10**6, rel=1e-12)
+    assert RandomCheckIn(10**18, 1000, 0.5, "averaged", 600_000, rng=0).expected_batch_size == \
+        pytest.approx(600_000, rel=1e-12)

@@ -250,3 +250,58 @@ def test_lower_bound_far_in_the_tail_comes_from_a_larger_delta(delta):
     no_amplification = brentq(lambda e: gaussian_delta_exact(e, 10.0) - delta, 1.0, 500.0)
     assert 40.0 < bounds.lower <= bounds.upper
     assert bounds.lower <= no_amplification
+
+
+def test_one_protocol_per_ledger_is_still_enforced_after_no_ops_and_non_private_steps():
+    """The compose-time checks look at the newest event and the last relevant leaf before it
+    (``base.leaves_to_check``; the whole ledger was scanned at every compose: 6,000 distinct
+    per-step events took 54 s to record).  A no-op or a non-private step between two protocols
+    must not hide the first one."""
+    from dpplugins.accountants import UnsupportedEventError, create
+    from dpplugins.accountants.base import leaves_to_check
+    from dpplugins.events import (GaussianEvent, NonPrivateEvent, NoOpEvent, ShuffledEpochsEvent,
+                                  ShuffleEvent, RandomizedResponseEvent, SwapEvent)
+
+    first = ShuffledEpochsEvent(100, 10, 1, GaussianEvent(1.0))
+    acc = create("shuffle")
+    for i in range(50):   # a noise schedule: 50 distinct events of one protocol
+        acc.compose(first.with_event(GaussianEvent(1.0 + i / 100)).with_steps(1))
+    acc.compose(NoOpEvent())
+    acc.compose(NonPrivateEvent())
+    with pytest.raises(UnsupportedEventError, match="one shuffled-epochs protocol"):
+        acc.compose(ShuffledEpochsEvent(200, 10, 1, GaussianEvent(1.0)))
+    assert len(acc.history) == 52
+    rounds = create("shuffle").compose(ShuffleEvent(100, RandomizedResponseEvent(1.0, 2)))
+    rounds.compose(NonPrivateEvent())
+    with pytest.raises(UnsupportedEventError, match="shuffle-model rounds"):
+        rounds.compose(first)
+    swap = create("swap").compose(SwapEvent(100, 1, GaussianEvent(1.0)))
+    swap.compose(NoOpEvent())
+    with pytest.raises(UnsupportedEventError, match="one shuffled-epochs protocol"):
+        swap.compose(SwapEvent(101, 1, GaussianEvent(1.0)))
+    # what the check looks at: the newest event's leaves and the last relevant leaf before it
+    history = (first, NonPrivateEvent(), NoOpEvent(), first.with_steps(3))
+    got = leaves_to_check(history, lambda e: isinstance(e, ShuffledEpochsEvent))
+    assert [leaf for leaf, _ in got] == [first, first.with_steps(3)]
+    assert [leaf for leaf, _ in leaves_to_check(history)] == [NonPrivateEvent(),
+                                                              first.with_steps(3)]
+
+
+def test_summary_of_an_empty_or_non_private_ledger():
+    """``summary`` of an empty ``shuffle`` or ``swap`` ledger raised an AttributeError, and of
+    one with a non-private step a TypeError (found by a hostile sweep)."""
+    from dpplugins.accountants import create
+    from dpplugins.events import GaussianEvent, NonPrivateEvent, NoOpEvent, SwapEvent
+
+    for name in ("shuffle", "swap"):
+        acc = create(name)
+        assert "no private step recorded, epsilon in [0, 0]" in acc.summary(1e-5)
+        acc.compose(NoOpEvent())
+        assert "no private step recorded, epsilon in [0, 0]" in acc.summary(1e-5)
+        with pytest.raises(ParameterError, match="delta"):
+            acc.summary(2.0)
+        acc.compose(NonPrivateEvent())
+        assert "a non-private step recorded, epsilon in [inf, inf]" in acc.summary(1e-5)
+        assert acc.no_amplification_epsilon(1e-5) == math.inf
+    acc = create("swap").compose(SwapEvent(100, 1, GaussianEvent(1.0)))
+    assert "epsilon in [" in acc.summary(1e-5) and acc.no_amplification_epsilon(1e-5) > 0

@@ -682,3 +682,19 @@ def test_binary_core_bounds_at_many_epsilons_contain_the_exact_divergence(eps0, 
         assert exact <= upper <= exact + 1e-10  # the pmfs carry a relative 1e-12 each
         # at least the single-epsilon bound of evaluate(), less its rounding terms' difference
         assert upper >= core.delta(float(e)).upper - 1e-15
+
+
+def test_one_user_round_delta_lower_bound_is_at_most_the_exact_profile():
+    """n = 1 is the randomizer itself: delta(eps) = (e^eps0 - e^eps)_+ / (e^eps0 + k - 1)
+    exactly (mpmath, 40 digits).  The lower bound was the upper bound's value, rounded up by
+    1e-12 relative: binary RR at eps0 = 1, eps = 0.5 gave 0.2876491366452556 against the exact
+    0.2876491366449679."""
+    with mpmath.workdps(40):
+        for eps0 in (0.01, 0.5, 1.0, 5.0, 20.0, 50.0, 100.0):
+            for k in (2, 3, 10, 1000):
+                for eps in (0.0, 1e-3, 0.3 * eps0, 0.9 * eps0, eps0 * (1 - 1e-9)):
+                    bounds = sm.delta_bounds(("krr", eps0, k), 1, eps)
+                    top = mpmath.exp(mpmath.mpf(eps0))
+                    exact = max((top - mpmath.exp(mpmath.mpf(eps))) / (top + k - 1), 0)
+                    assert bounds.lower <= exact <= bounds.upper, (eps0, k, eps, bounds)
+                    assert bounds.upper - bounds.lower <= 1e-11 * bounds.upper

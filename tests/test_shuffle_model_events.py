@@ -399,7 +399,8 @@ def test_rounds_of_more_than_max_users_are_accounted_as_max_users():
     for delta in (1e-6, 1e-3):
         assert big.get_epsilon_bounds(delta) == (0.0, ref.get_epsilon(delta))
     for eps in (0.01, 0.5):
-        assert big.get_delta_bounds(eps) == (0.0, ref.get_delta_bounds(eps).upper)
+        # (the randomizer may publish its input with probability delta0, at any n)
+        assert big.get_delta_bounds(eps) == (1e-12, ref.get_delta_bounds(eps).upper)
     assert "accounted as 1e+08" in big.summary(1e-6)
     assert "accounted as" not in ref.summary(1e-6)
 
@@ -438,3 +439,32 @@ def test_rounds_of_very_different_eps0_compose_on_a_grid_that_fits(wide):
         assert 0 <= lower <= upper <= (20 + 1e-4) * (1 + 1e-9)
     lower, upper = acc.get_delta_bounds(19.5)
     assert 0 <= lower <= upper <= 1
+
+
+def test_a_round_of_more_than_max_users_leaves_the_other_rounds_lower_bounds():
+    """A round of more than MAX_USERS users is accounted as MAX_USERS users for the upper
+    bound; its own lower-bound datasets are not valid for more users.  The whole history's
+    lower bound was then 0 (found by the long fuzz tests: a unary-encoding round of 2^63 users
+    beside a one-user randomized-response round, [0, 1.00006] at delta = 1e-5).  It now comes
+    from the other rounds (dropping a round's reports is a post-processing): here the one-user
+    round, binary RR at eps0 = 1, whose exact profile is (e - e^eps) / (e + 1) -- the closed
+    form the bounds are checked against (the lower bound at most it, the upper at least it)."""
+    from dpplugins.amplification.shuffle import MAX_USERS
+
+    acc = create("shuffle")
+    acc.compose(ShuffleEvent(9 * 10**15, EpsilonDeltaEvent(1.0, 0.0)))
+    acc.compose(ShuffleEvent(1, RandomizedResponseEvent(1.0, 2)))
+    for delta in (1e-6, 1e-3):
+        exact = math.log(math.e - delta * (1 + math.e))    # epsilon of the one-user round
+        lower, upper = acc.get_epsilon_bounds(delta)
+        assert exact * (1 - 1e-9) <= lower <= exact * (1 + 1e-12) <= upper
+    for eps in (0.5, 0.9):
+        exact = (math.e - math.exp(eps)) / (math.e + 1)
+        lower, upper = acc.get_delta_bounds(eps)
+        assert exact * (1 - 1e-9) <= lower <= exact * (1 + 1e-12) <= upper
+    assert "lower bound from the other rounds" in acc.summary(1e-6)
+    # the rounds of more than MAX_USERS users alone still certify no lower bound on epsilon; an
+    # (eps0, delta0) randomizer's delta0 is one on delta at any number of users
+    alone = create("shuffle").compose(ShuffleEvent(MAX_USERS + 1, EpsilonDeltaEvent(1.0, 1e-12)))
+    assert alone.get_epsilon_bounds(1e-6).lower == 0.0
+    assert alone.get_delta_bounds(0.5).lower == 1e-12

@@ -16,14 +16,16 @@ from typing import ClassVar
 
 import numpy as np
 
-from dpplugins.accountants.base import Accountant, UnsupportedEventError, private_leaves
+from dpplugins.accountants.base import (Accountant, UnsupportedEventError, leaves_to_check,
+                                       private_leaves)
 from dpplugins.events import EpsilonDeltaEvent, Event, GaussianEvent, RandomCheckInEvent
 from dpplugins.passes import Pass, cut_passes
 from dpplugins.amplification.checkin import (VARIANTS, expected_dummy_updates,
                                              pass_privacy_profile)
 from dpplugins.composition import optimal_composition_delta, optimal_composition_epsilon
 from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_count,
-                              check_nonnegative, check_positive, check_probability)
+                              check_grid_step, check_nonnegative, check_positive,
+                              check_probability)
 from dpplugins.mechanisms.gaussian import gaussian_delta, gaussian_delta_upper, gaussian_epsilon
 from dpplugins.pld import Bounds, PrivacyLossDistribution
 from dpplugins.profiles import pld_from_profile, profile_grid
@@ -34,6 +36,8 @@ __all__ = ["CheckInAccountant", "pass_profile", "local_noise_multiplier",
 #: grid points of one pass's PLD that fit in the PLD engine's default memory (1 GiB, a few
 #: float64 arrays of the grid)
 _MAX_GRID_POINTS = 2**25
+#: the unit round-off of double precision
+_UNIT_ROUNDOFF = float(np.finfo(float).eps) / 2
 
 
 class CheckInAccountant(Accountant):
@@ -103,7 +107,7 @@ class CheckInAccountant(Accountant):
         self.variant = check_choice("variant", variant, VARIANTS)
         self.value_discretization_interval = (
             None if value_discretization_interval is None
-            else check_positive("value_discretization_interval", value_discretization_interval))
+            else check_grid_step("value_discretization_interval", value_discretization_interval))
         if num_examples is None:   # the protocol comes from the events
             given = {"num_slots": num_slots, "window": window, "eps0": eps0,
                      "noise_multiplier": noise_multiplier, "max_batch_size": max_batch_size}
@@ -186,6 +190,23 @@ class CheckInAccountant(Accountant):
             return True
         return ("a Gaussian (GaussianEvent) or (eps0, delta0) (EpsilonDeltaEvent) local "
                 "randomizer")
+
+    def _check_history(self, history: tuple) -> None:
+        """A pass runs one kind of local randomizer, Gaussian or (eps0, delta0): the passes are
+        cut only when the newest event's kind differs from the last one's (a history of one
+        kind costs nothing here).  A mix was accepted, and every query then failed with an
+        AttributeError."""
+        def kind(leaf):
+            return type(leaf.event) if isinstance(leaf, RandomCheckInEvent) else None
+
+        if len({kind(leaf) for leaf, _ in leaves_to_check(history)} - {None}) <= 1:
+            return
+        for p, _ in cut_passes(private_leaves(history)):
+            if len({type(e) for e in p.events}) > 1:
+                raise UnsupportedEventError(
+                    history[-1], self.name, "one kind of local randomizer per pass, Gaussian "
+                    "(GaussianEvent) or (eps0, delta0) (EpsilonDeltaEvent); this event would "
+                    "mix them within a pass: change the randomizer at a pass boundary", ())
 
     def protocol_event(self, noise_multiplier: float | None = None) -> RandomCheckInEvent:
         """The version-0.1 protocol options as a one-step ``RandomCheckInEvent``."""
@@ -309,14 +330,20 @@ class CheckInAccountant(Accountant):
         Cor. 3.3).  Where the PLD of the passes cannot be computed or is vacuous (its window is
         too short for thousands of passes of large privacy loss), this still gives a finite
         certified epsilon."""
-        total = 0.0
+        terms = []
         for p, count in self._cut(history):
             if isinstance(p.events[0], EpsilonDeltaEvent):
                 return None
-            sigma = min(e.noise_multiplier for e in p.events)
-            inverse = 2.0 / sigma          # (a float product overflows to inf, ** raises)
-            total += count * (inverse * inverse)
-        return math.sqrt(total)
+            terms.append((count, 2.0 / min(e.noise_multiplier for e in p.events)))
+        # sqrt(sum count (2 / sigma)^2) scaled by the largest 2 / sigma: the squares underflowed
+        # to 0 beyond sigma of about 1e162 (mu = 0, an upper bound below the true delta, and a
+        # division by zero), and overflow to inf below about 1e-154 (inf is then the answer);
+        # rounded up by a few ulps
+        scale = max((inverse for _, inverse in terms), default=0.0)
+        if scale == 0.0 or math.isinf(scale):
+            return scale
+        total = math.fsum(count * (inverse / scale) ** 2 for count, inverse in terms)
+        return scale * math.sqrt(total) * (1 + 8 * _UNIT_ROUNDOFF)
 
     def amplifies(self, history=None) -> bool:
         """Whether the check-in theorems improve on the plain Gaussian pass for some pass of the

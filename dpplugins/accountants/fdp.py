@@ -61,7 +61,8 @@ import numpy as np
 from dpplugins import fdp
 from fractions import Fraction
 
-from dpplugins.accountants.base import Accountant, UnsupportedEventError, private_leaves
+from dpplugins.accountants.base import (Accountant, UnsupportedEventError, leaves_to_check,
+                                       private_leaves)
 from dpplugins.accountants.pld import (_MAX_REFINE_WINDOW, PLDAccountant, is_poisson_gaussian,
                                        loss_scale, poisson_gaussian_pld, poisson_gaussian_runs)
 from dpplugins.events import (Event, FixedBatchEvent, GaussianEvent, PoissonSampledEvent,
@@ -299,7 +300,7 @@ class GDPAccountant(Accountant):
                 "batches without replacement (FixedBatchEvent, replace-one)")
 
     def _check_history(self, history: tuple) -> None:
-        kinds = {self._kind_of(leaf) for leaf, _ in private_leaves(history)}
+        kinds = {self._kind_of(leaf) for leaf, _ in leaves_to_check(history)}
         if len(kinds) > 1:
             last = history[-1]
             raise UnsupportedEventError(last, self.name, "one sampling scheme per accountant: "

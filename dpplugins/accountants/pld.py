@@ -11,7 +11,8 @@ from typing import ClassVar
 import numpy as np
 
 from dpplugins.accountants.base import Accountant, private_leaves
-from dpplugins.errors import NumericalError, ParameterError, check_count, check_positive
+from dpplugins.errors import (NumericalError, ParameterError, check_count, check_grid_step,
+                              check_positive)
 from dpplugins import mechanisms
 from dpplugins.events import (EpsilonDeltaEvent, Event, GaussianEvent, LaplaceEvent,
                               PoissonSampledEvent, RandomizedResponseEvent)
@@ -325,7 +326,8 @@ class PLDAccountant(Accountant):
     previous query found too coarse is not tried again.  So the bounds can depend on which
     queries came before (each answer is certified either way, and held to the same
     ``eps_tolerance``).  A changed history has another key, so it never reuses a stale value.
-    One component uses at most ``memory_limit / 256`` bins (a smaller
+    ``value_discretization_interval`` is at most ``dpplugins.errors.MAX_GRID_STEP`` (1); one
+    component uses at most ``memory_limit / 256`` bins (a smaller
     ``value_discretization_interval`` is a ParameterError naming the smallest valid one) and
     the first grid at most ``2^17`` bins per component; refinement stops (with an
     :class:`~dpplugins.pld.AccuracyWarning`) before ``2^20`` bins per component or an FFT window
@@ -361,7 +363,7 @@ class PLDAccountant(Accountant):
         self.eps_tolerance = check_positive("eps_tolerance", eps_tolerance)
         self.value_discretization_interval = (
             None if value_discretization_interval is None
-            else check_positive("value_discretization_interval", value_discretization_interval))
+            else check_grid_step("value_discretization_interval", value_discretization_interval))
         self.tail_mass = check_positive("tail_mass", tail_mass)
         # an integer number of bytes, at least 1 MiB (as balls_and_bins): 2.5 was truncated to
         # 2 and every query then refused with a window limit of 0 bins

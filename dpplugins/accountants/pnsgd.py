@@ -14,8 +14,8 @@ import numpy as np
 
 from fractions import Fraction
 
-from dpplugins.accountants.base import (Accountant, UnsupportedEventError, private_leaves,
-                                        validate_history)
+from dpplugins.accountants.base import (Accountant, UnsupportedEventError, leaves_to_check,
+                                        private_leaves, validate_history)
 from dpplugins.events import Event, GaussianEvent, LaplaceEvent, PNSGDEvent
 from dpplugins.amplification.iteration import (NOISES, PNSGDSetting, epsilon_for_delta,
                                                privacy_profile)
@@ -260,8 +260,11 @@ class PNSGDAccountant(Accountant):
         return True
 
     def _check_history(self, history: tuple) -> None:
+        def is_pnsgd(leaf):
+            return isinstance(leaf, PNSGDEvent)
+
         keys = {leaf.protocol_key() + (type(leaf.event).__name__,)
-                for leaf, _ in private_leaves(history) if isinstance(leaf, PNSGDEvent)}
+                for leaf, _ in leaves_to_check(history, is_pnsgd) if is_pnsgd(leaf)}
         if len(keys) > 1:
             raise UnsupportedEventError(history[-1], self.name, "one PNSGD algorithm (constants, "
                                         "variant and noise family) per accountant", ())

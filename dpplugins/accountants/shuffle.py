@@ -63,11 +63,13 @@ from typing import ClassVar
 
 import numpy as np
 
-from dpplugins.accountants.base import Accountant, UnsupportedEventError, private_leaves
+from dpplugins.accountants.base import (FAR_TAIL_DELTA, Accountant, UnsupportedEventError,
+                                       is_non_private, leaves_to_check, private_leaves)
 from dpplugins.amplification import shuffle as shuffle_bounds
 from dpplugins.amplification.shuffle import MAX_USERS
 from dpplugins.amplification import swap as swap_bounds
-from dpplugins.errors import (NumericalError, ParameterError, check_count, check_positive)
+from dpplugins.errors import (NumericalError, ParameterError, check_count, check_grid_step,
+                              check_positive)
 from dpplugins.events import (Event, GaussianEvent, ProtocolEvent, ShuffledEpochsEvent,
                               steps_per_epoch_for_rate)
 from dpplugins.passes import cut_passes
@@ -199,8 +201,8 @@ class ShuffleAccountant(Accountant):
     shuffled-epochs protocol per accountant; the noise may change from step to step).
 
     Options: ``neighbouring``, ``lower_bound`` (compute the lower bound; ``False`` reports 0 for
-    it), ``value_discretization_interval`` (PLD grid step; default chosen from the per-epoch
-    noise).  ``batch_size`` (alias ``examples_per_step``) and ``dataset_size`` are the version-0.1
+    it), ``value_discretization_interval`` (PLD grid step, at most 1; default chosen from the
+    per-epoch noise).  ``batch_size`` (alias ``examples_per_step``) and ``dataset_size`` are the version-0.1
     way of naming the protocol for :meth:`step` (``sample_rate = 1 / steps per epoch``); with
     events they are not needed.
     """
@@ -237,7 +239,7 @@ class ShuffleAccountant(Accountant):
             raise ParameterError("dataset_size", dataset_size, f">= batch_size={self.batch_size}")
         self.value_discretization_interval = (
             None if value_discretization_interval is None
-            else check_positive("value_discretization_interval", value_discretization_interval))
+            else check_grid_step("value_discretization_interval", value_discretization_interval))
         if not isinstance(lower_bound, bool):
             raise ParameterError("lower_bound", lower_bound, "True or False")
         self.lower_bound = lower_bound
@@ -256,7 +258,8 @@ class ShuffleAccountant(Accountant):
                 "sampling use 'pld'")
 
     def _check_history(self, history: tuple) -> None:
-        keys = {leaf.protocol_key() for leaf, _ in private_leaves(history)
+        keys = {leaf.protocol_key()
+                for leaf, _ in leaves_to_check(history, lambda e: isinstance(e, ProtocolEvent))
                 if isinstance(leaf, ProtocolEvent)}
         if len(keys) > 1:
             raise UnsupportedEventError(history[-1], self.name, "one shuffled-epochs protocol "
@@ -276,10 +279,13 @@ class ShuffleAccountant(Accountant):
         sigma = check_positive("noise_multiplier", noise_multiplier)
         return legacy_shuffled_step(sigma, sample_rate, self.batch_size, self.dataset_size)
 
-    def plan(self, history=None) -> EpochPlan:
-        """The epochs of ``history`` (default: the recorded one)."""
+    def plan(self, history=None) -> EpochPlan | None:
+        """The epochs of ``history`` (default: the recorded one); None when it records no
+        private step."""
         history = self._history if history is None else history
-        return epoch_plan(cut_passes(private_leaves(history)))
+        passes = cut_passes([(leaf, count) for leaf, count in private_leaves(history)
+                             if isinstance(leaf, ProtocolEvent)])
+        return epoch_plan(passes) if passes else None
 
     def _users_per_epoch(self, plan: EpochPlan) -> int | None:
         """n of the shuffle theorems (batch size 1 only), or None when they do not apply."""
@@ -428,6 +434,7 @@ class ShuffleAccountant(Accountant):
         return out
 
     def _lower(self, plan: EpochPlan, query) -> float:
+        """The best certified lower bound of the pairs of :meth:`_lower_plds` for ``plan``."""
         if not self.lower_bound or plan.steps_per_epoch > sys.float_info.max:
             return 0.0   # 0 is a valid lower bound (the pair's formulas need a float T)
         best = 0.0
@@ -438,30 +445,70 @@ class ShuffleAccountant(Accountant):
                 continue  # 0 is always a valid lower bound
         return best
 
+    def _single_epoch_lower(self, plan: EpochPlan, query) -> float:
+        """:meth:`_lower` of the plan's most revealing single epoch (the smallest largest noise,
+        the most released steps); 0 for a plan of one epoch.  One epoch's outputs are a
+        marginal of the run's on the pair's fixed datasets, so its lower bound holds for the
+        run; the run's own composition is held on a grid that coarsens with the number of
+        epochs and can certify less (n = 10^6, sigma = 1, swap: 0.0204 for one epoch, 0 for
+        1000 epochs, before one epoch was also asked)."""
+        if sum(plan.epochs.values()) <= 1:
+            return 0.0
+        key = min(plan.epochs, key=lambda k: (k[1], -k[2]))
+        return self._lower(EpochPlan(plan.steps_per_epoch, {key: 1}, plan.batch_size,
+                                     plan.dataset_size), query)
+
+    def _lower_from_larger_delta(self, history, delta: float, bounds: Bounds) -> Bounds:
+        """The base class's far-tail lower bound (certified at larger deltas), and for shuffled
+        epochs at least the single epoch's at ``delta`` (:meth:`_single_epoch_lower`, which
+        :meth:`_epsilon_bounds` leaves to this step when the run certifies nothing)."""
+        found = super()._lower_from_larger_delta(history, delta, bounds)
+        plan = self.plan(history) if self._shuffle_rounds(history) is None else None
+        if plan is None:   # shuffle-model rounds (or nothing to cut into epochs)
+            return found
+        single = self._single_epoch_lower(plan, lambda pld: pld.epsilon_for_delta(delta).lower)
+        return Bounds(min(max(found.lower, single), found.upper), found.upper)
+
     # -- the contract ---------------------------------------------------------------------------
     def _epsilon_bounds(self, history, delta: float) -> Bounds:
         plan = self.plan(history)
         upper = self._upper_epsilon(plan, delta)
-        lower = self._lower(plan, lambda pld: pld.epsilon_for_delta(delta).lower)
+        query = lambda pld: pld.epsilon_for_delta(delta).lower  # noqa: E731
+        lower = self._lower(plan, query)
+        if lower > 0 or delta >= FAR_TAIL_DELTA:
+            lower = max(lower, self._single_epoch_lower(plan, query))
+        # else 0: the base class's far-tail step (_lower_from_larger_delta) certifies the run
+        # at larger deltas and adds the single epoch
         return Bounds(min(lower, upper), upper)
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
         plan = self.plan(history)
         upper = self._upper_delta(plan, epsilon)
-        lower = self._lower(plan, lambda pld: pld.delta_for_epsilon(epsilon).lower)
+        query = lambda pld: pld.delta_for_epsilon(epsilon).lower  # noqa: E731
+        lower = max(self._lower(plan, query), self._single_epoch_lower(plan, query))
         return Bounds(min(lower, upper), upper)
 
     def no_amplification_epsilon(self, delta: float) -> float:
         """Epsilon without any amplification (Gaussian DP composition of one step per epoch)."""
-        if not self._history:
+        plan = self.plan()
+        if any(is_non_private(leaf) for leaf, _ in private_leaves(self._history)):
+            return math.inf
+        if plan is None:
             return 0.0
-        return gaussian_epsilon(self._mu_total(self.plan()), delta)
+        return gaussian_epsilon(self._mu_total(plan), delta)
 
     def summary(self, delta: float) -> str:
         """A short report: lower bound, upper bound, no-amplification value, and advice."""
         lower, upper = self.get_epsilon_bounds(delta)
+        plan = self.plan()
+        non_private = any(is_non_private(leaf) for leaf, _ in private_leaves(self._history))
+        if plan is None or non_private:
+            # (an empty ledger raised an AttributeError, a non-private step a TypeError)
+            what = "a non-private step recorded" if non_private else "no private step recorded"
+            return (f"shuffled epochs ({self.neighbouring}), delta={delta:g}: {what}, epsilon "
+                    f"in [{lower:.4g}, {upper:.4g}]")
         plain = self.no_amplification_epsilon(delta)
-        lines = [f"shuffled epochs ({self.neighbouring}, batch size {self.plan().batch_size}), "
+        lines = [f"shuffled epochs ({self.neighbouring}, batch size {plan.batch_size}), "
                  f"delta={delta:g}: epsilon in [{lower:.4g}, {upper:.4g}] "
                  f"(no amplification: {plain:.4g})"]
         if upper >= 0.95 * plain:
@@ -557,21 +604,27 @@ class ShuffleAccountant(Accountant):
     def _check_history(self, history: tuple) -> None:
         from dpplugins.events import NonPrivateEvent, ShuffleEvent
 
-        kinds = {isinstance(leaf, ShuffleEvent) for leaf, _ in private_leaves(history)
-                 if not isinstance(leaf, NonPrivateEvent)}
+        def counted(leaf):
+            return not isinstance(leaf, NonPrivateEvent)
+
+        kinds = {isinstance(leaf, ShuffleEvent)
+                 for leaf, _ in leaves_to_check(history, counted) if counted(leaf)}
         if len(kinds) > 1:
             raise UnsupportedEventError(history[-1], self.name, "shuffle-model rounds "
                                         "(ShuffleEvent) and shuffled epochs in one ledger; use "
                                         "one accountant for each", ())
         self._epochs_check_history(history)
 
-    def _shuffle_rounds(self, history: tuple):
-        """``[Round, ...]`` when the history is shuffle-model rounds, else None."""
+    def _shuffle_rounds(self, history: tuple, *, uncapped_only: bool = False):
+        """``[Round, ...]`` when the history is shuffle-model rounds, else None;
+        ``uncapped_only``: only the rounds of at most MAX_USERS users (None if there are
+        none)."""
         from dpplugins.amplification.shuffle_model import Round
         from dpplugins.events import ShuffleEvent
 
         leaves = [(leaf, c) for leaf, c in private_leaves(history)
-                  if isinstance(leaf, ShuffleEvent)]
+                  if isinstance(leaf, ShuffleEvent)
+                  and not (uncapped_only and leaf.num_users > MAX_USERS)]
         if not leaves:
             return None
         counts: dict[tuple, int] = {}
@@ -585,7 +638,9 @@ class ShuffleAccountant(Accountant):
 
     @staticmethod
     def _users_capped(history: tuple) -> bool:
-        """Whether a round has more than MAX_USERS users (then the lower bounds are 0)."""
+        """Whether a round has more than MAX_USERS users.  Such a round's lower-bound datasets
+        are those of MAX_USERS users, not a lower bound for more, so the lower bounds then come
+        from the other rounds alone (:meth:`_uncapped_lower`)."""
         from dpplugins.events import ShuffleEvent
 
         return any(isinstance(leaf, ShuffleEvent) and leaf.num_users > MAX_USERS
@@ -608,14 +663,36 @@ class ShuffleAccountant(Accountant):
         except NumericalError:
             if math.isinf(cap):
                 raise
-            from dpplugins.amplification.shuffle_model_families import single_round_epsilon_lower
-
-            # any one round is a post-processing of the composition
-            lower = single_round_epsilon_lower(rounds, delta) \
-                if self.lower_bound and not capped else 0.0
+            if capped:
+                lower = self._uncapped_lower(history, delta=delta)
+            elif self.lower_bound:
+                lower = _single_round_lower(rounds, delta)
+            else:
+                lower = 0.0
             return Bounds(min(lower, cap), cap)
-        lower = 0.0 if capped else min(bounds.lower, cap)
-        return Bounds(lower, min(bounds.upper, cap))
+        upper = min(bounds.upper, cap)
+        lower = self._uncapped_lower(history, delta=delta) if capped else bounds.lower
+        return Bounds(min(lower, upper), upper)
+
+    def _uncapped_lower(self, history: tuple, *, delta: float | None = None,
+                        epsilon: float | None = None) -> float:
+        """A certified lower bound on epsilon(``delta``) or delta(``epsilon``) from the rounds of
+        at most MAX_USERS users alone (0 if there are none, or without ``lower_bound``).
+
+        Why it is valid: dropping the other rounds' reports is a post-processing of the
+        history's output, so the pair of datasets that certifies a lower bound for the kept
+        rounds (each round on fixed datasets) certifies it for the whole history; a round of
+        more than MAX_USERS users is only accounted as MAX_USERS of them for the upper bounds,
+        and its own lower-bound datasets (of MAX_USERS users) are not valid for it."""
+        kept = self._shuffle_rounds(history, uncapped_only=True)
+        if not self.lower_bound or kept is None:
+            return 0.0
+        if epsilon is not None:
+            return self._rounds_delta_bounds(kept, epsilon, True).lower
+        try:
+            return self._rounds_epsilon_bounds(kept, delta, True).lower
+        except NumericalError:
+            return _single_round_lower(kept, delta)
 
     def _rounds_epsilon_bounds(self, rounds, delta: float, lower: bool) -> Bounds:
         from dpplugins.amplification import shuffle_model, shuffle_model_heterogeneous
@@ -650,13 +727,22 @@ class ShuffleAccountant(Accountant):
             lower=lower)
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
-        from dpplugins.amplification import shuffle_model, shuffle_model_heterogeneous
-        from dpplugins.amplification import shuffle_model_families as shuffle_families
-
         rounds = self._shuffle_rounds(history)
         if rounds is None:
             return self._epochs_delta_bounds(history, epsilon)
-        lower = self.lower_bound and not self._users_capped(history)
+        capped = self._users_capped(history)
+        found = self._rounds_delta_bounds(rounds, epsilon, self.lower_bound and not capped)
+        if not self.lower_bound:
+            return Bounds(0.0, found.upper)
+        lower = self._uncapped_lower(history, epsilon=epsilon) if capped else found.lower
+        # a round's randomizer may publish its input with probability delta0, whatever the
+        # number of users: delta >= delta0
+        return Bounds(min(max(lower, _published(rounds)), found.upper), found.upper)
+
+    def _rounds_delta_bounds(self, rounds, epsilon: float, lower: bool) -> Bounds:
+        from dpplugins.amplification import shuffle_model, shuffle_model_heterogeneous
+        from dpplugins.amplification import shuffle_model_families as shuffle_families
+
         families = _families_path(rounds)
         if families == "grouped":
             r = rounds[0]
@@ -682,10 +768,7 @@ class ShuffleAccountant(Accountant):
             found = shuffle_model.composed_delta_bounds(
                 rounds, epsilon, value_discretization_interval=self.value_discretization_interval,
                 lower=lower)
-        if not lower:
-            return Bounds(0.0, found.upper)
-        # a round's randomizer may publish its input with probability delta0: delta >= delta0
-        return Bounds(min(max(found.lower, _published(rounds)), found.upper), found.upper)
+        return found if lower else Bounds(0.0, found.upper)
 
     def _pure_epsilon_bounds(self, history: tuple) -> Bounds:
         """delta = 0: shuffling does not amplify pure DP (the event "every report is the user's
@@ -727,7 +810,8 @@ class ShuffleAccountant(Accountant):
                           f"n={r.n})" for r in rounds)
         if self._users_capped(tuple(self._history)):
             names += (f" (rounds of more than {MAX_USERS:.0e} users accounted as {MAX_USERS:.0e}: "
-                      "more users cannot increase epsilon; lower bound 0)")
+                      "more users cannot increase epsilon; lower bound from the other rounds "
+                      "only)")
         return (f"shuffle model ({self.neighbouring}; replace-one bounds), {names}, "
                 f"delta={delta:g}: epsilon in [{lower:.4g}, {upper:.4g}] (no amplification: "
                 f"{self.no_amplification_epsilon(delta):.4g})")
@@ -788,6 +872,14 @@ def _no_amplification(rounds, delta: float) -> float:
         return math.inf
     total = math.fsum(r.count * r.randomizer.eps0 for r in rounds)
     return total * (1 + 1e-12) if math.isfinite(total) else math.inf
+
+
+def _single_round_lower(rounds, delta: float) -> float:
+    """The best one-round lower bound on epsilon(delta) among ``rounds``: any one round is a
+    post-processing of their composition."""
+    from dpplugins.amplification.shuffle_model_families import single_round_epsilon_lower
+
+    return single_round_epsilon_lower(rounds, delta)
 
 
 def _published(rounds) -> float:

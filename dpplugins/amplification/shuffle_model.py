@@ -1151,7 +1151,11 @@ def delta_bounds(spec, n: int, epsilon_: float) -> Bounds:
     eps = check_nonnegative("epsilon", epsilon_)
     if n == 1:
         v = float(_single_user_profile(r)(np.array([eps]))[0])
-        return Bounds(v if r.delta0 == 0 else 0.0, v)
+        # the profile is rounded up by the relative margin 1e-12 (its own rounding is a few
+        # u); the lower bound takes that margin off twice (it returned v itself, 1e-12 above
+        # the exact delta: binary RR, eps0 = 1, eps = 0.5 gave 0.2876491366452556 where the
+        # exact value is 0.2876491366449679)
+        return Bounds(v * (1 - 2e-12) if r.delta0 == 0 else 0.0, v)
     upper = float(_single_user_profile(r)(np.array([eps]))[0])
     if r.eps0 > 0 and eps < r.eps0 and r.delta0 == 0:
         if r.kind == "krr" and r.k == 2 and n <= _MAX_EXACT_BINARY_N:

@@ -65,6 +65,8 @@ def gaussian_delta(epsilon, mu):
     from scipy.special import log_ndtr
 
     epsilon = np.asarray(epsilon, dtype=float)
+    if np.all(np.asarray(mu) == 0):   # two equal laws: (1 - e^eps)_+ (0 / 0 gave NaN at eps = 0)
+        return np.maximum(-np.expm1(epsilon), 0.0) + 0.0   # (+ 0.0: no negative zero)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         a = log_ndtr(-epsilon / mu + mu / 2)
         b = epsilon + log_ndtr(-epsilon / mu - mu / 2)
@@ -94,6 +96,10 @@ def gaussian_delta_upper(epsilon: float, mu: float) -> float:
     epsilon, mu = float(epsilon), float(mu)
     if not mu < math.inf:
         return 1.0
+    if mu == 0.0:
+        # two equal laws (mu = 2 / sigma underflows to 0 beyond sigma of about 1e162; this
+        # divided by zero): delta(eps) = (1 - e^eps)_+, 0 at eps >= 0
+        return min(max(0.0, -math.expm1(epsilon)) * (1 + 1e-12), 1.0)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         a = float(log_ndtr(-epsilon / mu + mu / 2))
         if a == -math.inf:

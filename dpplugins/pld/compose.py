@@ -925,6 +925,8 @@ def _frequency_zero_error(components: Sequence[tuple[GridPMF, int]], u_work: flo
             return 0.0
         log_g += k * math.log(magnitude)
         ratio += k * eta / magnitude
+    if log_g >= 709.0:   # (math.exp raised an OverflowError: a grid step of 1e300)
+        return math.inf
     return math.exp(log_g) * ratio if log_g > -745.0 else 0.0
 
 
@@ -1023,7 +1025,14 @@ def compose_grid_pmfs(components: Sequence[tuple[GridPMF, int]], *, tail_mass: f
         inf_mass = -math.expm1(sum(k * math.log1p(-min(c.inf_mass, 1.0))
                                    for c, k in components)) if survive > 0 else 1.0
         # log_scale is rounded (a relative error of exp(log_scale) of 4 u per unit of the terms)
-        rel_error = math.expm1(rel_sum + 4 * _U * scale_terms) + inner.rel_error
+        exponent = rel_sum + 4 * _U * scale_terms
+        if not exponent < 700.0:
+            # (math.expm1 raised an OverflowError: swap, 10^15 epochs of sigma = 300)
+            raise NumericalError(
+                f"the tilted composition's relative error bound, exp({exponent:.4g}) - 1, is "
+                "beyond the floating-point range", "compose fewer steps, or ask for a delta "
+                "the untilted composition certifies (above its floating-point floor)")
+        rel_error = math.expm1(exponent) + inner.rel_error
         return ComposedPLD(h=h, lo=inner.lo, pmf=inner.pmf, inf_mass=inf_mass,
                            tail_above=inner.tail_above, tail_below=inner.tail_below,
                            fp_error=inner.fp_error + lost, rel_error=rel_error, tilt=tilt,

@@ -101,6 +101,10 @@ def _trimmed(h: float, lo: int, pmf: np.ndarray, inf_mass: float, fp_error: floa
                    float(inf_mass), fp_error)
 
 
+#: beyond this |loss|, e^loss is 0 or inf in double precision (exp underflows below -745.2)
+_EXP_RANGE = 750.0
+
+
 def pessimistic_from_bins(bins: LossBins) -> GridPMF:
     """Connect-the-dots dominating pair of ``bins`` (Doroshenko et al. 2022, Thm 4.1).
 
@@ -134,7 +138,12 @@ def pessimistic_from_bins(bins: LossBins) -> GridPMF:
     excess = np.where(np.isfinite(excess), excess, bins.p)
     h1 = -np.expm1(-h)
     p_up = np.clip(excess / h1, 0.0, bins.p)
-    margin = bins.p * ((2 * r_b + _UNIT_ROUNDOFF * (np.abs(eps) + 16)) / h1)
+    # the rounding of x_j = e^eps_j is u |eps_j| relative where x_j is finite and positive
+    # (|eps_j| < 745); beyond, x_j is 0 or inf and the excess p (rounded up) is used: |eps| is
+    # capped there (at a grid step of 1e300 the factor below became 1e284, a PMF of masses
+    # far above 1, and the FFT overflowed)
+    abs_eps = np.minimum(np.abs(eps), _EXP_RANGE)
+    margin = bins.p * ((2 * r_b + _UNIT_ROUNDOFF * (abs_eps + 16)) / h1)
     p_up = np.minimum(p_up + margin, bins.p)
     pmf = np.zeros(hi - lo + 1)
     pmf[:-1] += bins.p - p_up
@@ -143,7 +152,7 @@ def pessimistic_from_bins(bins: LossBins) -> GridPMF:
     x_hi_q = np.exp(hi * h) * bins.q_above if bins.q_above > 0 else 0.0
     at_top = min(x_hi_q, bins.p_above)
     pmf[-1] += at_top
-    eps_abs = max(abs(lo), abs(hi)) * h
+    eps_abs = min(max(abs(lo), abs(hi)) * h, _EXP_RANGE)
     scale = 1.0 + 2 * r_b + _UNIT_ROUNDOFF * (eps_abs + 16)
     inf_margin = (2 * r_b + _UNIT_ROUNDOFF * (eps_abs + 16)) * (bins.p_above + at_top) \
         + 2 * r_b * bins.p_inf

@@ -114,9 +114,12 @@ class RandomCheckIn(SeededSampler):
         n, m, p0 = self.num_examples, self.num_slots, self.checkin_probability
         if self.variant == "fixed":
             return 1.0 - self.expected_dummy_updates() / m
-        loads = np.arange(n + 1)
-        pmf = stats.binom.pmf(loads, n, p0 / m)
-        return float(np.sum(np.minimum(loads, self.max_batch_size) * pmf))
+        # E[min(L, b)] = n p P(Bin(n - 1, p) <= b - 1) + b P(Bin(n, p) > b) (our one-line
+        # derivation: sum_{l > b} l C(n, l) p^l (1-p)^(n-l) = n p P(Bin(n - 1, p) >= b), and
+        # E[min(L, b)] = E[L] - sum_{l > b} (l - b) P(L = l)); two tail values instead of a pmf
+        # over all n + 1 loads (3 GB and a MemoryError at n = 10^8)
+        b, p = self.max_batch_size, p0 / m
+        return float(n * p * stats.binom.cdf(b - 1, n - 1, p) + b * stats.binom.sf(b, n, p))
 
     def expected_dummy_updates(self) -> float:
         """Expected empty slots per pass, ``m (1 - p0/m)^n`` (Balle et al. 2020, Thm 3.4)."""

@@ -32,6 +32,7 @@ from typing import Any, Callable
 from scipy.optimize import brentq
 
 from dpplugins.accountants import create
+from dpplugins.accountants.base import check_representable
 from dpplugins.errors import (NumericalError, ParameterError, check_count, check_open_unit,
                               check_positive, check_probability)
 from dpplugins.events import Event
@@ -51,14 +52,21 @@ _CLAMP = 1e3
 
 def _epsilon_for(accountant_name: str, options: dict, record, sigma: float, delta: float, *,
                  fast: bool, coarsen: float = 1.0) -> float:
+    """A certified upper bound on epsilon at ``delta`` with noise ``sigma``; ``inf`` where the
+    accountant refuses to certify one (a NumericalError: at too little noise the error terms
+    of some accountants exceed every delta, e.g. pnsgd's passes), so that the search moves to
+    more noise instead of stopping (a target of 1e4 was refused while 3 answered)."""
     acc = create(accountant_name, **options)
     record(acc, sigma)
     method = getattr(acc, "epsilon_upper_fast", None) if fast else None
-    if method is None:
-        return acc.get_epsilon(delta)
-    if coarsen != 1.0 and "coarsen" in inspect.signature(method).parameters:
-        return method(delta, coarsen=coarsen)
-    return method(delta)
+    try:
+        if method is None:
+            return acc.get_epsilon(delta)
+        if coarsen != 1.0 and "coarsen" in inspect.signature(method).parameters:
+            return method(delta, coarsen=coarsen)
+        return method(delta)
+    except NumericalError:
+        return math.inf
 
 
 def _log_gap(epsilon: float, target: float) -> float:
@@ -141,6 +149,9 @@ def find_noise_multiplier(*, target_epsilon: float, delta: float,
         def record(acc, sigma):
             acc.compose(event_for_noise(sigma))
     record(probe, 1.0)  # refuses an unsupported run now, not after the search
+    # and one the composition engines cannot represent (more than 2**53 compositions; the
+    # fast path skipped the check and refused with an internal name, count=10^30)
+    check_representable(probe.history)
 
     probe_method = getattr(probe, "epsilon_upper_fast", None)
     coarse = probe_method is not None and "coarsen" in inspect.signature(probe_method).parameters

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 
 from dpplugins.cli_types import finite_number, integer
 from dpplugins.errors import NumericalError, ParameterError
@@ -224,7 +225,10 @@ def _make_config(args: argparse.Namespace, noise_multiplier: float | None):
 
 
 def _names(text: str) -> list[str]:
-    return [n.strip() for n in text.split(",") if n.strip()]
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:   # (',' gave an empty table and status 0)
+        raise ParameterError("--accountants", text, "a comma-separated list of accountant names")
+    return names
 
 
 def _refuse_pair(name: str, config, reason: str) -> ParameterError:
@@ -292,7 +296,7 @@ def _check_pair(name: str, config, *, references: bool) -> None:
         if not report._installed(ref.module):
             raise ImportError(f"the reference {name} needs {ref.module} ({ref.install})")
         if report.poisson_runs(event) is None:
-            raise _refuse_pair(name, config, "it assumes Poisson sampling; Chua et al. 2024")
+            raise _refuse_pair(name, config, "Poisson sampling (Chua et al. 2024)")
         return
     try:
         create(name).check(event)
@@ -410,8 +414,31 @@ def _message(error: BaseException) -> str:
         return f"{error.strerror or error}" + (f": {error.filename}" if error.filename else "")
     if isinstance(error, ArithmeticError):
         return (f"numerical failure ({type(error).__name__}: {error}); the inputs are outside "
-                "what the accountant can compute (e.g. a tiny noise multiplier)")
+                "what the accountant can compute (e.g. a noise multiplier or a count far "
+                "outside the usual range)")
     return f"unexpected {type(error).__name__}: {error}"
+
+
+#: the most warnings a successful command prints (one line each)
+_MAX_WARNING_LINES = 5
+
+
+def _print_warnings(command: str, caught) -> None:
+    """The warnings of a successful command, one line each on stderr, each distinct one once
+    (Python's own format took two lines, with a line of our source, and numpy's and the
+    reference libraries' warnings came in several); a failed command prints its error alone."""
+    seen: list[str] = []
+    for item in caught:
+        origin = "" if item.category.__module__.startswith("dpplugins") else \
+            f" (from {item.filename.rsplit('site-packages/', 1)[-1]})"
+        line = f"{item.category.__name__}: {' '.join(str(item.message).split())}{origin}"
+        if line not in seen:
+            seen.append(line)
+    for line in seen[:_MAX_WARNING_LINES]:
+        print(f"dpplugins {command}: note: {line}", file=sys.stderr)
+    if len(seen) > _MAX_WARNING_LINES:
+        print(f"dpplugins {command}: note: {len(seen) - _MAX_WARNING_LINES} more warning(s)",
+              file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -420,7 +447,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return _run(args)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            status = _run(args)
+        _print_warnings(args.command, caught)
+        return status
     except KeyboardInterrupt:
         print(f"dpplugins {args.command}: interrupted", file=sys.stderr)
         return 2

@@ -155,9 +155,20 @@ def bounds(args: argparse.Namespace) -> dict:
         raise ParameterError("delta0", args.delta0, "0 unless --randomizer general",
                              hint="the named randomizers are pure eps0-DP")
     general_spec = ("general", eps0, args.delta0) if args.delta0 else ("general", eps0)
-    fmt21 = sm.epsilon(general_spec, n, delta)
     params: dict = {}
-    if r in ("general", "rr", "krr"):
+    family = None
+    if r not in ("general", "rr", "krr"):
+        # the family first: its own range of eps0 is the one to name (FMT21's wider one was
+        # named, then the family refused the values it allowed)
+        if r in ("sue", "oue", "subset"):
+            params["d"] = _require(args, "d", 3)
+        if r == "subset":
+            params["k"] = _require(args, "k", 1)
+        if r == "olh":
+            params["g"] = _require(args, "g", 2)
+        family = fam.FAMILIES[r](eps0, **params)
+    fmt21 = sm.epsilon(general_spec, n, delta)
+    if family is None:
         if r == "krr":
             params["k"] = _require(args, "k", 2)
         spec = {"general": general_spec, "rr": ("binary_rr", eps0),
@@ -166,13 +177,6 @@ def bounds(args: argparse.Namespace) -> dict:
         low = sm.lower_bound(spec, n, delta)
         name = {"general": "general", "rr": "binary RR", "krr": f"{params.get('k')}-RR"}[r]
     else:
-        if r in ("sue", "oue", "subset"):
-            params["d"] = _require(args, "d", 3)
-        if r == "subset":
-            params["k"] = _require(args, "k", 1)
-        if r == "olh":
-            params["g"] = _require(args, "g", 2)
-        family = fam.FAMILIES[r](eps0, **params)
         up, low = fam.epsilon(family, n, delta), fam.lower_bound(family, n, delta)
         name = family.name
     fmt21_value = fmt21.candidates.get("fmt21", fmt21.epsilon)
@@ -200,8 +204,10 @@ def bounds(args: argparse.Namespace) -> dict:
         if method != up.method and method != "fmt21":
             rows.append({"bound": f"  other upper bound: {method}", "kind": "upper",
                          "epsilon": float(min(value, eps0)), "method": method})
-    vr = None if args.delta0 else _variation_ratio(
-        r, eps0, n, delta, family if r not in ("general", "rr", "krr") else None, params)
+    # (eps0 = 0: the reports do not depend on the data, epsilon is 0 and the variation-ratio
+    # parameters degenerate, p = 1: it raised "p=1.0 is invalid")
+    vr = None if args.delta0 or eps0 == 0 else _variation_ratio(r, eps0, n, delta, family,
+                                                                  params)
     if vr is not None:
         rows.append({"bound": "variation ratio (Wang et al. 2024)", "kind": "not certified",
                      "epsilon": vr, "method": "variation_ratio"})

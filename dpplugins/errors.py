@@ -58,6 +58,16 @@ class NumericalError(ArithmeticError):
         super().__init__(f"{what}. To fix: {fix}")
 
 
+def larger_delta_advice(floor: float, otherwise: str = "account fewer steps or use more "
+                        "noise") -> str:
+    """The fix of a refusal below an error floor on delta: "ask for delta above <floor>", or,
+    when the floor is 1 or more (or not finite), ``otherwise`` -- no delta below 1 can be
+    certified then (a refusal advised "delta above 8.11", and "above inf")."""
+    if floor < 1.0:
+        return f"ask for delta above {floor:.3g}"
+    return f"{otherwise} (no delta below 1 can be certified for this history)"
+
+
 def check_real(name: str, value: Any) -> float:
     """Return ``value`` as a finite float or raise :class:`ParameterError`."""
     if isinstance(value, bool) or not isinstance(value, Real):

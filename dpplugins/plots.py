@@ -31,6 +31,8 @@ MAX_POINTS = 200
 #: figure sizes in inches, and dots per inch, a plot accepts (matplotlib's canvas is at most
 #: 2^16 pixels a side; a zero size raised a LinAlgError from its layout)
 MAX_INCHES, DPI_RANGE = 100.0, (10, 1200)
+#: the most pixels a side of a figure may have (matplotlib refuses 2^16 and more)
+MAX_PIXELS = 2**16 - 1
 
 
 def _image_formats() -> set[str]:
@@ -45,7 +47,7 @@ def _image_formats() -> set[str]:
 def check_output_path(path) -> Path:
     """``path`` as a :class:`~pathlib.Path` whose directory exists and whose suffix (if any) is
     an image format matplotlib writes (ParameterError otherwise), checked before anything is
-    computed."""
+    computed; a name without a suffix gets ``.png``, the file matplotlib writes for it."""
     out = Path(path)
     if out.name == "" or out.is_dir():
         raise ParameterError("output", str(path), "a file name (e.g. eps.png), not a directory")
@@ -57,7 +59,9 @@ def check_output_path(path) -> Path:
     if suffix and formats and suffix not in formats:
         raise ParameterError("output", str(path), "a file name ending in an image format: "
                              + ", ".join("." + f for f in sorted(formats)))
-    return out
+    # without a suffix matplotlib writes PNG to the name plus ".png": say so (the command
+    # line reported "wrote p" for the file p.png)
+    return out if suffix else out.with_name(out.name + ".png")
 
 
 def check_points(points) -> int:
@@ -97,6 +101,12 @@ def check_figure_size(size, dpi) -> tuple[tuple[float, float], int]:
     dpi = check_count("dpi", dpi, minimum=DPI_RANGE[0])
     if dpi > DPI_RANGE[1]:
         raise ParameterError("dpi", dpi, f"an integer in [{DPI_RANGE[0]}, {DPI_RANGE[1]}]")
+    for name, inches in zip(("width", "height"), out):
+        # matplotlib draws 1 to 2^16 - 1 pixels a side (width 1e-320 gave a NaN, and 100
+        # inches at 1000 dpi "Image size ... is too large")
+        if not 1 <= inches * dpi <= MAX_PIXELS:
+            raise ParameterError(name, inches, f"1 to {MAX_PIXELS:,} pixels at dpi={dpi}, i.e. "
+                                 f"{1 / dpi:.3g} to {min(MAX_INCHES, MAX_PIXELS / dpi):.4g} inches")
     return (out[0], out[1]), dpi
 
 

@@ -267,7 +267,8 @@ class TrainingConfig:
         if self.batch_size is not None and self.dataset_size is not None and not self.is_pnsgd:
             return max(1, round(self.dataset_size / self.batch_size))
         if self.poisson_sample_rate is not None:
-            return max(1, round(1.0 / self.poisson_sample_rate))
+            # exact (1 / 1e-320 is inf in floats, and round(inf) raised an OverflowError)
+            return max(1, round(1 / Fraction(self.poisson_sample_rate)))
         return self.steps_per_epoch
 
     @property
@@ -275,14 +276,16 @@ class TrainingConfig:
         """Noisy steps of the run: ``num_steps``, or ``epochs`` passes rounded to a whole step."""
         if self.num_steps is not None:
             return self.num_steps
-        return max(1, round(self.epochs * self.steps_per_epoch))
+        # exact: epochs = 1e308 made the float product inf (an OverflowError); a count beyond
+        # what the accountants compose is refused by them, naming the limit
+        return max(1, round(Fraction(self.epochs) * self.steps_per_epoch))
 
     @property
     def poisson_steps(self) -> int:
         """Steps of the Poisson event (``round(dataset_size / batch_size)`` per epoch)."""
         if self.num_steps is not None:
             return self.num_steps
-        return max(1, round(self.epochs * self._poisson_steps_per_epoch))
+        return max(1, round(Fraction(self.epochs) * self._poisson_steps_per_epoch))
 
     # -- events --------------------------------------------------------------------------------
     def sampler_object(self):
@@ -350,7 +353,13 @@ class TrainingConfig:
 def _count_text(count: int) -> str:
     """A count as digits, or in ``e`` notation beyond 10^15 (a sample rate of 1e-300 has 1e300
     steps per epoch: 301 digits in a one-line summary)."""
-    return str(count) if count < 10**15 else f"{float(count):.6g}"
+    if count < 10**15:
+        return str(count)
+    if count < 10**300:
+        return f"{float(count):.6g}"
+    digits = str(count)   # (float(count) overflows beyond 1.8e308; truncated, not rounded)
+    fraction = digits[1:6].rstrip("0")
+    return f"{digits[0]}{'.' + fraction if fraction else ''}e+{len(digits) - 1}"
 
 
 @dataclass
@@ -441,6 +450,52 @@ REFERENCES: dict[str, Reference] = {
     "opacus.rdp": Reference("opacus", "upper bound (RDP)", _opacus("rdp"), "pip install opacus"),
     "opacus.prv": Reference("opacus", "estimate (PRV)", _opacus("prv"), "pip install opacus"),
 }
+
+#: seconds a reference accountant (another library) may take for one number; past it the row
+#: records a TimeoutError and the table goes on (dp-accounting's PLD took minutes for 200
+#: steps at noise 0.05).  The reference keeps running in a background thread until the
+#: program ends: a thread cannot be stopped from outside.
+REFERENCE_TIME_LIMIT = 15.0
+
+
+def _within_time_limit(name: str, compute: Callable[[], float], seconds: float) -> float:
+    """``compute()`` run in a daemon thread, its result or its exception; TimeoutError when it
+    has not finished after ``seconds``."""
+    import threading
+
+    box: dict = {}
+
+    def target() -> None:
+        try:
+            box["value"] = compute()
+        except BaseException as error:  # noqa: BLE001 -- passed on to the caller
+            box["error"] = error
+
+    worker = threading.Thread(target=target, name=f"dpplugins-{name}", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise TimeoutError(f"{name} gave no answer within {seconds:g} s (the reference's own "
+                           "computation; ours are not limited this way)")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _reference_number(name: str, ref: "Reference", runs, delta: float) -> float:
+    """The reference's epsilon for ``runs``, within :data:`REFERENCE_TIME_LIMIT`; counts it
+    cannot take are refused first (10^30 steps reached numpy as Python integers: a
+    UFuncTypeError)."""
+    from dpplugins.accountants.base import MAX_COMPOSITIONS
+    from dpplugins.errors import NumericalError
+
+    total = sum(steps for _, _, steps in runs)
+    if total > MAX_COMPOSITIONS:
+        raise NumericalError(f"{name} is given {_count_text(total)} steps, more than the 2**53 "
+                             "that counts as floats represent exactly",
+                             "account for fewer steps")
+    return float(_within_time_limit(name, lambda: ref.run(runs, delta), REFERENCE_TIME_LIMIT))
+
 
 _POISSON_REASON = ("assumes Poisson sampling; with {sampler} batches this is not a valid bound "
                    "(Chua et al. 2024) -- shown: the number for Poisson sampling at sample rate "
@@ -586,7 +641,7 @@ def _row_reference(name: str, config: TrainingConfig, event: Event, poisson: Eve
         if runs is None:
             return row, None
         row.number_for = "poisson"
-    return row, lambda: (float(ref.run(runs, config.delta)), None)
+    return row, lambda: (_reference_number(name, ref, runs, config.delta), None)
 
 
 def _finish(row: ComparisonRow, compute: Callable | None, catch: bool) -> ComparisonRow:

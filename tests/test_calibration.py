@@ -49,3 +49,27 @@ def test_a_target_met_at_every_noise_returns_the_smallest_searched(accountant):
     acc = create(accountant)
     acc.step(noise_multiplier=sigma, sample_rate=1e-300, count=100)
     assert acc.get_epsilon(1e-5) == 0.0
+
+
+def test_a_refusal_at_little_noise_moves_the_search_to_more_noise():
+    """pnsgd refuses (NumericalError) at noise so small that its passes' error terms exceed
+    every delta; the search stopped there, so a target of 1e4 was refused while 3 answered
+    (found by a hostile sweep of the command line).  Such a refusal now counts as epsilon
+    inf; the answer is still checked by a certified query."""
+    from dpplugins.events import PNSGDEvent
+
+    def event(sigma):
+        return PNSGDEvent(6000, 2, GaussianEvent(sigma), 1.0, 1.0, 0.1, "shuffled")
+
+    for target in (3.0, 1e4):
+        sigma = find_noise_multiplier(target_epsilon=target, delta=1e-5, accountant="pnsgd",
+                                      event_for_noise=event)
+        acc = create("pnsgd").compose(event(sigma))
+        assert acc.get_epsilon(1e-5) <= target
+
+
+def test_more_compositions_than_the_engines_represent_are_refused_naming_the_limit():
+    from dpplugins.errors import NumericalError
+
+    with pytest.raises(NumericalError, match=r"2\*\*53"):
+        find_noise_multiplier(target_epsilon=3.0, delta=1e-5, sample_rate=0.01, steps=10**30)

@@ -172,3 +172,93 @@ def test_figure_size_check_accepts_numpy_numbers_and_names_the_bad_one():
                             ((True, 3), 50, "width"), ((5, 3), 5, "dpi"), ((5, 3), 5000, "dpi")]:
         with pytest.raises(ParameterError, match=f"^{name}="):
             check_figure_size(size, dpi)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    # a sample rate whose inverse is beyond the floats: the description raised OverflowError
+    # after printing the answer (found by a hostile sweep of the command line)
+    (["epsilon", "--noise-multiplier", "1.1", "--sample-rate", "1e-320", "--steps", "1000",
+      "--delta", "1e-5"], 0),
+    # 1e308 epochs: the float product of epochs and steps was inf (an OverflowError); now the
+    # accountant's refusal naming the limit of 2**53 compositions
+    (["epsilon", *CONFIG[:4], "--epochs", "1e308", *CONFIG[6:]], 2),
+    # the calibration's fast path skipped that check and named an internal parameter "count"
+    (["noise", "--target-epsilon", "3", "--delta", "1e-5", "--sample-rate", "0.01", "--steps",
+      str(10**30)], 2),
+])
+def test_huge_counts_answer_or_name_the_limit(argv, expected):
+    result = run(*argv, check=False)
+    assert result.returncode == expected, result.stderr
+    if expected == 2:
+        assert len(result.stderr.strip().splitlines()) == 1
+        assert "2**53" in result.stderr and "count=" not in result.stderr
+        assert "OverflowError" not in result.stderr
+    else:
+        assert "1e+320 per epoch" in result.stdout and result.stderr == ""
+
+
+def test_count_text_of_integers_beyond_the_floats():
+    from dpplugins.report import _count_text
+    assert _count_text(12) == "12" and _count_text(10**15) == "1e+15"
+    assert _count_text(123456789 * 10**320) == "1.23456e+328" and _count_text(10**320) == "1e+320"
+
+
+def test_plot_sizes_are_checked_in_pixels_and_a_bare_name_gets_png(tmp_path):
+    """Width 1e-320 inches passed the inches check and matplotlib then failed on a NaN; 100
+    inches at 1000 dpi is an image matplotlib refuses (2^16 pixels a side).  A name without a
+    suffix was reported as written although matplotlib wrote it with ".png"."""
+    from dpplugins.errors import ParameterError
+    from dpplugins.plots import check_figure_size, check_output_path
+    for size, dpi, name in [((1e-320, 3), 100, "width"), ((100, 100), 1000, "width"),
+                            ((5, 66), 1000, "height")]:
+        with pytest.raises(ParameterError, match=f"^{name}=.*pixels"):
+            check_figure_size(size, dpi)
+    assert check_figure_size((65.535, 1), 1000) == ((65.535, 1.0), 1000)
+    assert check_output_path(tmp_path / "eps") == tmp_path / "eps.png"
+    assert check_output_path(tmp_path / "eps.pdf") == tmp_path / "eps.pdf"
+
+
+def test_an_empty_accountant_list_is_refused():
+    result = run("compare", *CONFIG, "--accountants", ",", check=False)
+    assert result.returncode == 2 and "--accountants=',' is invalid" in result.stderr
+
+
+def test_warnings_of_a_successful_command_are_one_line_notes(capsys):
+    """Python printed each warning in two lines (with a line of the library's source), and
+    the reference libraries' numpy warnings came several at a time; now each distinct warning
+    is one line "note: <category>: <message>" on stderr."""
+    import warnings
+
+    from dpplugins import cli
+    cli._print_warnings("epsilon", [
+        warnings.WarningMessage("gap of 1,\n   above", UserWarning, "/x/site-packages/lib/a.py", 3),
+        warnings.WarningMessage("gap of 1,\n   above", UserWarning, "/x/site-packages/lib/a.py", 3),
+        warnings.WarningMessage("overflow", RuntimeWarning, "/y/site-packages/other/b.py", 9)])
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["dpplugins epsilon: note: UserWarning: gap of 1, above (from lib/a.py)",
+                     "dpplugins epsilon: note: RuntimeWarning: overflow (from other/b.py)"]
+
+
+def test_a_reference_that_takes_too_long_is_reported_not_waited_for(monkeypatch):
+    """dp-accounting's PLD took minutes for 200 steps at noise 0.05, and compare waited; a
+    reference now has REFERENCE_TIME_LIMIT seconds (here 0.2) and its row records the
+    TimeoutError."""
+    import time
+
+    from dpplugins import report
+
+    def slow(runs, delta):
+        time.sleep(5)
+        return 1.0
+
+    ref = report.REFERENCES["opacus.rdp"]
+    monkeypatch.setitem(report.REFERENCES, "opacus.rdp",
+                        report.Reference("math", ref.bound_type, slow, ref.install))
+    monkeypatch.setattr(report, "REFERENCE_TIME_LIMIT", 0.2)
+    config = report.TrainingConfig(6000, 60, 2, 1.0, 1e-5)
+    start = time.perf_counter()
+    row = report.evaluate(config, "opacus.rdp")
+    assert time.perf_counter() - start < 3
+    assert row.epsilon is None and "TimeoutError" in row.error and "0.2 s" in row.error
+    with pytest.raises(TimeoutError):
+        report.evaluate(config, "opacus.rdp", catch=False)

@@ -295,3 +295,20 @@ def test_delta_at_infinity_composes_as_the_complement_product():
                                    epsilon_max=1.0, value_discretization_interval=0.01)
     exact = -math.expm1(k * math.log1p(-delta))
     assert exact <= one.self_compose(k).delta_at_infinity() <= exact * (1 + 1e-11)
+
+
+def test_a_refusal_never_advises_a_delta_of_one_or_more():
+    """10^15 epochs of one-example batches put all the mass at infinite loss: the refusal
+    advised "ask for delta above 8.11" (and elsewhere "above inf"), which no delta < 1 meets.
+    The advice is now to change the history (errors.larger_delta_advice)."""
+    from dpplugins.errors import NumericalError, larger_delta_advice
+    from dpplugins.events import GaussianEvent, PNSGDEvent
+
+    assert larger_delta_advice(1e-9) == "ask for delta above 1e-09"
+    for floor in (1.0, 8.11, math.inf):
+        assert "delta above" not in larger_delta_advice(floor)
+    acc = create("pnsgd").compose(PNSGDEvent(6000, 10**15, GaussianEvent(1.1), 1.0, 1.0, 0.1,
+                                             "shuffled"))
+    with pytest.raises(NumericalError, match="no delta below 1 can be certified") as raised:
+        acc.get_epsilon_bounds(1e-5)
+    assert "delta above" not in str(raised.value)

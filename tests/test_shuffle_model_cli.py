@@ -308,3 +308,18 @@ def test_plot_without_matplotlib_fails_before_any_bound(tmp_path, monkeypatch):
     with pytest.raises(ImportError, match=r"dpplugins\[plot\]"):
         cli_shuffle.run(parse("--eps0", "1", "--n", "1000", "--delta", "1e-6", "--plot",
                               str(tmp_path / "x.png")), out=lambda text: None)
+
+
+def test_eps0_zero_answers_zero_and_a_family_names_its_own_range():
+    """eps0 = 0 (reports independent of the data: epsilon 0 at every delta, the exact value)
+    raised "p=1.0 is invalid" from the variation-ratio row; and a family's eps0 was first
+    checked against FMT21's range "0 or in [1e-12, 300]", which the family then narrowed to
+    [1e-12, 50] (found by a hostile sweep of the command line)."""
+    for randomizer in ("general", "rr"):
+        report = run_json("--eps0", "0", "--n", "100000", "--delta", "1e-6", "--randomizer",
+                          randomizer)
+        assert report["rows"] and all(row["epsilon"] == 0 for row in report["rows"])
+    for eps0 in ("0", "1e-13", "300"):
+        with pytest.raises(ParameterError, match=re.escape("must be in [1e-12, 50]")):
+            cli_shuffle.run(parse("--eps0", eps0, "--n", "1000", "--delta", "1e-6",
+                                  "--randomizer", "oue", "--d", "64"), out=lambda line: None)

@@ -68,7 +68,7 @@ from dpplugins.accountants.pld import (_MAX_REFINE_WINDOW, PLDAccountant, is_poi
 from dpplugins.events import (Event, FixedBatchEvent, GaussianEvent, PoissonSampledEvent,
                               SelfComposedEvent)
 from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_nonnegative,
-                              check_open_unit)
+                              check_open_unit, larger_delta_advice)
 from dpplugins.fdp import CLTEstimateWarning, TradeoffCurve
 from dpplugins.full_batch import full_batch_delta_bounds, full_batch_epsilon_bounds, full_batch_mu
 from dpplugins.pld import AccuracyWarning, Bounds, PrivacyLossDistribution
@@ -412,8 +412,8 @@ class GDPAccountant(Accountant):
             raise NumericalError(
                 f"no finite epsilon is certified: the fixed-size-batch construction places "
                 f"{at_infinity:.3g} at infinite privacy loss (its truncated tails; a finer grid "
-                f"keeps them)", f"ask for delta above {at_infinity + first.delta_upper_floor():.3g}"
-                ", or use sampling='poisson' if the batches are Poisson-sampled")
+                f"keeps them)", larger_delta_advice(at_infinity + first.delta_upper_floor())
+                + ", or use sampling='poisson' if the batches are Poisson-sampled")
         if self.value_discretization_interval is not None:
             return value
         finest = self._bins_cap_step(history, _MAX_REFINE_BINS)

@@ -20,7 +20,7 @@ from dpplugins.events import Event, GaussianEvent, LaplaceEvent, PNSGDEvent
 from dpplugins.amplification.iteration import (NOISES, PNSGDSetting, epsilon_for_delta,
                                                privacy_profile)
 from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_count,
-                              check_positive)
+                              check_positive, larger_delta_advice)
 from dpplugins.pld import Bounds, PrivacyLossDistribution
 from dpplugins.pld.distribution import within_window_budget
 
@@ -396,7 +396,8 @@ class PNSGDAccountant(Accountant):
                 f"no finite epsilon is certified at delta={delta:g}: the composed passes place "
                 f"{at_infinity:.3g} at infinite privacy loss (each pass's privacy profile beyond "
                 "the end of its grid)",
-                f"ask for delta above {at_infinity + pld.delta_upper_floor():.3g}")
+                larger_delta_advice(at_infinity + pld.delta_upper_floor(),
+                                    "account fewer passes or use more noise"))
         return Bounds(0.0, upper)
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:

@@ -69,7 +69,7 @@ import numpy as np
 from scipy import fft as sp_fft
 from scipy.optimize import minimize_scalar
 
-from dpplugins.errors import NumericalError
+from dpplugins.errors import NumericalError, larger_delta_advice
 from dpplugins.pld.grid import GridPMF
 from dpplugins.pld.spectra import (from_log_polar, reduce_phase, summed_spectral_terms,
                                    transform_size)
@@ -972,7 +972,8 @@ def _refuse_below_floor(components, work, u_work: float, log2n: float, construct
             f"delta={fp_limit:.3g} is not above the certified floating-point error term of "
             f"composing {total:,} steps by FFT in {precision} precision (at least "
             f"{floor:.3g}; it grows with the number of steps)",
-            f"ask for delta above {floor:.3g}, or account fewer steps")
+            larger_delta_advice(floor, "account fewer steps")
+            + (", or account fewer steps" if floor < 1 else ""))
 
 
 def compose_grid_pmfs(components: Sequence[tuple[GridPMF, int]], *, tail_mass: float = 1e-15,

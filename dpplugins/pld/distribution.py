@@ -28,7 +28,7 @@ import numpy as np
 
 from dpplugins import mechanisms
 from dpplugins.errors import (NumericalError, ParameterError, check_count, check_nonnegative,
-                              check_open_unit, check_positive)
+                              check_open_unit, check_positive, larger_delta_advice)
 from dpplugins.mechanisms.distributions import Laplace
 from dpplugins.mechanisms.pairs import MAX_ABS_LOSS, grid_range
 from dpplugins.mechanisms.types import MechanismPairs
@@ -1107,7 +1107,7 @@ class PrivacyLossDistribution:
                 raise NumericalError(
                     f"delta={delta:g} is not above the certified error terms (delta(inf)="
                     f"{inf_mass:.3g}, construction error of the {total:,} composed grid steps="
-                    f"{construction:.3g})", f"ask for delta above {inf_mass + construction:.3g}")
+                    f"{construction:.3g})", larger_delta_advice(inf_mass + construction))
         tilt_of = lambda: self._tilt_for_delta(direction, "upper", delta)  # noqa: E731
         for composed in self._levels(direction, "upper", delta, tilt_of, fp_limit=delta):
             try:

@@ -485,7 +485,8 @@ def _within_time_limit(name: str, compute: Callable[[], float], seconds: float) 
 def _reference_number(name: str, ref: "Reference", runs, delta: float) -> float:
     """The reference's epsilon for ``runs``, within :data:`REFERENCE_TIME_LIMIT`; counts it
     cannot take are refused first (10^30 steps reached numpy as Python integers: a
-    UFuncTypeError)."""
+    UFuncTypeError), and its own failures are a NumericalError naming it (the command line
+    said "unexpected ValueError" for a failure inside Opacus)."""
     from dpplugins.accountants.base import MAX_COMPOSITIONS
     from dpplugins.errors import NumericalError
 
@@ -494,7 +495,15 @@ def _reference_number(name: str, ref: "Reference", runs, delta: float) -> float:
         raise NumericalError(f"{name} is given {_count_text(total)} steps, more than the 2**53 "
                              "that counts as floats represent exactly",
                              "account for fewer steps")
-    return float(_within_time_limit(name, lambda: ref.run(runs, delta), REFERENCE_TIME_LIMIT))
+    def run() -> float:
+        try:
+            return ref.run(runs, delta)
+        except Exception as error:  # noqa: BLE001 -- said to be the other library's failure
+            raise NumericalError(
+                f"{name} (another library's accountant) failed: {type(error).__name__}: "
+                f"{error}", "use a dpplugins accountant, e.g. pld, for these inputs") from error
+
+    return float(_within_time_limit(name, run, REFERENCE_TIME_LIMIT))
 
 
 _POISSON_REASON = ("assumes Poisson sampling; with {sampler} batches this is not a valid bound "

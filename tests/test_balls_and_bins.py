@@ -532,3 +532,22 @@ def test_a_single_partial_epoch_is_answered_on_the_first_grid_and_above_quadratu
             bounds = accountant.get_delta_bounds(eps)
         assert bounds.lower == 0.0 and exact * (1 - 1e-9) <= bounds.upper
     assert levels and all(entry == (0, False) for entry in levels)
+
+
+def test_a_non_private_step_before_allocation_epochs_is_no_protocol_event():
+    """A non-private step, then an allocation event: the compose-time check cut the ledger
+    into epochs with the non-private step in it, and the pass cutter raised a TypeError (found
+    while reviewing the same check of the 'checkin' accountant).  The epochs are now cut from
+    the allocation events; the history is non-private (epsilon inf), and mixing mechanism
+    families within an epoch is still refused."""
+    from dpplugins.accountants import UnsupportedEventError
+    from dpplugins.events import (GaussianEvent, NonPrivateEvent, RandomAllocationEvent,
+                                  RandomizedResponseEvent)
+
+    half = RandomAllocationEvent(4, Fraction(1, 2), GaussianEvent(1.0))
+    acc = create("balls_and_bins").compose(NonPrivateEvent()).compose(half)
+    assert acc.get_epsilon_bounds(1e-5) == (math.inf, math.inf)
+    with pytest.raises(UnsupportedEventError, match="one mechanism family per epoch"):
+        acc.compose(RandomAllocationEvent(4, Fraction(1, 2), RandomizedResponseEvent(1.0, 2)))
+    upper, lower = epochs_of_history((NonPrivateEvent(), half, half))
+    assert sum(upper.values()) == 1 and sum(lower.values()) == 1

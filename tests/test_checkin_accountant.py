@@ -395,3 +395,10 @@ def test_a_pass_mixing_gaussian_and_eps_delta_randomizers_is_refused_at_compose(
         acc.compose(second, 2)                    # a whole pass of the other kind
         lower, upper = acc.get_epsilon_bounds(1e-5)
         assert 0.0 <= lower <= upper < math.inf
+    # a non-private step before the mix: the passes are cut from the check-in events only
+    # (a TypeError from the pass cutter before)
+    from dpplugins.events import NonPrivateEvent
+    acc = create("checkin").compose(NonPrivateEvent()).compose(half)
+    with pytest.raises(UnsupportedEventError, match="one kind of local randomizer per pass"):
+        acc.compose(half.with_event(GaussianEvent(1.0)))
+    assert acc.get_epsilon(1e-5) == math.inf

@@ -262,3 +262,23 @@ def test_a_reference_that_takes_too_long_is_reported_not_waited_for(monkeypatch)
     assert row.epsilon is None and "TimeoutError" in row.error and "0.2 s" in row.error
     with pytest.raises(TimeoutError):
         report.evaluate(config, "opacus.rdp", catch=False)
+
+
+def test_a_failing_reference_is_named_as_the_other_librarys_failure(monkeypatch):
+    """A reference that raised inside its own library (Opacus' PRV at delta = 1e-320: "cannot
+    convert float NaN to integer") was reported as "unexpected ValueError"; it is now a
+    NumericalError naming the reference and saying which accountant to use instead."""
+    from dpplugins import report
+    from dpplugins.errors import NumericalError
+
+    def broken(runs, delta):
+        raise ValueError("cannot convert float NaN to integer")
+
+    ref = report.REFERENCES["opacus.prv"]
+    monkeypatch.setitem(report.REFERENCES, "opacus.prv",
+                        report.Reference("math", ref.bound_type, broken, ref.install))
+    config = report.TrainingConfig(6000, 60, 2, 1.0, 1e-5)
+    with pytest.raises(NumericalError, match=r"opacus.prv \(another library's accountant\) "
+                                             r"failed: ValueError: cannot convert") as raised:
+        report.evaluate(config, "opacus.prv", catch=False)
+    assert "e.g. pld" in str(raised.value)

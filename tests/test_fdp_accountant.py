@@ -561,3 +561,21 @@ def test_tiny_noise_multipliers_refuse_or_estimate_without_a_bare_exception(sigm
         acc.get_epsilon_bounds(DELTA)
     lower = float(re.search(r"lower bound on epsilon is (\d[0-9.e+]*\d)", str(raised.value)).group(1))
     assert 0 < lower < math.inf
+
+
+def test_a_non_private_step_gives_infinite_mu_and_a_zero_tradeoff():
+    """A non-private step in an fdp ledger: get_mu, report and tradeoff_curve raised an
+    AttributeError (the runs read a noise multiplier the step does not have; found while
+    probing every accountant with non-private steps).  The CLT mu is now inf, the report says
+    epsilon~inf (a noise multiplier of 1e-200, mu = inf, printed epsilon~0.0000 before), and
+    the exact trade-off curve is 0: the two datasets are told apart for sure."""
+    from dpplugins.events import GaussianEvent, NonPrivateEvent, PoissonSampledEvent
+
+    acc = create("fdp").compose(NonPrivateEvent()).compose(
+        PoissonSampledEvent(0.01, GaussianEvent(1.0)))
+    assert acc.get_mu() == math.inf and acc.get_epsilon_bounds(1e-5) == (math.inf, math.inf)
+    assert "epsilon~inf" in acc.report(1e-5)
+    assert not acc.tradeoff_curve().exact.values.any()
+    assert acc.epsilon_upper_fast(1e-5) == math.inf
+    tiny = create("fdp").compose(PoissonSampledEvent(0.01, GaussianEvent(1e-200)))
+    assert "epsilon~inf" in tiny.report(1e-5)

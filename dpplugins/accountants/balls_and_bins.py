@@ -174,7 +174,11 @@ def epochs_of_history(history) -> tuple[dict, dict]:
     ``upper`` keys every epoch on its smallest noise multiplier and counts a partial last epoch
     as a full one, ``lower`` keys complete epochs on their largest noise multiplier and leaves
     partial ones out (module docstring)."""
-    runs = [(allocation_of(leaf), count) for leaf, count in private_leaves(history)]
+    # the allocation leaves only: a non-private step is no protocol event (composing one and
+    # then an allocation event raised a TypeError from the pass cutter)
+    runs = [(verdict, count) for verdict, count in
+            ((allocation_of(leaf), count) for leaf, count in private_leaves(history))
+            if isinstance(verdict, RandomAllocationEvent)]
     upper: dict[tuple, int] = {}
     lower: dict[tuple, int] = {}
     for p, count in cut_passes(runs):

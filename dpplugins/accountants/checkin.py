@@ -196,12 +196,17 @@ class CheckInAccountant(Accountant):
         cut only when the newest event's kind differs from the last one's (a history of one
         kind costs nothing here).  A mix was accepted, and every query then failed with an
         AttributeError."""
-        def kind(leaf):
-            return type(leaf.event) if isinstance(leaf, RandomCheckInEvent) else None
+        def is_checkin(leaf):
+            return isinstance(leaf, RandomCheckInEvent)
 
-        if len({kind(leaf) for leaf, _ in leaves_to_check(history)} - {None}) <= 1:
+        kinds = {type(leaf.event) for leaf, _ in leaves_to_check(history, is_checkin)
+                 if is_checkin(leaf)}
+        if len(kinds) <= 1:
             return
-        for p, _ in cut_passes(private_leaves(history)):
+        # (only the check-in events: a non-private step in the ledger is no protocol event,
+        # and cut_passes raised a TypeError on it)
+        for p, _ in cut_passes([(leaf, count) for leaf, count in private_leaves(history)
+                                if is_checkin(leaf)]):
             if len({type(e) for e in p.events}) > 1:
                 raise UnsupportedEventError(
                     history[-1], self.name, "one kind of local randomizer per pass, Gaussian "

@@ -519,6 +519,8 @@ class GDPAccountant(Accountant):
         """Certified upper bound on one grid (no accuracy loop); used by calibration
         (``coarsen`` as in :meth:`PLDAccountant.epsilon_upper_fast`)."""
         events = tuple(self._history if history is None else history)
+        if self._private_history(events) is None:
+            return math.inf   # a non-private step
         if self._kind(events) == "poisson":
             with self._lock:
                 return self._poisson_for(events).epsilon_upper_fast(delta, coarsen=coarsen)
@@ -539,7 +541,10 @@ class GDPAccountant(Accountant):
         return pld.epsilon_for_delta(delta, lower=False).upper
 
     def certified_pld(self) -> PrivacyLossDistribution | None:
-        """The PLD behind the certified values (first grid), or None for an empty history."""
+        """The PLD behind the certified values (first grid), or None for an empty or a
+        non-private history (a non-private step has no PLD on a grid)."""
+        if self._private_history(self._history) is None:
+            return None
         history = self._runs(self._history)
         if not history:
             return None
@@ -556,8 +561,11 @@ class GDPAccountant(Accountant):
         Poisson/add-remove: Bu, Dong, Long, Su (2020), ``mu = q sqrt(T (e^(1/sigma^2) - 1))``;
         uniform/replace-one: Dong, Roth, Su (2022, Cor. 5.4) with sensitivity 2C; runs add in
         quadrature (:func:`dpplugins.fdp.clt_mu_from_history`).  The mechanism is *not* mu-GDP
-        for finite T; use :meth:`get_epsilon` for certified values.
+        for finite T; use :meth:`get_epsilon` for certified values.  A non-private step gives
+        ``inf`` (the history's runs raised an AttributeError on it).
         """
+        if self._private_history(self._history) is None:
+            return math.inf
         return fdp.clt_mu_from_history(self._runs(self._history),
                                        sampling=self._kind(self._history),
                                        neighbouring=self.neighbouring)
@@ -633,7 +641,9 @@ class GDPAccountant(Accountant):
         alphas = fdp.default_alphas() if alphas is None else fdp.alpha_array(alphas, "alphas")
         mu = self.get_mu()
         pld = self.certified_pld()
-        if pld is None:
+        if self._private_history(self._history) is None:   # f = 0: told apart for sure
+            exact = TradeoffCurve(alphas, np.zeros_like(alphas), "a non-private step")
+        elif pld is None:
             exact = TradeoffCurve(alphas, 1.0 - alphas, "no steps")
         else:
             exact = fdp.tradeoff_from_pld(pld, alphas)
@@ -704,8 +714,10 @@ class GDPAccountant(Accountant):
         delta = check_open_unit("delta", delta)
         lower, upper = self.get_epsilon_bounds(delta)
         mu = self.get_mu()
-        estimate = (fdp.gdp_epsilon_for_delta(mu, delta) if self._history and math.isfinite(mu)
-                    else 0.0)
+        if not self._history:
+            estimate = 0.0
+        else:   # (mu = inf, a non-private step or noise too small, printed epsilon~0)
+            estimate = fdp.gdp_epsilon_for_delta(mu, delta) if math.isfinite(mu) else math.inf
         bounds = (f"epsilon <= {upper:.4f}" if lower == 0 and upper > 0
                   else f"epsilon in [{lower:.4f}, {upper:.4f}]")
         return (f"fdp accountant, {self.relation}; {len(self)} steps. "

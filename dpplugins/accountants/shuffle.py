@@ -687,12 +687,13 @@ class ShuffleAccountant(Accountant):
         kept = self._shuffle_rounds(history, uncapped_only=True)
         if not self.lower_bound or kept is None:
             return 0.0
-        if epsilon is not None:
-            return self._rounds_delta_bounds(kept, epsilon, True).lower
         try:
+            if epsilon is not None:
+                return self._rounds_delta_bounds(kept, epsilon, True).lower
             return self._rounds_epsilon_bounds(kept, delta, True).lower
         except NumericalError:
-            return _single_round_lower(kept, delta)
+            # 0 is always a lower bound; any one round is a post-processing of the history
+            return 0.0 if epsilon is not None else _single_round_lower(kept, delta)
 
     def _rounds_epsilon_bounds(self, rounds, delta: float, lower: bool) -> Bounds:
         from dpplugins.amplification import shuffle_model, shuffle_model_heterogeneous

@@ -52,21 +52,14 @@ _CLAMP = 1e3
 
 def _epsilon_for(accountant_name: str, options: dict, record, sigma: float, delta: float, *,
                  fast: bool, coarsen: float = 1.0) -> float:
-    """A certified upper bound on epsilon at ``delta`` with noise ``sigma``; ``inf`` where the
-    accountant refuses to certify one (a NumericalError: at too little noise the error terms
-    of some accountants exceed every delta, e.g. pnsgd's passes), so that the search moves to
-    more noise instead of stopping (a target of 1e4 was refused while 3 answered)."""
     acc = create(accountant_name, **options)
     record(acc, sigma)
     method = getattr(acc, "epsilon_upper_fast", None) if fast else None
-    try:
-        if method is None:
-            return acc.get_epsilon(delta)
-        if coarsen != 1.0 and "coarsen" in inspect.signature(method).parameters:
-            return method(delta, coarsen=coarsen)
-        return method(delta)
-    except NumericalError:
-        return math.inf
+    if method is None:
+        return acc.get_epsilon(delta)
+    if coarsen != 1.0 and "coarsen" in inspect.signature(method).parameters:
+        return method(delta, coarsen=coarsen)
+    return method(delta)
 
 
 def _log_gap(epsilon: float, target: float) -> float:
@@ -104,7 +97,9 @@ def _bracket(gap, start: float) -> tuple[float, float, float, float]:
         if x_new in (low, high):
             break
         x, g = x_new, g_new
-    described = ", ".join(f"sigma={math.exp(a):.3g}: eps/target={math.exp(b):.3g}"
+    # (exp of a clamped gap overflowed: an OverflowError instead of this message)
+    described = ", ".join(f"sigma={math.exp(a):.3g}: eps/target="
+                          + ("inf" if b >= _CLAMP else f"{math.exp(b):.3g}")
                           for a, b in seen[-3:])
     raise NumericalError(f"could not bracket a noise multiplier ({described})",
                          "check that the target is reachable for this sample_rate and number "
@@ -156,12 +151,22 @@ def find_noise_multiplier(*, target_epsilon: float, delta: float,
     probe_method = getattr(probe, "epsilon_upper_fast", None)
     coarse = probe_method is not None and "coarsen" in inspect.signature(probe_method).parameters
     memo: dict[tuple[float, float], float] = {}
+    refusals: list[NumericalError] = []   # the search's refusals (counted as epsilon = inf)
 
     def gap_at(log_sigma: float, coarsen: float) -> float:
         key = (log_sigma, coarsen)
         if key not in memo:  # Brent's method re-evaluates its end points
-            memo[key] = _log_gap(_epsilon_for(accountant, options, record, math.exp(log_sigma),
-                                              delta, fast=True, coarsen=coarsen), target)
+            try:
+                epsilon = _epsilon_for(accountant, options, record, math.exp(log_sigma), delta,
+                                       fast=True, coarsen=coarsen)
+            except NumericalError as error:
+                # a refusal in the search counts as epsilon = inf: at too little noise the
+                # error terms of some accountants exceed every delta (pnsgd's passes), and the
+                # search stopped there (a target of 1e4 was refused while 3 answered); the
+                # certified checks of an answer still raise it
+                refusals.append(error)
+                epsilon = math.inf
+            memo[key] = _log_gap(epsilon, target)
         return memo[key]
 
     def solve(gap, lo: float, hi: float, g_hi: float) -> float:
@@ -177,8 +182,12 @@ def find_noise_multiplier(*, target_epsilon: float, delta: float,
 
     def certified_gap(x: float) -> float:
         if x not in certified_epsilon:
-            certified_epsilon[x] = _epsilon_for(accountant, options, record, math.exp(x), delta,
-                                                fast=False)
+            try:
+                certified_epsilon[x] = _epsilon_for(accountant, options, record, math.exp(x),
+                                                    delta, fast=False)
+            except NumericalError as error:   # not certified there: not an answer
+                refusals.append(error)
+                certified_epsilon[x] = math.inf
         return _log_gap(certified_epsilon[x], target)
 
     def verified(x: float) -> float:
@@ -188,6 +197,11 @@ def find_noise_multiplier(*, target_epsilon: float, delta: float,
 
     try:
         lo, hi, g_lo, g_hi = _bracket(search, 0.0)
+    except NumericalError as error:
+        if not refusals:
+            raise
+        raise NumericalError(f"{error.what}; the accountant refused at some noise multipliers: "
+                             f"{refusals[-1].what}", refusals[-1].fix) from None
     except _TargetMetEverywhere:
         # even the smallest noise multiplier searched (1e-12) meets the target -- e.g. a
         # sample rate so small that delta(0) <= steps * q is below delta: it is the answer,
@@ -265,8 +279,17 @@ def _verify(root: float, known: float, epsilon_at, target: float, tol: float) ->
     sigma = math.exp(root)
     if known <= target:
         return sigma
+    refused = 0
     for _ in range(200):
-        eps = epsilon_at(sigma)
+        try:
+            eps = epsilon_at(sigma)
+        except NumericalError:
+            # not certified at this sigma: more noise is tried, but a run of refusals is
+            # passed on (each refused query may cost as much as an answered one)
+            refused += 1
+            if refused >= 3:
+                raise
+            eps = math.inf
         if eps <= target:
             return sigma
         sigma *= 1 + tol / 2

@@ -73,3 +73,17 @@ def test_more_compositions_than_the_engines_represent_are_refused_naming_the_lim
 
     with pytest.raises(NumericalError, match=r"2\*\*53"):
         find_noise_multiplier(target_epsilon=3.0, delta=1e-5, sample_rate=0.01, steps=10**30)
+
+
+def test_a_run_refused_at_every_noise_says_why():
+    """10^15 epochs of pnsgd are refused at every noise multiplier searched (the passes'
+    construction error exceeds every delta).  The search's "could not bracket" message took
+    exp of a clamped gap and raised a bare OverflowError; it now says the accountant refused,
+    and why."""
+    from dpplugins.errors import NumericalError
+    from dpplugins.events import PNSGDEvent
+
+    with pytest.raises(NumericalError, match="refused at some noise multipliers: .*delta"):
+        find_noise_multiplier(target_epsilon=3.0, delta=1e-5, accountant="pnsgd",
+                              event_for_noise=lambda s: PNSGDEvent(
+                                  6000, 10**15, GaussianEvent(s), 1.0, 1.0, 0.1, "shuffled"))

@@ -96,10 +96,20 @@ def test_swap_with_10_to_the_15_epochs_answers():
 
 def test_poisson_pld_query_stays_finite_at_the_largest_grid_step():
     """The largest accepted grid step still answers (a loose but certified bound), with no
-    numpy warning."""
+    numpy warning; on randomized response (replace-one) its delta bounds hold the exact
+    10-fold composition, enumerated over the binomial count of flipped reports (conftest)."""
+    from conftest import rr_composed_delta_exact
+    from dpplugins.events import RandomizedResponseEvent
+
     acc = create("pld", value_discretization_interval=MAX_GRID_STEP)
     acc.compose(PoissonSampledEvent(0.01, GaussianEvent(1.0)), 10)
+    rr = create("pld", value_discretization_interval=MAX_GRID_STEP, neighbouring="replace_one")
+    rr.compose(RandomizedResponseEvent(0.7, 2), 10)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         lower, upper = acc.get_epsilon_bounds(1e-5)
+        for eps in (0.0, 1.0, 3.0, 6.5):
+            exact = rr_composed_delta_exact(eps, 0.7, 10)
+            bounds = rr.get_delta_bounds(eps)
+            assert bounds.lower <= exact <= bounds.upper, (eps, bounds, exact)
     assert 0.0 <= lower <= upper < math.inf

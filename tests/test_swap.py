@@ -152,5 +152,9 @@ def test_lower_bound_of_many_epochs_is_at_least_one_epochs():
         run = create("swap").compose(SwapEvent(10**6, epochs, GaussianEvent(1.0)))
         lower, upper = run.get_epsilon_bounds(1e-5)
         assert single <= lower <= upper
+        # and below the truth's independent upper bound: each epoch is a post-processing of
+        # one Gaussian step (mu = 1 at sigma = 1), so mu = sqrt(epochs) in closed form
+        mu = math.sqrt(epochs)
+        assert gaussian_delta_exact(lower, mu) >= 1e-5
         lower, upper = run.get_delta_bounds(1.0)
-        assert single_delta <= lower <= upper
+        assert single_delta <= lower <= upper and lower <= gaussian_delta_exact(1.0, mu)

@@ -130,6 +130,25 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+#: the randomizer options each randomizer uses (the others are refused, not ignored)
+_OPTIONS_USED = {"general": ("delta0",), "rr": (), "krr": ("k",), "sue": ("d",), "oue": ("d",),
+                 "subset": ("d", "k"), "olh": ("g",), "laplace": ()}
+
+
+def _refuse_unused_options(args) -> None:
+    """ParameterError for a randomizer option the chosen randomizer does not use (``--randomizer
+    rr --d 9`` was answered as if ``--d`` had not been given)."""
+    used = _OPTIONS_USED.get(args.randomizer, ())
+    for name in ("k", "d", "g", "delta0"):
+        value = getattr(args, name, None)
+        if value is None or (name == "delta0" and value == 0) or name in used:
+            continue
+        users = sorted(r for r, names in _OPTIONS_USED.items() if name in names)
+        raise ParameterError(f"--{name}", value, f"not given for --randomizer "
+                             f"{args.randomizer} (it is used by {', '.join(users)})",
+                             hint=f"Drop --{name}, or choose a randomizer that uses it")
+
+
 def _require(args, name: str, minimum: int) -> int:
     value = getattr(args, name)
     if value is None:
@@ -143,6 +162,7 @@ def bounds(args: argparse.Namespace) -> dict:
     from dpplugins.amplification import shuffle_model as sm
     from dpplugins.amplification import shuffle_model_families as fam
 
+    _refuse_unused_options(args)
     if getattr(args, "groups", None) is not None:
         return _grouped_bounds(args)
     for name in ("eps0", "n"):
@@ -151,9 +171,6 @@ def bounds(args: argparse.Namespace) -> dict:
                                  hint=f"pass --{name}, or --groups EPS:USERS,... for users "
                                       "with their own local epsilons")
     r, eps0, n, delta = args.randomizer, args.eps0, args.n, args.delta
-    if args.delta0 and r != "general":
-        raise ParameterError("delta0", args.delta0, "0 unless --randomizer general",
-                             hint="the named randomizers are pure eps0-DP")
     general_spec = ("general", eps0, args.delta0) if args.delta0 else ("general", eps0)
     params: dict = {}
     family = None
@@ -231,9 +248,6 @@ def _grouped_bounds(args: argparse.Namespace) -> dict:
             raise ParameterError(name, getattr(args, name), "omitted with --groups",
                                  hint="the groups give every user's eps0 and the number of "
                                       "users")
-    if args.delta0:
-        raise ParameterError("delta0", args.delta0, "0 with --groups",
-                             hint="randomized response is pure eps0-DP")
     k = 2 if r == "rr" else _require(args, "k", 2)
     spec = het.GroupedKRR(args.groups, k)     # checks and merges the groups
     b = het.epsilon_bounds(spec.groups, k, args.delta)

@@ -207,6 +207,37 @@ def test_groups_rows_bracket_exact_enumeration(argv, groups, k):
     assert "groups=" in text[0] and "per group" in text[0]
 
 
+@pytest.mark.parametrize("argv, option", [
+    (("--randomizer", "rr", "--d", "9"), "--d=9"),
+    (("--randomizer", "rr", "--k", "3"), "--k=3"),
+    (("--randomizer", "krr", "--k", "3", "--g", "4"), "--g=4"),
+    (("--randomizer", "oue", "--d", "8", "--k", "2"), "--k=2"),
+    (("--randomizer", "olh", "--g", "4", "--d", "8"), "--d=8"),
+    (("--randomizer", "laplace", "--g", "4"), "--g=4"),
+    (("--randomizer", "general", "--k", "4"), "--k=4"),
+    (("--randomizer", "sue", "--d", "8", "--delta0", "1e-9"), "--delta0=1e-09"),
+    (("--groups", "1:50,4:50", "--randomizer", "rr", "--d", "9"), "--d=9"),
+])
+def test_an_option_the_randomizer_does_not_use_is_refused(argv, option):
+    """``--randomizer rr --d 9`` was answered as if ``--d`` had not been given; every option
+    a randomizer does not use is now refused by name, with the randomizers that use it."""
+    base = ("--delta", "1e-6") + (() if "--groups" in argv else ("--eps0", "1", "--n", "100"))
+    with pytest.raises(ParameterError, match=re.escape(option) + ".*it is used by"):
+        cli_shuffle.run(parse(*base, *argv), out=lambda text: None)
+
+
+def test_the_options_a_randomizer_uses_are_accepted():
+    for argv in (("--randomizer", "krr", "--k", "3"), ("--randomizer", "subset", "--d", "8",
+                                                       "--k", "2"),
+                 ("--randomizer", "olh", "--g", "4"), ("--randomizer", "general", "--delta0",
+                                                        "1e-9"),
+                 ("--randomizer", "rr", "--delta0", "0")):
+        text = []
+        cli_shuffle.run(parse("--delta", "1e-6", "--eps0", "1", "--n", "100", *argv),
+                        out=text.append)
+        assert text
+
+
 def test_groups_bad_input_names_the_option():
     base = ("--delta", "1e-6")
     for argv, match in [

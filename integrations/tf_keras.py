@@ -160,9 +160,13 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
     the accountant, whose history is these events.
 
     After each epoch ``logs[log_key]`` is ``accountant.get_epsilon(delta)`` (the certified upper
-    bound, see ``callback.accountant.bound_type``), also kept in :attr:`epsilons`.  The number of
-    training batches Keras reports in an epoch is checked against ``T``: more batches than
-    ``T`` would be under-counted, so a ``RuntimeWarning`` is issued (set ``steps_per_epoch``).
+    bound, see ``callback.accountant.bound_type``), also kept in :attr:`epsilons`.  Every
+    ``fit`` is checked when it starts: the optimizer's noise multiplier is read again (and must
+    equal ``noise_multiplier`` when that was given; a plain Keras optimizer is refused), and
+    more batches per epoch than ``T`` (Keras' ``steps``) are refused with
+    :class:`ParameterError`, as they would be under-counted.  When Keras does not know the
+    number (a generator), the batches that ran are counted: Poisson steps are accounted as they
+    ran (with a ``RuntimeWarning``), more than a sampler's pass is refused.
     Optimizers with ``gradient_accumulation_steps > 1`` are refused (one optimizer step then spans
     several Keras batches).
 
@@ -189,6 +193,7 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
         self.delta = check_open_unit("delta", delta)
         self.noise_multiplier = (None if noise_multiplier is None
                                  else check_positive("noise_multiplier", noise_multiplier))
+        self._given_noise_multiplier = self.noise_multiplier
         self.sampler_object = None if isinstance(sampler, str) else sampler
         if self.sampler_object is None:
             self.sampler = check_choice("sampler", sampler, CALLBACK_SAMPLERS)
@@ -217,6 +222,7 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
         if used_microbatching is not None and not isinstance(used_microbatching, bool):
             raise ParameterError("used_microbatching", used_microbatching, "None, True or False")
         self.used_microbatching = used_microbatching
+        self._given_microbatching = used_microbatching
         if not isinstance(log_key, str) or not log_key:
             raise ParameterError("log_key", log_key, "a non-empty string")
         self.log_key = log_key
@@ -318,21 +324,62 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
 
     # -- Keras hooks -------------------------------------------------------------------------------
     def on_train_begin(self, logs=None) -> None:
+        """Set-up of every ``fit``: the optimizer is read again (a second ``fit`` may run another
+        one, or the model may have been recompiled), and the steps Keras will run per epoch are
+        checked against the accounted ones."""
         optimizer = getattr(self.model, "optimizer", None) if self.model is not None else None
         if optimizer is not None and getattr(optimizer, "gradient_accumulation_steps", 1) > 1:
             raise ParameterError("optimizer.gradient_accumulation_steps",
                                  optimizer.gradient_accumulation_steps, "1",
                                  "PrivacyCallback counts one DP-SGD step per Keras batch")
-        if self.noise_multiplier is None:
-            if optimizer is None:
-                raise ParameterError("noise_multiplier", None, "a number > 0",
-                                     "the model has no optimizer to read it from")
-            self.noise_multiplier = noise_multiplier_of(optimizer)
-        if self.used_microbatching is None:
+        self.noise_multiplier = self._training_noise_multiplier(optimizer)
+        if self._given_microbatching is None:
             micro = getattr(optimizer, "_num_microbatches", None) if optimizer is not None else None
             self.used_microbatching = bool(micro is not None and int(micro) < self.batch_size)
         self._check_microbatching()
         self.accountant.check(self.epoch_event()[0])
+        if (getattr(self.sampler_object, "_dpplugins_skips_empty_slots", False)
+                and self.accountant.neighbouring == "add_remove"):
+            raise ParameterError(
+                "accountant", self.accountant_name,
+                "an accountant under replace-one adjacency (checkin) for a sampler whose empty "
+                "slots as_tf_dataset skips",
+                "under add/remove adjacency an example's presence can decide whether its slot "
+                "is empty, so skipping empty slots is not a post-processing of the released "
+                "steps; use as_tf_dataset(..., empty='dummy') (noise-only updates)")
+        steps = (getattr(self, "params", None) or {}).get("steps")
+        if steps is not None and int(steps) > self.steps_per_epoch:
+            raise ParameterError(
+                "steps_per_epoch", self.steps_per_epoch,
+                f"at least the {int(steps)} batches Keras runs per epoch (the extra ones would "
+                "not be accounted)", "pass the batch size and steps_per_epoch that fit() uses")
+
+    def _training_noise_multiplier(self, optimizer) -> float:
+        """The noise multiplier of this ``fit``: the optimizer's (:func:`noise_multiplier_of`),
+        which must equal ``noise_multiplier=`` when that was given.  Given, it is also taken for
+        an optimizer that cannot be read (a custom DP optimizer) -- but not for one of Keras' own
+        optimizers, which add no noise."""
+        given = self._given_noise_multiplier
+        try:
+            read = None if optimizer is None else noise_multiplier_of(optimizer)
+        except ParameterError:
+            read = None
+            if given is None or type(optimizer).__module__.split(".")[0] in ("keras",
+                                                                             "tensorflow"):
+                raise ParameterError(
+                    "optimizer", type(optimizer).__name__,
+                    "a TF-Privacy Keras DP optimizer (e.g. DPKerasSGDOptimizer)",
+                    "a plain Keras optimizer adds no noise: nothing would be private") from None
+        if read is None:
+            if given is None:
+                raise ParameterError("noise_multiplier", None, "a number > 0",
+                                     "the model has no optimizer to read it from")
+            return given
+        if given is not None and not math.isclose(read, given, rel_tol=1e-6):
+            raise ParameterError("noise_multiplier", given,
+                                 f"the optimizer's noise multiplier {read:g} (or None to read "
+                                 "it)", "the accountant must record the noise that is added")
+        return read
 
     def on_epoch_begin(self, epoch, logs=None) -> None:
         self._batches_this_epoch = 0
@@ -341,12 +388,21 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
         self._batches_this_epoch += 1
 
     def on_epoch_end(self, epoch, logs=None) -> None:
-        if self._batches_this_epoch > self.steps_per_epoch:
-            warnings.warn(f"Keras ran {self._batches_this_epoch} batches this epoch but "
-                          f"PrivacyCallback accounts {self.steps_per_epoch} steps per epoch; "
-                          "pass steps_per_epoch= (epsilon would be under-counted)",
-                          RuntimeWarning, stacklevel=2)
         event, count = self.epoch_event()
+        ran = self._batches_this_epoch
+        if ran > self.steps_per_epoch:
+            # (a dataset whose length Keras did not know at set-up) Poisson steps are accounted
+            # as they ran; a protocol's pass has no more steps than its sampler's
+            if not isinstance(event, PoissonSampledEvent):
+                raise ParameterError(
+                    "steps_per_epoch", self.steps_per_epoch,
+                    f"at least the {ran} batches Keras ran this epoch (a pass of "
+                    f"{self.sampler!r} has {self.steps_per_epoch})",
+                    "train on one pass of the sampler per epoch (as_tf_dataset)")
+            warnings.warn(f"Keras ran {ran} batches this epoch where PrivacyCallback expected "
+                          f"{self.steps_per_epoch}; all {ran} are accounted", RuntimeWarning,
+                          stacklevel=2)
+            count = ran
         self.accountant.compose(event, count)
         epsilon = float(self.accountant.get_epsilon(self.delta))
         self.epsilons.append(epsilon)
@@ -383,7 +439,9 @@ def as_tf_dataset(sampler: Any, features: Any, labels: Any, *, skip_empty: bool 
       ``len(sampler)`` slots -- :class:`PrivacyCallback` does).  That argument is for the
       ``checkin`` accountant's replace-one adjacency, where which slots are empty does not depend
       on the data; with the ``balls_and_bins`` accountant under add/remove adjacency the presence
-      of an example can decide whether its slot is empty, so use ``"dummy"`` there.
+      of an example can decide whether its slot is empty, so use ``"dummy"`` there (the
+      sampler is marked: a :class:`PrivacyCallback` over it with an add/remove accountant
+      refuses to start training).
       ``variant="fixed"`` and ``SlidingWindowCheckIn`` (Thm 3.2 / Thm 4.3) assume the dummy
       update of an empty slot is released; skipping it reveals which slots were empty, which is
       not a post-processing of the protocol's output, so ``"skip"`` is refused with
@@ -430,6 +488,11 @@ def as_tf_dataset(sampler: Any, features: Any, labels: Any, *, skip_empty: bool 
                              "its theorem (Balle et al. 2020, Thm 3.2 / 4.3) assumes every "
                              "dummy update is released; use empty='dummy' (noise-only updates); "
                              "only variant='averaged' may skip empty slots (Thm 4.1)")
+    if empty == "skip":
+        # which accountants may account a pipeline that skips empty slots depends on their
+        # adjacency: PrivacyCallback reads this mark (a callback over this sampler with an
+        # add/remove accountant, e.g. balls_and_bins, is refused when training starts)
+        sampler._dpplugins_skips_empty_slots = True
     x = np.asarray(features)
     y = np.asarray(labels)
     if x.ndim < 1 or x.shape[0] != sampler.num_examples:

@@ -152,15 +152,74 @@ def test_as_tf_dataset_empty_slots_and_skip_empty():
         as_tf_dataset(RandomCheckIn(N, 40, rng=0), x, y, skip_empty=True)
     with pytest.raises(ParameterError, match="skip_empty"):
         as_tf_dataset(SlidingWindowCheckIn(N, 8, rng=0), x, y, skip_empty=True)
+    # balls_and_bins(): averaged check-ins with every example checking in, accounted under
+    # add/remove adjacency by balls_and_bins, where skipping is not a post-processing: it was
+    # accepted (epsilon 1.43 at delta 1e-5 for 2 examples in 16 slots, where the number of
+    # released steps alone reveals an example w.p. 15/16); now the callback refuses it when
+    # training starts, and the checkin accountant (replace-one) still takes it
+    from dpplugins.samplers import balls_and_bins
+    allocation = balls_and_bins(N, 16, rng=0)
+    skipped = as_tf_dataset(allocation, x, y, empty="skip")
+    refused = PrivacyCallback(delta=DELTA, sampler=allocation, accountant="balls_and_bins")
+    with pytest.raises(ParameterError, match="empty='dummy'"):
+        _dp_model(num_microbatches=None).fit(skipped, epochs=1, verbose=0, callbacks=[refused])
+    assert refused.accountant.history == []
+    kept = PrivacyCallback(delta=DELTA, sampler=allocation, accountant="checkin")
+    _dp_model(num_microbatches=None).fit(skipped, epochs=1, verbose=0, callbacks=[kept])
+    assert len(kept.epsilons) == 1
 
 
-def test_callback_warns_when_keras_runs_more_batches_than_accounted():
+def test_callback_refuses_more_batches_than_accounted_and_accounts_unknown_ones():
+    """Keras runs 8 batches per epoch where the callback was told 4: it warned and logged the
+    epsilon of 4 steps (an under-count).  Now ``fit`` is refused at set-up; a dataset whose
+    length Keras does not know is accounted as it ran (Poisson steps), with a warning."""
     x, y = _data()
     callback = PrivacyCallback(delta=DELTA, batch_size=BATCH, num_examples=N, steps_per_epoch=4)
-    with pytest.warns(RuntimeWarning, match="under-counted"):
+    with pytest.raises(ParameterError, match="at least the 8 batches Keras runs per epoch"):
         _dp_model().fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[callback])
+    assert callback.accountant.history == [] and callback.epsilons == []
+    batches = tf.data.Dataset.from_generator(
+        lambda: ((x[i:i + BATCH], y[i:i + BATCH]) for i in range(0, N, BATCH)),
+        output_signature=(tf.TensorSpec((None, 4), tf.float32), tf.TensorSpec((None,), tf.int64)))
+    with pytest.warns(RuntimeWarning, match="all 8 are accounted"):
+        _dp_model().fit(batches, epochs=1, verbose=0, callbacks=[callback])
     assert callback.accountant.history == [SelfComposedEvent(
-        PoissonSampledEvent(BATCH / N, GaussianEvent(SIGMA)), 4)]
+        PoissonSampledEvent(BATCH / N, GaussianEvent(SIGMA)), 8)]
+
+
+def test_callback_reads_the_optimizer_at_every_fit():
+    """The noise multiplier was read at the first ``fit`` only: a second ``fit`` with another
+    DP optimizer (sigma 5 then 0.5) was accounted at sigma 5 twice, and a given
+    ``noise_multiplier`` was never compared with the optimizer (a plain Keras SGD, adding no
+    noise, was accounted at the given sigma).  The history now holds each fit's own sigma,
+    checked against the exact Gaussian-mechanism composition (no amplification by sampling is
+    needed for the check: shuffled epochs of batches of 256 = the whole data, one step each)."""
+    x, y = _data()
+
+    def model(sigma=None, plain=False):
+        tf.keras.utils.set_random_seed(0)
+        net = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])
+        optimizer = (tf.keras.optimizers.SGD(0.1) if plain else tfp_opt.DPKerasSGDOptimizer(
+            l2_norm_clip=1.0, noise_multiplier=sigma, num_microbatches=None, learning_rate=0.1))
+        net.compile(optimizer=optimizer, loss=tf.keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, reduction=tf.keras.losses.Reduction.NONE))
+        return net
+
+    callback = PrivacyCallback(delta=DELTA, batch_size=N, num_examples=N,
+                               sampler="shuffled_epochs")
+    model(5.0).fit(x, y, batch_size=N, epochs=1, verbose=0, callbacks=[callback])
+    model(0.5).fit(x, y, batch_size=N, epochs=1, verbose=0, callbacks=[callback])
+    # full-batch Gaussian steps: mu = sqrt(1/5^2 + 1/0.5^2) (add/remove: sensitivity 1)
+    mu = math.sqrt(1 / 5.0 ** 2 + 1 / 0.5 ** 2)
+    assert callback.epsilons[-1] >= _gaussian_epsilon(mu, DELTA) * (1 - 1e-9)
+    assert callback.epsilons[-1] <= _gaussian_epsilon(mu, DELTA) * 1.001
+    given = PrivacyCallback(delta=DELTA, noise_multiplier=1.0, batch_size=BATCH,
+                            num_examples=N)
+    with pytest.raises(ParameterError, match="the optimizer's noise multiplier 0.5"):
+        model(0.5).fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[given])
+    with pytest.raises(ParameterError, match="adds no noise"):
+        model(plain=True).fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[given])
+    assert given.accountant.history == []
 
 
 def test_callback_refuses_gradient_accumulation():

@@ -29,7 +29,9 @@ our events.
 
 Queries follow dp_accounting's conventions: ``get_epsilon(0)`` is the pure-DP epsilon (0 for no
 events, ``inf`` once a non-private event is composed), ``get_epsilon(1)`` is 0 (every mechanism
-is (0, 1)-DP), ``get_delta(inf)`` is 0 (1 for a non-private event).
+is (0, 1)-DP), ``get_delta(inf)`` is the certified delta at the largest finite epsilon (an
+upper bound on the mass at infinite loss: the engine's error terms for Gaussian steps, ``delta0``
+for an (epsilon, delta) event; 1 for a non-private event, 0 for no events).
 
 The interface used is the one common to dp-accounting 0.4.3 (what TF-Privacy 0.9.0 pins) and
 0.6.x: ``PrivacyAccountant.__init__(neighboring_relation)``, ``_maybe_compose(event, count,
@@ -39,6 +41,7 @@ do_compose)`` returning ``None`` or ``CompositionErrorDetails``, ``get_epsilon``
 from __future__ import annotations
 
 import math
+import sys
 from numbers import Real
 from typing import Any, ClassVar, Optional
 
@@ -237,7 +240,10 @@ class DPPluginsPrivacyAccountant(PrivacyAccountant):
             return 1.0
         if state == "empty":
             return 0.0
-        return self.inner.get_delta(epsilon)
+        # delta(inf), the mass at infinite loss, is at most delta at the largest finite epsilon
+        # (delta is non-increasing); the core accountant takes finite epsilons only (this raised
+        # a ParameterError about epsilon=inf)
+        return self.inner.get_delta(min(epsilon, sys.float_info.max))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.neighboring_relation.name}; {self.inner!r})"

@@ -60,6 +60,13 @@ protocols the hook learns ``k`` on the first step and every later step must foll
 :func:`accumulation_plan` (``k`` batches per step, the last step of a pass the remaining
 ``T mod k``), otherwise it raises :class:`~dpplugins.errors.ParameterError`.
 
+Passes follow the loader.  Per-pass accountants cut passes from the recorded steps, so the
+loader's batch sampler is watched (:func:`_watch_passes`): a new iteration must begin where the
+recorded steps stand -- torch's samplers begin a new permutation every time, so the previous pass
+must have run to its end; ours continue from ``position``, which must equal the batches trained
+-- otherwise :class:`~dpplugins.errors.ParameterError` before any batch of it is drawn (a
+``break`` inside an epoch followed by a fresh permutation was accounted as one pass).
+
 Calibration (``make_private_with_epsilon`` with our accountants):
 :func:`dpplugins.calibration.find_noise_multiplier` on the loader's event for the whole run
 (``epochs`` passes), verified ``<= target``; ``opacus.accountants.utils.get_noise_multiplier``
@@ -76,13 +83,16 @@ import dataclasses
 import functools
 import inspect
 import math
+import sys
+import types
 import warnings
 from collections import OrderedDict
 from fractions import Fraction
 from typing import Any
 
 from dpplugins.accountants import UnsupportedEventError, available, create, get_class, supporting
-from dpplugins.errors import ParameterError, check_count
+from dpplugins.errors import (ParameterError, check_count, check_positive,
+                              check_probability)
 from dpplugins.events import (Event, GaussianEvent, NonPrivateEvent, PNSGDEvent,
                               PoissonSampledEvent, ProtocolEvent, SelfComposedEvent,
                               ShuffledEpochsEvent, UnsupportedEvent, leaves)
@@ -433,6 +443,76 @@ class DPPluginsAccountant:
             self._accumulation = None   # a new sampler: learn its accumulation afresh
         self._loader_event = event
 
+    def _trailing_run_steps(self, logical: ProtocolEvent) -> int:
+        """Steps of the trailing run of ``logical``'s protocol in the ledger (passes are cut from
+        the first step of that run, :mod:`dpplugins.passes`).  Only the events composed since the
+        last call are read: reading the whole ledger at every optimizer step cost O(steps^2)
+        (a noise schedule, one distinct event per step: 4,000 steps took 29 s)."""
+        inner = self._require()
+        ledger = getattr(inner, "_history", None)   # the list compose appends to
+        history = ledger if isinstance(ledger, list) else inner.history
+        key = logical.protocol_key()
+        start, total = 0, 0
+        cache = getattr(self, "_run_cache", None)
+        if (cache is not None and cache[0] is history and cache[3] == key
+                and 0 < cache[1] <= len(history) and history[cache[1] - 1] is cache[2]):
+            start, total = cache[1], cache[4]
+        for event in history[start:]:
+            for leaf, count in leaves(event):
+                if isinstance(leaf, ProtocolEvent) and leaf.protocol_key() == key:
+                    total += leaf.steps * count
+                else:
+                    total = 0   # another mechanism ends the run
+        if history:
+            self._run_cache = (history, len(history), history[-1], key, total)
+        return total
+
+    def _check_pass_start(self, batch_sampler) -> None:
+        """Called when the loader's batch sampler is iterated anew: the batches of the current
+        pass that the sampler has already drawn must be the batches this accountant recorded
+        (ParameterError otherwise, before any batch of the new iteration is drawn).
+
+        Torch's samplers start a new permutation (a new pass) on every iteration; ours
+        continue their pass from ``position``.  Passes are cut from the recorded steps
+        (:mod:`dpplugins.passes`), so a pass cut short (a ``break``, ``max_steps``, a restart
+        mid-epoch with a new loader) followed by a fresh permutation would be accounted as one
+        pass: the 20 first batches of 20 permutations of 64 examples in batches of 63 were
+        accounted as 10 epochs, epsilon 7.51, where the Poisson pair they amount to has a
+        certified lower bound of 11.29."""
+        event = self._loader_event
+        if not isinstance(event, ProtocolEvent) or self.inner is None:
+            return
+        inner = getattr(batch_sampler, "inner", None)
+        drawn = getattr(inner, "position", None) if inner is not None else None
+        # torch's samplers start a new pass (permutation) at every iteration
+        drawn = 0 if drawn is None else int(drawn)
+        per_pass = event.steps_per_epoch
+        k = self._accumulation or 1
+        plan = accumulation_plan(per_pass, k) if k <= per_pass else (per_pass,)
+        logical = self._as_recorded(event)
+        position = self._trailing_run_steps(logical) % len(plan) \
+            if isinstance(logical, ProtocolEvent) else 0
+        done = sum(plan[:position])
+        if drawn == done:
+            return
+        name = self.mechanism()
+        if drawn == 0:
+            what = (f"a new pass begun after {done} of the {per_pass} batches of the current "
+                    "one were trained")
+        else:
+            what = (f"the sampler continues its pass at batch {drawn} of {per_pass} while {done} "
+                    "were trained (a batch drawn but not trained, a skipped batch, set_epoch or "
+                    "a restored sampler state)")
+        raise ParameterError(
+            "data_loader", what,
+            f"iterated so that every batch drawn is trained and every pass runs to its end "
+            f"before the next begins: the {name!r} accountant cuts passes every {per_pass} "
+            "trained batches, so the two would be accounted as one pass (an under-count)",
+            "Run every epoch to its end (no break or max_steps inside an epoch; call "
+            "optimizer.step() on every batch, empty ones too); resume mid-epoch only with one "
+            "of dpplugins' samplers restored from its state_dict; or use Poisson sampling "
+            "(poisson_sampling=True) with 'pld', whose steps do not form passes")
+
     def _record_step(self, template: Event | None, sample_rate: float, sigma: float,
                      accumulated: int) -> None:
         inner = self._require()
@@ -441,6 +521,16 @@ class DPPluginsAccountant:
         try:
             if template is None:
                 event = inner.step_event(sigma, sample_rate)
+                if not getattr(self, "_warned_unbound", False):
+                    self._warned_unbound = True
+                    warnings.warn(
+                        f"the {self.mechanism()!r} accountant's step hook does not know its data "
+                        f"loader (attached by hand, not by make_private): it records every step "
+                        f"as a {type(event).__name__} (the accountant's reading of "
+                        f"sample_rate={sample_rate:g}, Opacus' Poisson sampling unless configured "
+                        "otherwise), valid only for a loader that samples that way; for any "
+                        "other loader create the optimizer with privacy_engine.make_private, "
+                        "which reads the loader", RuntimeWarning, stacklevel=3)
                 if accumulated != 1 and isinstance(event, ProtocolEvent):
                     raise ParameterError(
                         "optimizer.accumulated_iterations", accumulated,
@@ -481,7 +571,7 @@ class DPPluginsAccountant:
                 "optimizer.accumulated_iterations", accumulated,
                 f"an accumulation that {type(step).__name__} describes as a pass of "
                 f"{len(plan)} steps", "do not accumulate gradients with this sampler")
-        position = _steps_in_run(self.inner.history, logical) % len(plan)
+        position = self._trailing_run_steps(logical) % len(plan)
         if accumulated != plan[position]:
             r = physical % k
             tail = f"; the last step of a pass takes the remaining {r}" if r else ""
@@ -524,6 +614,10 @@ class DPPluginsAccountant:
             raise ValueError(f"state_dict of {state_dict['mechanism']} cannot be loaded into "
                              f"Privacy Accountant with mechanism {self.mechanism()}")
         extra = state_dict.get("dpplugins") or {}
+        accumulation = extra.get("accumulation")
+        if accumulation is not None:   # checked before anything is loaded
+            accumulation = check_count("state_dict['dpplugins']['accumulation']", accumulation,
+                                       minimum=1)
         options = extra.get("options")
         if options is not None and (self.inner is None or options != self.inner.options()):
             inner = create(self._dpplugins_name, **options)
@@ -539,24 +633,59 @@ class DPPluginsAccountant:
         inner.load_state_dict(ours)
         self.inner = inner
         if "accumulation" in extra:   # logical steps of this many batches
-            self._accumulation = extra["accumulation"]
+            self._accumulation = accumulation
 
     def __reduce__(self):
         # the adapter classes are made by register(): pickle by registry name
         return (_rebuild_adapter, (self._dpplugins_name, dict(self.__dict__)))
 
 
-def _steps_in_run(history, logical: ProtocolEvent) -> int:
-    """Steps of the trailing run of ``logical``'s protocol in ``history`` (passes are cut from
-    the first step of that run, :mod:`dpplugins.passes`)."""
-    key = logical.protocol_key()
-    flat = [(leaf, count) for event in history for leaf, count in leaves(event)]
-    total = 0
-    for leaf, count in reversed(flat):
-        if not isinstance(leaf, ProtocolEvent) or leaf.protocol_key() != key:
-            break
-        total += leaf.steps * count
-    return total
+#: watched subclasses of batch sampler classes (one per class)
+_WATCHED: dict[type, type] = {}
+
+
+def _watch_passes(loader, adapter: "DPPluginsAccountant") -> None:
+    """Make every new iteration of ``loader``'s batch sampler call
+    ``adapter._check_pass_start`` first.  The batch sampler is iterated by the loader itself
+    and by Opacus' ``BatchMemoryManager`` (which wraps it), so that is where a new pass begins.
+    The instance gets a subclass of its own class that only adds that call (same state, same
+    behaviour otherwise); loaders without a batch sampler are left alone."""
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    if batch_sampler is None:
+        return
+    cls = type(batch_sampler)
+    if not getattr(cls, "_dpplugins_watched", False):
+        watched = _WATCHED.get(cls)
+        if watched is None:
+            def __iter__(self, _base=cls):
+                adapter_ = self.__dict__.get("_dpplugins_adapter")
+                if adapter_ is not None:
+                    adapter_._check_pass_start(self)
+                return _base.__iter__(self)
+
+            def __reduce_ex__(self, protocol, _base=cls):
+                # copies and pickles are of the plain class, unwatched
+                state = {k: v for k, v in self.__dict__.items() if k != "_dpplugins_adapter"}
+                return _unwatched, (_base, state)
+
+            watched = type(cls.__name__, (cls,), {"__iter__": __iter__,
+                                                  "__reduce_ex__": __reduce_ex__,
+                                                  "_dpplugins_watched": True,
+                                                  "__module__": cls.__module__,
+                                                  "__qualname__": cls.__qualname__})
+            _WATCHED[cls] = watched
+        try:
+            batch_sampler.__class__ = watched
+        except TypeError:   # pragma: no cover - a batch sampler with __slots__
+            return
+    batch_sampler.__dict__["_dpplugins_adapter"] = adapter
+
+
+def _unwatched(cls: type, state: dict):
+    """A batch sampler of class ``cls`` with ``state`` (the copy of a watched one)."""
+    obj = cls.__new__(cls)
+    obj.__dict__.update(state)
+    return obj
 
 
 def _adapter_class(name: str) -> type:
@@ -603,7 +732,12 @@ def steps_for_epochs(epochs: float, sample_rate: float) -> int:
         >>> steps_for_epochs(1, 1 / 93)
         93
     """
+    epochs = check_positive("epochs", epochs)
+    sample_rate = check_probability("sample_rate", sample_rate)
     quotient = epochs / sample_rate
+    if not math.isfinite(quotient):
+        raise ParameterError("epochs", epochs, f"at most {sys.float_info.max * sample_rate:.4g} "
+                             f"at sample_rate={sample_rate:g} (steps beyond the float range)")
     nearest = round(quotient)
     if abs(quotient - nearest) <= 1e-9 * max(1.0, quotient):
         return max(1, int(nearest))
@@ -667,6 +801,8 @@ def _private(engine, original, arguments: dict, step_event=None):
         if isinstance(hook, _StepHook) and hook.adapter is accountant:
             hook.event = event
         accountant._bind(event)
+        if isinstance(event, ProtocolEvent):
+            _watch_passes(returned, accountant)
     else:
         name = accountant.mechanism()
         _warn_for_opacus_accountant(name, event, stacklevel=4)
@@ -817,6 +953,10 @@ def check_sampler(accountant_name: str, data_loader) -> None:
     the valid accountants.  ``make_private`` does this by itself; this function is for loaders
     built otherwise.
     """
+    if accountant_name not in available() and accountant_name not in _opacus_own():
+        raise ParameterError("accountant_name", accountant_name,
+                             "one of dpplugins' accountants (" + ", ".join(available())
+                             + ") or Opacus' own (" + ", ".join(_opacus_own()) + ")")
     event = loader_event(data_loader, 1.0)
     if accountant_name in available():
         try:
@@ -854,6 +994,8 @@ def attach(privacy_engine, data_loader, optimizer=None) -> None:
         hook = getattr(optimizer, "step_hook", None)
         if isinstance(hook, _StepHook) and hook.adapter is accountant and hook.event is None:
             hook.event = event
+        if isinstance(event, ProtocolEvent):
+            _watch_passes(data_loader, accountant)
         return
     name = accountant.mechanism()
     _warn_for_opacus_accountant(name, event)
@@ -1035,6 +1177,21 @@ def logical_sampler(sampler, accumulation: int, *, name: str = "accumulation"):
 
 
 # -- PNSGD under Opacus ---------------------------------------------------------------------------
+def _check_plain_sgd(param_groups) -> None:
+    """ParameterError unless every group runs plain SGD steps ``theta - eta g``: no momentum
+    (each example would keep moving later iterates), no Nesterov, no weight decay, no
+    maximisation -- the algorithm whose amplification by iteration the pnsgd accountant
+    bounds (:mod:`dpplugins.amplification.iteration`)."""
+    for group in param_groups:
+        for option, plain in (("momentum", 0), ("nesterov", False), ("weight_decay", 0),
+                              ("maximize", False)):
+            value = group.get(option, plain)
+            if value != plain:
+                raise ParameterError(f"optimizer {option}", value, f"{plain!r} (plain SGD "
+                                     "steps, the algorithm the pnsgd accountant analyses)",
+                                     f"create torch.optim.SGD without {option}")
+
+
 def make_private_pnsgd(privacy_engine, *, module, optimizer, data_loader, noise_multiplier: float,
                        max_grad_norm: float, diameter: float, variant: str = "shuffled",
                        smoothness: float | None = None):
@@ -1068,10 +1225,12 @@ def make_private_pnsgd(privacy_engine, *, module, optimizer, data_loader, noise_
     if len(learning_rates) != 1 or not isinstance(optimizer, torch.optim.SGD):
         raise ParameterError("optimizer", type(optimizer).__name__,
                              "torch.optim.SGD with one learning rate (the theory's eta)")
+    _check_plain_sgd(optimizer.param_groups)
     n = step.dataset_size
+    learning_rate = learning_rates.pop()
     event = PNSGDEvent(n, Fraction(1, n), GaussianEvent(noise_multiplier),
                        lipschitz=max_grad_norm, diameter=diameter,
-                       learning_rate=learning_rates.pop(), variant=variant,
+                       learning_rate=learning_rate, variant=variant,
                        smoothness=smoothness)
     signature = inspect.signature(_ORIGINAL_MAKE_PRIVATE)
     bound = signature.bind(privacy_engine, module=module, optimizer=optimizer,
@@ -1085,10 +1244,20 @@ def make_private_pnsgd(privacy_engine, *, module, optimizer, data_loader, noise_
     params = [p for group in optimizer.param_groups for p in group["params"]]
     original_step = optimizer.step
 
-    def step_then_project(*args, **kwargs):
+    def step_then_project(self, *args, **kwargs):
+        # the recorded event fixes eta and plain SGD: a scheduler or a changed group is refused
+        # before the step (StepLR drove lr to 5e-13 while every step was recorded at 0.5)
+        for group in optimizer.param_groups:
+            if group["lr"] != learning_rate:
+                raise ParameterError("lr", group["lr"], f"the learning rate make_private_pnsgd "
+                                     f"recorded, {learning_rate!r}, in every group",
+                                     "the pnsgd accountant assumes a constant step size; do not "
+                                     "use a learning-rate scheduler")
+        _check_plain_sgd(optimizer.param_groups)
         result = original_step(*args, **kwargs)
         project_onto_ball(params, diameter)
         return result
 
-    optimizer.step = step_then_project
+    # a bound method, as torch's learning-rate schedulers expect of optimizer.step
+    optimizer.step = types.MethodType(step_then_project, optimizer)
     return module, optimizer, data_loader

@@ -170,6 +170,9 @@ def project_onto_ball(params, diameter: float) -> None:
     ``diameter``, in place.  The radius is shrunk by 4 units of round-off of the parameters' dtype
     so that the rounded result is inside the ball (still a non-expansive map into K)."""
     params = list(params)
+    diameter = check_positive("diameter", diameter)   # -1 flipped every parameter's sign
+    if not params:
+        raise ParameterError("params", params, "a non-empty sequence of tensors")
     norm = float(torch.sqrt(sum(torch.sum(p.double() ** 2) for p in params)))
     radius = diameter / 2
     if norm > radius:

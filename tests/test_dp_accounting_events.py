@@ -246,3 +246,18 @@ def test_any_of_our_events_through_dppluginsdpevent():
         PLDAccountant().compose(theirs).get_epsilon(DELTA)
     # dp_accounting's own accountants do not know it
     assert dpe.rdp.RdpAccountant().supports(event) is False
+
+
+def test_get_delta_at_infinite_epsilon_is_the_mass_at_infinite_loss():
+    """``get_delta(inf)`` raised a ParameterError about epsilon=inf.  It is now the certified
+    delta at the largest finite epsilon: at least the exact mass at infinite loss (delta0 of
+    an (epsilon, delta) event, 1 - (1 - delta0)^k for k of them) and, for Gaussian steps
+    (no such mass), below 1e-20."""
+    gauss = PLDAccountant()
+    gauss.compose(S(P(0.01, G(1.0)), 100))
+    assert 0.0 <= gauss.get_delta(math.inf) < 1e-20
+    mixed = PLDAccountant()
+    mixed.compose(C([EpsilonDeltaDpEvent(1.0, 1e-6), EpsilonDeltaDpEvent(2.0, 1e-6)]))
+    exact = 1 - (1 - 1e-6) ** 2
+    assert exact <= mixed.get_delta(math.inf) <= exact * (1 + 1e-6)
+    assert PLDAccountant().get_delta(math.inf) == 0.0

@@ -5,6 +5,8 @@ a loader an accountant cannot account for is refused at make_private.  Expected 
 written out by hand from the loader's parameters (not read back from the adapter).
 """
 
+import copy
+import math
 import re
 import warnings
 from fractions import Fraction
@@ -19,8 +21,9 @@ from opacus import PrivacyEngine  # noqa: E402
 from opacus.accountants import RDPAccountant, create_accountant  # noqa: E402
 
 from dpplugins.accountants import UnsupportedEventError  # noqa: E402
-from dpplugins.events import (GaussianEvent, PoissonSampledEvent, RandomCheckInEvent,  # noqa: E402
-                              ShuffledEpochsEvent, leaves)
+from dpplugins.events import (GaussianEvent, NonPrivateEvent, PoissonSampledEvent,  # noqa: E402
+                              RandomCheckInEvent, SelfComposedEvent, ShuffledEpochsEvent,
+                              leaves)
 from dpplugins.integrations.opacus import check_sampler, register  # noqa: E402
 
 DELTA = 1e-5
@@ -475,9 +478,10 @@ def _sampler(kind):
 
 
 @pytest.mark.parametrize("kind,accountant,k,style,match,valid_steps", [
-    # the 7th batch of an epoch waits for the next epoch: that step mixes two epochs
-    ("shuffled_200", "shuffle", 2, "carry", "1 at logical step 4 of 4", 3),
-    ("shuffled_200", "shuffle", 2, "global", "1 at logical step 4 of 4", 3),
+    # the 7th batch of an epoch waits for the next epoch: that step mixes two epochs (refused
+    # when the second pass begins, before its first batch is drawn)
+    ("shuffled_200", "shuffle", 2, "carry", "a new pass begun after 6 of the 7 batches", 3),
+    ("shuffled_200", "shuffle", 2, "global", "a new pass begun after 6 of the 7 batches", 3),
     # 6 batches per epoch with drop_last: the last accumulation of 2 is not a batch of 128
     ("shuffled_drop_last", "shuffle", 4, "pass_end", "drop_last", 0),
     ("checkin_p0", "checkin", 2, "pass_end", "checkin_probability = 1", 0),
@@ -495,6 +499,80 @@ def test_gradient_accumulation_outside_the_supported_protocols_is_refused(
     # nothing wrong was recorded: only the steps before the offending one
     expected = [(shuffled(200, 64), valid_steps)] if valid_steps else []
     assert ledger(engine.accountant) == expected
+
+
+def test_a_pass_cut_short_then_a_fresh_permutation_is_refused():
+    """One batch of each of 20 fresh permutations (a ``break`` after the first step of every
+    epoch) was accounted as 10 full passes: 20 steps of shuffled epochs of 64 examples in
+    batches of 63 gave the upper bound 7.51 at delta 1e-5, while the certified *lower* bound of
+    what ran -- 20 steps in each of which an example is in the batch w.p. 63/64, i.e. (zero-out)
+    Poisson steps at that rate -- is above it.  Now the second iteration is refused before any
+    of its batches is drawn, and the ledger holds the one step that ran."""
+    from dpplugins.accountants import create
+    from dpplugins.errors import ParameterError
+
+    register()
+    model, optimizer, loader = tiny_setup(n=64)
+    loader = torch.utils.data.DataLoader(loader.dataset, batch_size=63, shuffle=True)
+    engine = PrivacyEngine(accountant="shuffle")
+    model, optimizer, loader = make_private(engine, model, optimizer, loader,
+                                            noise_multiplier=2.0)
+    criterion = torch.nn.CrossEntropyLoss()
+    with pytest.raises(ParameterError, match="a new pass begun after 1 of the 2 batches"):
+        for _ in range(20):
+            for x, y in loader:
+                criterion(model(x), y).backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                break
+    assert ledger(engine.accountant) == [(shuffled(64, 63, sigma=2.0), 1)]
+    # what the old accounting claimed, against a certified lower bound of what ran
+    claimed = create("shuffle").compose(shuffled(64, 63, sigma=2.0).with_steps(20))
+    ran = create("pld").compose(SelfComposedEvent(
+        PoissonSampledEvent(63 / 64, GaussianEvent(2.0)), 20))
+    assert claimed.get_epsilon(1e-5) < ran.get_epsilon_bounds(1e-5).lower
+    # whole epochs go on as before
+    engine = PrivacyEngine(accountant="shuffle")
+    model, optimizer, _ = tiny_setup(n=64)
+    loader = torch.utils.data.DataLoader(loader.dataset, batch_size=16, shuffle=True)
+    model, optimizer, loader = make_private(engine, model, optimizer, loader)
+    train(model, optimizer, loader, epochs=3)
+    assert ledger(engine.accountant) == [(shuffled(64, 16), 12)]
+    copy.deepcopy(loader)   # the watched batch sampler still copies
+
+
+def test_our_sampler_resumes_where_it_stands_and_a_drawn_untrained_batch_is_refused():
+    """Ours continue their pass: a break after 3 trained steps and a new iteration go on at
+    batch 4, as one uninterrupted epoch would (the same ledger).  A batch drawn but not trained
+    (or set_epoch in mid-pass) breaks that correspondence and is refused."""
+    from dpplugins.errors import ParameterError
+    from dpplugins.samplers import ShuffledEpochs
+
+    criterion = torch.nn.CrossEntropyLoss()
+
+    def step(model, optimizer, x, y):
+        criterion(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    sampler = ShuffledEpochs(64, 8, rng=0)
+    engine, model, optimizer, loader = private_with_sampler(sampler, "shuffle")
+    for i, (x, y) in enumerate(loader):
+        step(model, optimizer, x, y)
+        if i == 2:
+            break
+    for x, y in loader:
+        step(model, optimizer, x, y)
+    assert sampler.position == 0 and ledger(engine.accountant) == [(shuffled(64, 8), 8)]
+    batches = iter(loader)
+    next(batches)
+    step(model, optimizer, *next(batches))   # two drawn, one trained
+    with pytest.raises(ParameterError, match="continues its pass at batch 2 of 8 while 1"):
+        iter(loader)
+    sampler.set_epoch(5)                      # a new pass while one step of the old one ran
+    with pytest.raises(ParameterError, match="a new pass begun after 1 of the 8"):
+        iter(loader)
+    assert ledger(engine.accountant) == [(shuffled(64, 8), 9)]
 
 
 def test_gradient_accumulation_changed_midway_is_refused():
@@ -595,6 +673,141 @@ def test_pnsgd_under_opacus_per_sample_gradients():
     offline = create("pnsgd", lipschitz=1.0, diameter=1.0, learning_rate=0.5, dataset_size=n)
     offline.step(noise_multiplier=3.0, sample_rate=1 / n, count=2 * n)
     assert engine.get_epsilon(DELTA) == offline.get_epsilon(DELTA)
+
+
+def test_pnsgd_refuses_a_changed_learning_rate_and_momentum():
+    """The step event fixes eta at set-up: a StepLR scheduler (gamma 0.1) drove the rate to
+    5e-13 while every step was recorded at 0.5 (epsilon 3.79, where the accountant's own bound
+    at eta <= 0.01 is 6.57); momentum, Nesterov, weight decay and maximisation are not the
+    analysed algorithm and were accepted.  Both are refused now, before the offending step."""
+    from dpplugins.errors import ParameterError
+    from dpplugins.integrations.opacus import make_private_pnsgd
+
+    register()
+    torch.manual_seed(0)
+    n = 8
+    data = torch.utils.data.TensorDataset(torch.randn(n, 5), torch.randint(0, 2, (n,)))
+    criterion = torch.nn.CrossEntropyLoss()
+
+    def setup(**sgd):
+        loader = torch.utils.data.DataLoader(data, batch_size=1, shuffle=True)
+        model = torch.nn.Linear(5, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5, **sgd)
+        engine = PrivacyEngine(accountant="pnsgd")
+        return (engine, *make_private_pnsgd(engine, module=model, optimizer=optimizer,
+                                            data_loader=loader, noise_multiplier=3.0,
+                                            max_grad_norm=1.0, diameter=1.0))
+
+    for option, value in (("momentum", 0.9), ("weight_decay", 1e-4), ("maximize", True)):
+        with pytest.raises(ParameterError, match=f"optimizer {option}"):
+            setup(**{option: value})
+    engine, model, optimizer, loader = setup()
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.1)
+    with pytest.raises(ParameterError, match="lr=0.05.*recorded, 0.5"):
+        for xb, yb in loader:
+            optimizer.zero_grad()
+            criterion(model(xb), yb).backward()
+            optimizer.step()
+            scheduler.step()
+    assert len(engine.accountant) == 2       # the two steps taken at lr 0.5
+    engine, model, optimizer, loader = setup()
+    optimizer.param_groups[0]["momentum"] = 0.9   # changed after set-up
+    xb, yb = next(iter(loader))
+    criterion(model(xb), yb).backward()
+    with pytest.raises(ParameterError, match="optimizer momentum"):
+        optimizer.step()
+    assert len(engine.accountant) == 0
+
+
+def test_helpers_refuse_bad_input_by_name():
+    """Found by a hostile sweep: each of these raised a TypeError, ZeroDivisionError,
+    OverflowError or ValueError from inside, or was accepted (epochs=0 calibrated one step)."""
+    from dpplugins.errors import ParameterError
+    from dpplugins.integrations.opacus import configure, steps_for_epochs
+
+    for epochs, rate, name in ((1, 0, "sample_rate"), (math.inf, 0.1, "epochs"),
+                               (0, 0.1, "epochs"), (-1, 0.1, "epochs"),
+                               (math.nan, 0.1, "epochs"), (1e308, 1e-10, "epochs")):
+        with pytest.raises(ParameterError) as info:
+            steps_for_epochs(epochs, rate)
+        assert info.value.name == name
+    assert steps_for_epochs(1, 1 / 93) == 93
+    register()
+    engine = PrivacyEngine(accountant="pld")
+    with pytest.raises(ParameterError, match="foo=1 .*takes neighbouring, eps_tolerance"):
+        configure(engine.accountant, foo=1)
+    model, optimizer, loader = tiny_setup()
+    with pytest.raises(ParameterError, match="epochs=0"):
+        engine.make_private_with_epsilon(module=model, optimizer=optimizer, data_loader=loader,
+                                         target_epsilon=3.0, target_delta=DELTA, epochs=0,
+                                         max_grad_norm=1.0)
+    state = engine.accountant.state_dict()
+    for key, value, match in (("options", {"bogus": 1}, "bogus=1"),
+                              ("accumulation", "x", "accumulation")):
+        bad = dict(state, dpplugins=dict(state["dpplugins"], **{key: value}))
+        with pytest.raises(ParameterError, match=match):
+            engine.accountant.load_state_dict(bad)
+    with pytest.raises(ParameterError, match="accountant_name='bogus'"):
+        check_sampler("bogus", loader)
+
+
+def test_the_trailing_run_is_counted_from_the_new_events_only_and_stays_exact():
+    """The steps of the trailing run (the pass position of every optimizer step) were counted
+    by flattening the whole ledger at every step: O(steps^2) for a noise schedule (4,000 steps
+    took 29 s).  The count is now carried over between steps; it must equal a count over the
+    whole ledger after appends, another protocol in between, a replaced ledger and a loaded
+    state."""
+    from opacus.accountants import create_accountant
+
+    register()
+    adapter = create_accountant("shuffle")
+    step = shuffled(64, 8)
+
+    def brute(history):
+        total = 0
+        for event in history:
+            for leaf, count in leaves(event):
+                same = (isinstance(leaf, ShuffledEpochsEvent)
+                        and leaf.protocol_key() == step.protocol_key())
+                total = total + leaf.steps * count if same else 0
+        return total
+
+    other = NonPrivateEvent()      # (the shuffle accountant takes one protocol per ledger)
+    plan = [step.with_event(GaussianEvent(1.0 + i / 10)) for i in range(7)] + [other, other] \
+        + [step.with_steps(3), step.with_event(GaussianEvent(2.0))]
+    for event in plan:
+        adapter.compose(event)
+        assert adapter._trailing_run_steps(step) == brute(adapter.history)
+    assert adapter._trailing_run_steps(step) == 4
+    adapter.history = adapter.history[:5]          # a replaced ledger
+    assert adapter._trailing_run_steps(step) == brute(adapter.history) == 5
+    fresh = create_accountant("shuffle")
+    fresh.load_state_dict(adapter.state_dict())
+    fresh.compose(step)
+    assert fresh._trailing_run_steps(step) == 6
+
+
+def test_a_hook_attached_by_hand_warns_that_it_assumes_poisson():
+    """An optimizer hook attached without make_private does not know the loader: it records
+    Opacus' Poisson reading of the sample rate (as Opacus' own accountants do) and says so,
+    once."""
+    from opacus import GradSampleModule
+    from opacus.optimizers import DPOptimizer
+
+    register()
+    accountant = create_accountant("pld")
+    model = GradSampleModule(torch.nn.Linear(4, 2))
+    optimizer = DPOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), noise_multiplier=1.0,
+                            max_grad_norm=1.0, expected_batch_size=8)
+    optimizer.attach_step_hook(accountant.get_optimizer_hook_fn(sample_rate=8 / 64))
+    x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+    with pytest.warns(RuntimeWarning, match="does not know its data loader") as caught:
+        for _ in range(3):
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    assert sum("does not know its data loader" in str(w.message) for w in caught) == 1
+    assert ledger(accountant) == [(PoissonSampledEvent(0.125, GaussianEvent(1.0)), 3)]
 
 
 # -- balls_and_bins (random allocation) --------------------------------------------------------

@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 from dpplugins.accountants.pnsgd import PNSGDAccountant  # noqa: E402
 from dpplugins.errors import ParameterError  # noqa: E402
 from dpplugins.integrations.pnsgd import (ProjectedNoisySGD, make_pnsgd_accountant,  # noqa: E402
-                                          shuffled_order)
+                                          project_onto_ball, shuffled_order)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = [(3, 2), (2,)]
@@ -213,3 +213,18 @@ def test_example_runs_end_to_end():
         epsilon = float(re.search(r"epsilon ([0-9.eE+-]+|inf|nan)", line).group(1))
         assert accuracy > 0.8
         assert math.isfinite(epsilon) and epsilon > 0
+
+
+def test_projection_refuses_a_bad_diameter_and_no_parameters():
+    """``project_onto_ball(p, -1)`` flipped the sign of every parameter (a negative radius
+    times the norm) and ``project_onto_ball([], 2)`` raised a TypeError; both are refused, and
+    a valid projection lands inside the ball along the same direction."""
+    p = torch.tensor([3.0, 4.0])
+    for diameter in (-1.0, 0.0, math.nan, math.inf):
+        with pytest.raises(ParameterError, match="diameter"):
+            project_onto_ball([p], diameter)
+    assert torch.equal(p, torch.tensor([3.0, 4.0]))
+    with pytest.raises(ParameterError, match="params"):
+        project_onto_ball([], 2.0)
+    project_onto_ball([p], 2.0)
+    assert float(torch.linalg.norm(p)) <= 1.0 and float(p[1] / p[0]) == pytest.approx(4 / 3)

@@ -7,6 +7,7 @@ stays cheap and each family lives in its own module.
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any
 
 from dpplugins.errors import ParameterError
@@ -74,8 +75,20 @@ def get_class(name: str) -> type:
 
 
 def create(name: str, **options: Any):
-    """A new accountant by registry name, e.g. ``create("pld", eps_tolerance=1e-3)``."""
-    return get_class(name)(**options)
+    """A new accountant by registry name, e.g. ``create("pld", eps_tolerance=1e-3)``.  An option
+    the accountant does not take is a :class:`ParameterError` naming the ones it takes."""
+    cls = get_class(name)
+    try:
+        parameters = inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):   # pragma: no cover - a class without a signature
+        parameters = {}
+    if parameters and not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        takes = [p for p in parameters if p != "self"]
+        for option in options:
+            if option not in takes:
+                raise ParameterError(option, options[option], f"not given: the {name!r} "
+                                     f"accountant takes {', '.join(takes) or 'no options'}")
+    return cls(**options)
 
 
 def supporting(event) -> tuple[str, ...]:

@@ -306,6 +306,32 @@ def test_krr_upper_bounds_dominate_enumeration(k):
                 assert low <= exact + 1e-12
 
 
+@pytest.mark.parametrize("eps0", [25.0, 40.0, 50.0])
+def test_krr_upper_bounds_dominate_enumeration_at_large_eps0(eps0):
+    """Found by a hostile sweep: the stacked blanket estimated its threshold by ``floor(-k/d)``
+    without the correction of the count pairs, and dropped the one positive summand once
+    ``e^eps`` swamped it: k-RR (k = 3, n = 2, eps0 = 40) certified epsilon 37.02 at delta 1e-3
+    and delta(39.999) = 0, where enumeration gives 39.999 and 1e-3 (the same for the families,
+    heterogeneous k-RR and composed rounds).  Upper bounds on delta and epsilon against exact
+    enumeration over every dataset."""
+    for k, n in ((3, 2), (3, 3), (4, 2)):
+        spec = ("krr", eps0, k)
+        for eps in (eps0 - 5.0, eps0 - 1.0, eps0 - 1e-3):
+            exact = shuffled_krr_worst(eps0, k, n, eps)
+            assert sm.delta_bounds(spec, n, eps).upper >= exact * (1 - 1e-12), (k, n, eps)
+            assert sm.KRRBlanket(eps0, n, k).delta(eps) >= exact * (1 - 1e-12)
+            if exact > 1e-300:
+                # any eps whose exact delta is above the target is below the certified epsilon
+                assert sm.epsilon(spec, n, exact / 2).epsilon >= eps, (k, n, eps)
+    # composed rounds: two rounds of the pair X0 = (a, a), X1 = (b, a) put mass (E/Z)^4 -
+    # e^eps (E/Z^2)^2 on "every report is a" (E = e^eps0, Z = E + 2), a lower bound on delta
+    acc = create("shuffle").compose(ShuffleEvent(2, RandomizedResponseEvent(eps0, 3)), 2)
+    big, z = mpmath.e ** eps0, mpmath.e ** eps0 + 2
+    for eps in (2 * eps0 - 5.0, 2 * eps0 - 1.0):
+        event = float((big / z) ** 4 - mpmath.e ** eps * (big / z ** 2) ** 2)
+        assert acc.get_delta_bounds(eps).upper >= event * (1 - 1e-9)
+
+
 # -- one round: lower <= upper, tightness, the general fallback ---------------------------------
 @pytest.mark.parametrize("spec", [("binary_rr", 1.0), ("krr", 1.0, 3), ("krr", 4.0, 8),
                                   ("general", 1.0), ("general", 4.0)])
@@ -698,3 +724,17 @@ def test_one_user_round_delta_lower_bound_is_at_most_the_exact_profile():
                     exact = max((top - mpmath.exp(mpmath.mpf(eps))) / (top + k - 1), 0)
                     assert bounds.lower <= exact <= bounds.upper, (eps0, k, eps, bounds)
                     assert bounds.upper - bounds.lower <= 1e-11 * bounds.upper
+
+
+def test_bad_input_of_the_shuffle_model_functions_is_a_parameter_error():
+    """Found by a hostile sweep: an IndexError, a TypeError, a ZeroDivisionError, a KeyError,
+    and a clone probability of 2 (a law of -1) accepted."""
+    with pytest.raises(ParameterError, match=r"rounds\[0\]"):
+        sm.composed_epsilon_bounds([(("binary_rr", 1.0), 100)], 1e-6)
+    with pytest.raises(ParameterError, match="rounds=5"):
+        sm.composed_epsilon_bounds(5, 1e-6)
+    for c in (0.0, 2.0, math.nan):
+        with pytest.raises(ParameterError, match="clone_probability"):
+            count_pair.clone_pair(1.0, 100, c)
+    with pytest.raises(ParameterError, match="epsilon=nan"):
+        sm.upper_profile(("binary_rr", 1.0), 2)(float("nan"))

@@ -27,6 +27,7 @@ from dpplugins.accountants import UnsupportedEventError, available, create, supp
 from dpplugins.accountants.checkin import composed_local_epsilon
 from dpplugins.amplification import shuffle_model_families as fam
 from dpplugins.errors import ParameterError
+from dpplugins.pld import Bounds
 from dpplugins.events import (BoundedLaplaceEvent, ComposedEvent, EpsilonDeltaEvent, LaplaceEvent,
                               LocalHashingEvent, RandomizedResponseEvent, SelfComposedEvent,
                               ShuffleEvent, SubsetSelectionEvent, UnaryEncodingEvent, from_dict)
@@ -468,3 +469,31 @@ def test_a_round_of_more_than_max_users_leaves_the_other_rounds_lower_bounds():
     alone = create("shuffle").compose(ShuffleEvent(MAX_USERS + 1, EpsilonDeltaEvent(1.0, 1e-12)))
     assert alone.get_epsilon_bounds(1e-6).lower == 0.0
     assert alone.get_delta_bounds(0.5).lower == 1e-12
+
+
+def test_many_approximate_rounds_publish_with_the_composed_probability():
+    """10^5 rounds of an (eps0, delta0 = 1e-9) randomizer publish the differing user's input in
+    some round with probability 1 - (1 - 1e-9)^(10^5), about 1e-4 (a certified lower bound on
+    delta at every epsilon), so epsilon(1e-6) is inf.  The query refused (it asked for 10^7 grid
+    bins) because only the largest delta0 (1e-9) was taken as that probability."""
+    acc = create("shuffle").compose(ShuffleEvent(1000, EpsilonDeltaEvent(1.0, 1e-9)), 10**5)
+    assert acc.get_epsilon_bounds(1e-6) == Bounds(math.inf, math.inf)
+    published = -math.expm1(10**5 * math.log1p(-1e-9))
+    b = acc.get_delta_bounds(0.5)
+    assert published * (1 - 1e-9) <= b.lower <= published and b.upper >= b.lower
+    # one round of the same randomizer: delta0 itself
+    one = create("shuffle").compose(ShuffleEvent(1000, EpsilonDeltaEvent(1.0, 1e-9)))
+    assert 1e-9 * (1 - 1e-9) <= one.get_delta_bounds(0.5).lower <= 1e-9
+
+
+def test_a_delta_query_the_composition_cannot_hold_answers_without_amplification():
+    """10^15 rounds of binary randomized response (eps0 = 1): the epsilon query fell back to
+    the composition without amplification, the delta query raised (3e11 grid bins).  It now
+    answers with the optimal/basic composition's delta: 1 at epsilon 0.5 (nothing better is
+    certified), 0 at epsilon >= 10^15 (pure eps0-DP rounds)."""
+    acc = create("shuffle").compose(ShuffleEvent(10**4, RandomizedResponseEvent(1.0)), 10**15)
+    b = acc.get_delta_bounds(0.5)
+    assert b.upper == 1.0 and 0.0 <= b.lower <= b.upper
+    assert acc.get_delta_bounds(2e15) == Bounds(0.0, 0.0)
+    assert "steps" in repr(create("shuffle").compose(
+        ShuffleEvent(10**4, RandomizedResponseEvent(1.0)), 2**63))   # (len() overflowed)

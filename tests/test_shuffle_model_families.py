@@ -14,6 +14,7 @@ import itertools
 import math
 from collections import defaultdict
 
+import mpmath
 import numpy as np
 import pytest
 from scipy import stats
@@ -54,18 +55,18 @@ def ue_matrix(d, a, b):
     return rows
 
 
-def subset_matrix(d, k, eps0):
+def subset_matrix(d, k, eps0, exp=math.exp):
     subsets = list(itertools.combinations(range(d), k))
     rows = []
     for x in range(d):
-        w = [math.exp(eps0) if x in s else 1.0 for s in subsets]
+        w = [exp(eps0) if x in s else 1.0 for s in subsets]
         rows.append([v / sum(w) for v in w])
     return rows
 
 
-def olh_matrix(d, g, eps0):
+def olh_matrix(d, g, eps0, exp=math.exp):
     """Every function [d] -> [g] equally likely (a fully independent hash), then g-ary RR."""
-    e = math.exp(eps0)
+    e = exp(eps0)
     hashes = list(itertools.product(range(g), repeat=d))
     rows = []
     for x in range(d):
@@ -128,6 +129,39 @@ def test_bounds_bracket_exact_enumeration(name, family, R, ns):
             exact = worst_shuffled_delta(R, n, eps)
             b = fam.delta_bounds(family, n, eps)
             assert b.lower - 1e-12 <= exact <= b.upper + 1e-12, (n, eps)
+
+
+@pytest.mark.parametrize("eps0", [30.0, 40.0])
+def test_bounds_bracket_exact_enumeration_at_large_eps0(eps0):
+    """The blanket and Lemma 7.3 bounds dropped their one positive summand at large eps0 (the
+    stacked blanket's threshold; SUE at eps0 = 40, n = 3 certified delta(39) = 0 where
+    enumeration gives 0.632).  Every family with exact laws, n = 2 and 3, enumerated in
+    50-digit arithmetic (in double, 1 - a alone is off by 5e-8 at eps0 = 40 -- the same loss
+    that the families' own class masses had)."""
+    with mpmath.workdps(50):
+        _check_large_eps0_families(eps0)
+
+
+def _check_large_eps0_families(eps0):
+    e = mpmath.exp
+    h = e(mpmath.mpf(eps0) / 2)
+    families = [
+        (fam.unary_encoding(eps0, 3), ue_matrix(3, h / (h + 1), 1 / (h + 1))),
+        (fam.unary_encoding(eps0, 3, optimized=True),
+         ue_matrix(3, mpmath.mpf(0.5), 1 / (e(eps0) + 1))),
+        (fam.subset_selection(eps0, 4, 2), subset_matrix(4, 2, eps0, exp=e)),
+        (fam.subset_selection(eps0, 3, 1), subset_matrix(3, 1, eps0, exp=e)),
+        (fam.local_hashing(eps0, 2), olh_matrix(3, 2, eps0, exp=e)),
+    ]
+    for family, R in families:
+        for n in (2, 3):
+            for eps in (eps0 - 3.0, eps0 - 1.0, eps0 - 1e-3):
+                exact = float(worst_shuffled_delta(R, n, eps))
+                b = fam.delta_bounds(family, n, eps)
+                assert b.lower - 1e-12 <= exact <= b.upper * (1 + 1e-12) + 1e-15, \
+                    (family.name, n, eps)
+                if exact > 1e-300:
+                    assert fam.epsilon(family, n, exact / 2).epsilon >= eps, (family.name, n)
 
 
 def test_laplace_lower_laws_against_scipy():

@@ -547,4 +547,4 @@ class RandomAllocationAccountant(Accountant):
                          for leaf, count in private_leaves(self._history)))
 
     def __repr__(self) -> str:
-        return f"RandomAllocationAccountant(epochs={self.epochs():.3g}, steps={len(self)})"
+        return f"RandomAllocationAccountant(epochs={self.epochs():.3g}, steps={self.steps})"

@@ -560,5 +560,5 @@ class Accountant:
 
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options().items())
-        return f"{type(self).__name__}({opts}; {len(self)} steps)"
+        return f"{type(self).__name__}({opts}; {self.steps} steps)"   # (len: at most 2**63-1)
 

@@ -732,7 +732,17 @@ class ShuffleAccountant(Accountant):
         if rounds is None:
             return self._epochs_delta_bounds(history, epsilon)
         capped = self._users_capped(history)
-        found = self._rounds_delta_bounds(rounds, epsilon, self.lower_bound and not capped)
+        try:
+            found = self._rounds_delta_bounds(rounds, epsilon, self.lower_bound and not capped)
+        except NumericalError:
+            # (10^15 rounds: the composition needs 3e11 grid bins) the rounds without
+            # amplification still bound it, and one round's lower bound holds
+            cap = _no_amplification_delta(rounds, epsilon)
+            lower = 0.0
+            if self.lower_bound:
+                lower = (self._uncapped_lower(history, epsilon=epsilon) if capped
+                         else _single_round_delta_lower(rounds, epsilon))
+            found = Bounds(min(lower, cap), cap)
         if not self.lower_bound:
             return Bounds(0.0, found.upper)
         lower = self._uncapped_lower(history, epsilon=epsilon) if capped else found.lower
@@ -875,6 +885,14 @@ def _no_amplification(rounds, delta: float) -> float:
     return total * (1 + 1e-12) if math.isfinite(total) else math.inf
 
 
+def _single_round_delta_lower(rounds, epsilon: float) -> float:
+    """The best one-round lower bound on delta(epsilon) among ``rounds`` (a post-processing of
+    their composition, as :func:`_single_round_lower`)."""
+    from dpplugins.amplification.shuffle_model_families import single_round_delta_lower
+
+    return single_round_delta_lower(rounds, epsilon)
+
+
 def _single_round_lower(rounds, delta: float) -> float:
     """The best one-round lower bound on epsilon(delta) among ``rounds``: any one round is a
     post-processing of their composition."""
@@ -884,10 +902,37 @@ def _single_round_lower(rounds, delta: float) -> float:
 
 
 def _published(rounds) -> float:
-    """The largest delta0 of the rounds' randomizers: one of them may publish its input with
-    that probability, so delta(eps) is at least this at every eps (a certified lower bound;
-    :func:`dpplugins.amplification.shuffle.epsilon` has the argument)."""
-    return max((_delta0(r.randomizer) for r in rounds), default=0.0)
+    """``1 - prod_r (1 - delta0_r)^count_r``, rounded down: every round's (eps0, delta0)
+    randomizer may publish its input with probability delta0, independently, so the
+    differing user's input is published in some round with this probability, and delta(eps)
+    is at least this at every eps (a certified lower bound;
+    :func:`dpplugins.amplification.shuffle.epsilon` has the argument for one round; the rounds
+    are independent).  It was the largest delta0 alone: 10^5 rounds of delta0 = 1e-9 publish
+    with probability 1e-4, so epsilon(1e-6) is inf -- the query refused after asking for 10^7
+    grid bins."""
+    largest = max((_delta0(r.randomizer) for r in rounds), default=0.0)   # one round: exact
+    log_kept = math.fsum(r.count * math.log1p(-_delta0(r.randomizer)) for r in rounds
+                         if _delta0(r.randomizer) > 0)
+    # log1p, the products, the sum and expm1 round by a few u relative (times |log_kept| for
+    # the argument's absolute error); 1e-12 covers them
+    return max(largest, -math.expm1(log_kept) * (1 - 1e-12))
+
+
+def _no_amplification_delta(rounds, epsilon: float) -> float:
+    """Delta at ``epsilon`` of the rounds without amplification (as :func:`_no_amplification`):
+    one randomizer by the optimal composition theorem
+    (:func:`dpplugins.accountants.checkin.composed_local_delta`), several by basic composition
+    (``sum count delta0`` where ``epsilon >= sum count eps0``, else 1)."""
+    from dpplugins.accountants.checkin import composed_local_delta
+
+    if len(rounds) == 1:
+        r = rounds[0]
+        return composed_local_delta(epsilon, r.randomizer.eps0, _delta0(r.randomizer), r.count)
+    total = math.fsum(r.count * r.randomizer.eps0 for r in rounds)
+    if epsilon >= total * (1 + 1e-12):
+        return min(math.fsum(r.count * _delta0(r.randomizer) for r in rounds) * (1 + 1e-12),
+                   1.0)
+    return 1.0
 
 
 def _delta0(spec) -> float:

@@ -212,7 +212,8 @@ from dpplugins.amplification import shuffle as _shuffle
 # the count-pair engine (re-exported here: this module's bounds are count pairs)
 from dpplugins.amplification.count_pair import (_REL_SF, UNIT_ROUNDOFF, CountPair,
                                                 _lower_epsilon, binomial_window, clone_pair,
-                                                krr_lower_pairs, newton_smallest_epsilon)
+                                                count_threshold, krr_lower_pairs,
+                                                newton_smallest_epsilon)
 from dpplugins.amplification.count_pair import krr_laws as _krr_laws
 from dpplugins.amplification.count_pair import binomial_pmf as _pmf
 from dpplugins.amplification.count_pair import binomial_sf as _sf
@@ -690,6 +691,11 @@ class StackedBlanket:
             jr = np.floor(-k / d)
         jmin = (np.clip(np.nan_to_num(jr, nan=0.0, posinf=1e18, neginf=-1e18), -1, T) + 1
                 ).astype(np.int64)
+        inv = self.W / M
+        # the threshold corrected where floor(-k / d) loses it, and the summands whose computed
+        # sign may be wrong charged (count_threshold; without it k-RR at eps0 = 40 dropped the
+        # one positive summand: epsilon 37.02 certified where the exact value is 39.999)
+        jmin, boundary = count_threshold(jmin, ca, cb, cc, T, M, inv, theta)
         s1 = np.zeros(len(T))
         pm = np.zeros(len(T))
         pos = T >= 1
@@ -702,10 +708,9 @@ class StackedBlanket:
         mean = T * theta
         t1 = d * mean * s1
         t2 = k * s2
-        inv = self.W / M
         value = float(np.dot(inv, np.maximum(t1 + t2, 0.0)))
         rounding = (4 * _U + _REL_SF) * (np.abs(t1) + np.abs(t2))
-        error = float(np.dot(inv, abs(d) * mean * e1 + np.abs(k) * e2 + rounding))
+        error = float(np.dot(inv, abs(d) * mean * e1 + np.abs(k) * e2 + rounding)) + boundary
         da, db = self.v1[0] / pa, self.v1[1] / pb
         dc = self.v1[2] / pc if pc > 0 else 0.0
         tail = float(np.dot(inv, (da - db) * mean * s1 + (db * T + dc * (M - T)) * s2))
@@ -1250,6 +1255,8 @@ def upper_profile(spec, n: int) -> Callable[[np.ndarray], np.ndarray]:
     def fn(eps):
         eps = np.asarray(eps, dtype=float)
         flat = eps.ravel()
+        if np.isnan(flat).any():   # (it raised a KeyError from the memo)
+            raise ParameterError("epsilon", math.nan, "a number (not NaN)")
         missing = np.array(sorted({float(e) for e in flat if float(e) not in memo}))
         if len(missing):
             for e, v in zip(missing, np.ravel(raw(missing))):
@@ -1577,7 +1584,22 @@ def best_single_round_lower(rounds, one_round: Callable[[object, int], float]) -
 
 
 def _as_rounds(rounds: Sequence) -> list[Round]:
-    rs = [x if isinstance(x, Round) else Round(randomizer(x[0]), _shuffle.check_users(x[1], 1),
-                                                 check_count("count", x[2], minimum=0))
-          for x in rounds]
+    """``rounds`` as :class:`Round` objects (ParameterError naming the item that is neither a
+    Round nor a ``(randomizer, n, count)`` triple), rounds of count 0 left out."""
+    try:
+        items = list(rounds)
+    except TypeError:
+        raise ParameterError("rounds", rounds, "a sequence of Round or (randomizer, n, count) "
+                             "triples") from None
+    rs = []
+    for i, x in enumerate(items):
+        if not isinstance(x, Round):
+            try:
+                spec, n, count = x
+            except (TypeError, ValueError):
+                raise ParameterError(f"rounds[{i}]", x, "a Round or a (randomizer, n, count) "
+                                     "triple") from None
+            x = Round(randomizer(spec), _shuffle.check_users(n, 1),
+                      check_count("count", count, minimum=0))
+        rs.append(x)
     return [x for x in rs if x.count > 0]

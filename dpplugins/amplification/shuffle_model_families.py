@@ -282,20 +282,25 @@ def unary_encoding(eps0: float, d: int, *, optimized: bool = False) -> Family:
     """
     eps0 = _check_eps0(eps0)
     d = check_domain_size("d", d, 3)
+    # a, b and their complements na = 1 - a, nb = 1 - b each from its own closed form: 1 - a
+    # by subtraction lost all but log10(h) digits (SUE at eps0 = 40: 1 - a = 2e-9 to a relative
+    # 5e-8, and the blanket's class masses with it), and every category C below is a sum of
+    # its outcomes, not 1 minus the others
     if optimized:
-        a, b = 0.5, 1.0 / (math.exp(eps0) + 1.0)
+        e = math.exp(eps0)
+        a, na, b, nb = 0.5, 0.5, 1.0 / (e + 1.0), e / (e + 1.0)
     else:
         h = math.exp(eps0 / 2)
-        a, b = h / (h + 1), 1 / (h + 1)
-    v0 = _complete(a * (1 - b), (1 - a) * b)
+        a, na, b, nb = h / (h + 1), 1 / (h + 1), 1 / (h + 1), h / (h + 1)
+    v0 = (a * nb, na * b, a * b + na * nb)      # bits (x0, x1): 10, 01, 11 or 00
     v1 = (v0[1], v0[0], v0[2])
-    third = _complete(b * (1 - b), b * (1 - b))
+    third = (b * nb, b * nb, b * b + nb * nb)
     # others at z, A / B also without bit z (module docstring): the differing user's bit z is
-    # Bern(b), the others' Bern(a)
-    z_v0 = _complete(a * (1 - b) * (1 - b), (1 - a) * b * (1 - b))
-    z_third = _complete(b * (1 - b) * (1 - a), b * (1 - b) * (1 - a))
+    # Bern(b), the others' Bern(a); C: bit z set, or clear and (x0, x1) = 11 or 00
+    z_v0 = (a * nb * nb, na * b * nb, b + nb * (a * b + na * nb))
+    z_third = (b * nb * na, b * nb * na, a + na * (b * b + nb * nb))
     # blanket c_y = base(y) (1-a)/(1-b) <= R(z)(y) for every z (base: all bits Bern(b))
-    classes = ((1 - a) * b, (1 - a) * b * b / (1 - b), (1 - a) * (1 - b))
+    classes = (na * b, na * b * b / nb, na * nb)
     blanket = two_class_blanket(eps0, *classes)
     return _make("oue" if optimized else "sue", eps0, a - b, True,
                  [(v0, v0, v1), (third, v0, v1),
@@ -328,7 +333,9 @@ def subset_selection(eps0: float, d: int, k: int) -> Family:
     only = (d - k) / (d - 1)
     both = (k - 1) / (d - 1)
     neither = (d - k) * (d - k - 1) / (k * (d - 1))
-    v0 = _complete(e * only / z, only / z)
+    # C (S holds both x0 and x1, or neither) from its own count: for k = 1 it is (d - 2) / z,
+    # about e^-eps0, which 1 - A - B lost entirely at large eps0
+    v0 = (e * only / z, only / z, (e * both + neither) / z)
     v1 = (v0[1], v0[0], v0[2])
     # ... holding a third value x as well (C(d-3, k-2)), or x but neither x0 nor x1 (C(d-3, k-1))
     with_x = (k - 1) * (d - k) / ((d - 1) * (d - 2))
@@ -337,7 +344,10 @@ def subset_selection(eps0: float, d: int, k: int) -> Family:
     # others at z, A / B also without z (module docstring): C(d-3, k-1) subsets each, weight
     # E for the differing user's A, 1 for its B and for the others (z not in S)
     outside_z = (d - k) * (d - k - 1) / ((d - 1) * (d - 2))
-    z_v0 = _complete(e * outside_z / z, outside_z / z)
+    # C: C(d-1,k-1) - C(d-3,k-1) = C(d-2,k-2) + C(d-3,k-2) subsets hold x0 (weight E) but not
+    # (x0 only, z outside), and C(d-1,k) - C(d-3,k-1) = C(d-2,k) + C(d-3,k-2) do not hold x0
+    # (Pascal's rule twice), in units of C(d-1,k-1): both + with_x and neither + with_x
+    z_v0 = (e * outside_z / z, outside_z / z, (e * (both + with_x) + neither + with_x) / z)
     z_third = _complete(outside_z / z, outside_z / z)
     classes = (only / z, both / z, neither / z)
     blanket = two_class_blanket(eps0, *classes)  # c_S = 1/Z
@@ -418,9 +428,12 @@ def laplace_bounded(eps0: float) -> Family:
     laws = []
     for s in (0.0, 0.25, 0.5):
         hi, lo = 0.5 + s, 0.5 - s
-        v0 = _complete(_laplace_sf(hi, 1.0, b), _laplace_cdf(lo, 1.0, b))
+        # C = P(lo <= Y <= hi) in closed form (1 - A - B lost its digits at large eps0): for
+        # Y = 1 + Lap(b), 0.5 (e^-(1-hi)/b - e^-(1-lo)/b); for Y = 0.5 + Lap(b), 1 - e^(-s/b)
+        v0 = (_laplace_sf(hi, 1.0, b), _laplace_cdf(lo, 1.0, b),
+              -0.5 * math.exp(-(1.0 - hi) / b) * math.expm1(-(hi - lo) / b))
         v1 = (v0[1], v0[0], v0[2])
-        half = _complete(_laplace_sf(hi, 0.5, b), _laplace_cdf(lo, 0.5, b))
+        half = (_laplace_sf(hi, 0.5, b), _laplace_cdf(lo, 0.5, b), -math.expm1(-s / b))
         laws += [(v0, v0, v1), (half, v0, v1)]
     return _make("laplace[0,1]", eps0, 1 - math.exp(-eps0 / 2), False, laws, blanket)
 

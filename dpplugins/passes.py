@@ -17,9 +17,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
-from dpplugins.events import Event, ProtocolEvent
+from dpplugins.events import Event, ProtocolEvent, leaves
 
-__all__ = ["Pass", "cut_passes"]
+__all__ = ["Pass", "cut_passes", "extend_run"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,3 +104,28 @@ def cut_passes(runs: Iterable[tuple[ProtocolEvent, int]]) -> list[tuple[Pass, in
     if open_segments:
         emit(open_segments, False)
     return out
+
+
+def extend_run(steps: int, events: Iterable[Event], key: tuple) -> int:
+    """Steps of the trailing run of the protocol with :meth:`~ProtocolEvent.protocol_key`
+    ``key`` after ``events``, given that the events before them ended in such a run of
+    ``steps`` steps (0: none).  Any other leaf -- another protocol, a Poisson step, a
+    non-private step -- ends the run; a ``NoOpEvent`` has no leaves and does not.  Integrations that record steps one at a time read the
+    position in the current pass from it (``steps % steps_per_epoch``) and carry it over, so
+    that a step costs the new events only.
+
+    Example::
+
+        >>> from dpplugins.events import (GaussianEvent, NonPrivateEvent, NoOpEvent,
+        ...                               ShuffledEpochsEvent)
+        >>> step = ShuffledEpochsEvent(64, 8, 1, GaussianEvent(1.0)).with_steps(1)
+        >>> extend_run(0, [step, NoOpEvent(), step, NonPrivateEvent(), step], step.protocol_key())
+        1
+    """
+    for event in events:
+        for leaf, count in leaves(event):
+            if isinstance(leaf, ProtocolEvent) and leaf.protocol_key() == key:
+                steps += leaf.steps * count
+            else:
+                steps = 0
+    return steps

@@ -104,7 +104,8 @@ from dpplugins.accountants import Accountant, UnsupportedEventError, available, 
 from dpplugins.errors import (ParameterError, check_choice, check_count, check_nonnegative,
                               check_positive, check_probability, check_real)
 from dpplugins.events import (Event, FixedBatchEvent, GaussianEvent, NoOpEvent,
-                              PoissonSampledEvent, SelfComposedEvent)
+                              PoissonSampledEvent, ProtocolEvent, SelfComposedEvent)
+from dpplugins.passes import extend_run
 from dpplugins.samplers import RandomCheckIn, SlidingWindowCheckIn
 
 __all__ = [
@@ -389,6 +390,19 @@ def participation_from_config(config) -> Participation:
     """The protocol whose :meth:`Participation.config` is ``config`` (a dict or ConfigRecord)."""
     config = dict(config)
     scheme = config.get("scheme")
+    if scheme in _SCHEMES:
+        try:
+            return _participation_of(scheme, config)
+        except ParameterError:
+            raise      # a protocol parameter out of range names itself
+        except (KeyError, TypeError, ValueError) as error:
+            raise ParameterError("config", config, f"the config of a {scheme} protocol "
+                                 f"(Participation.config()): {type(error).__name__} {error}"
+                                 ) from None
+    raise ParameterError("config['scheme']", scheme, "one of " + ", ".join(_SCHEMES))
+
+
+def _participation_of(scheme: str, config: dict) -> Participation:
     if scheme == "random_checkin":
         cap = int(config.get("max_clients_per_round") or 0)
         return RandomCheckIns(int(config["num_clients"]), int(config["window"]),
@@ -397,9 +411,7 @@ def participation_from_config(config) -> Participation:
     if scheme == "poisson":
         return PoissonSampling(int(config["num_clients"]), float(config["sample_rate"]),
                                int(config["block_rounds"]))
-    if scheme == "fixed_size":
-        return FixedSizeSampling(int(config["num_clients"]), int(config["clients_per_round"]))
-    raise ParameterError("config['scheme']", scheme, "one of " + ", ".join(_SCHEMES))
+    return FixedSizeSampling(int(config["num_clients"]), int(config["clients_per_round"]))
 
 
 # -- client side ---------------------------------------------------------------------------------
@@ -880,6 +892,17 @@ class _PrivacyAccounting:
                                      f"samples from {n} clients (fraction_train="
                                      f"{inner.fraction_train}, min_train_nodes="
                                      f"{inner.min_train_nodes}: {size})")
+            # FedAvg waits (without a time limit) until this many nodes are connected: more
+            # than the federation has would hang the first round
+            for option, value in (("min_available_nodes", inner.min_available_nodes),
+                                  ("min_train_nodes", inner.min_train_nodes)):
+                if int(value) > n:
+                    raise ParameterError(f"strategy.strategy.{option}", value,
+                                         f"at most num_clients={n} (FedAvg would wait for "
+                                         "that many nodes without a time limit)")
+            if k > n:
+                raise ParameterError("strategy.num_sampled_clients", k,
+                                     f"at most num_clients={n}")
             self.participation = FixedSizeSampling(n, k)
             self.noise_multiplier = float(strategy.noise_multiplier)
             self._flower_dp = True
@@ -891,8 +914,33 @@ class _PrivacyAccounting:
         self.event = self.participation.round_event(self.noise_multiplier)
         self.accountant = choose_accountant(self.participation, self.noise_multiplier,
                                             accountant)
+        self._check_position()
         self.rounds: list[RoundPrivacy] = []
         self._sampled: dict[int, set[int]] = {}
+
+    def _check_position(self) -> None:
+        """ParameterError unless the strategy and the accountant stand at the same round of a
+        pass.  The accountant cuts passes from the rounds it recorded
+        (:mod:`dpplugins.passes`); the strategy starts a new pass (a fresh check-in of every
+        client) every ``block_rounds`` of its own rounds.  Found by a hostile sweep: a
+        ``DPFedAvg`` that had run one round of a two-round window, wrapped again, ran the
+        second half of that pass and the first of the next (a client in both) accounted as
+        one pass, 9.997 where two passes give 15.456; a saved accountant that ended mid-pass
+        resumed with a new ``DPFedAvg`` (a fresh check-in) likewise."""
+        if not isinstance(self.event, ProtocolEvent):
+            return      # Poisson and fixed-size rounds: no passes
+        done = len(self.strategy.rounds) if isinstance(self.strategy, _DPFedAvg) else 0
+        recorded = extend_run(0, self.accountant.history, self.event.protocol_key())
+        per_pass = self.event.steps_per_epoch
+        if done % per_pass != recorded % per_pass or recorded < done:
+            raise ParameterError(
+                "strategy", f"a strategy at round {done} of its run, round {done % per_pass} "
+                f"of a {per_pass}-round pass",
+                f"at the accountant's place: {recorded} rounds of this protocol recorded, "
+                f"round {recorded % per_pass} of a pass", "account a run with one "
+                "PrivacyAccounting over a fresh DPFedAvg (and a fresh accountant), or resume "
+                "with the accountant and the strategy saved at the same round; a pass cut short "
+                "and a fresh check-in would be accounted as one pass")
 
     # -- description --------------------------------------------------------------------------
     @property
@@ -976,7 +1024,8 @@ class _PrivacyAccounting:
             for record in reply.content.metric_records.values():
                 if key in record:
                     weights.append(float(record[key]))
-        if len(weights) != len(replies) or len(set(weights)) > 1:
+        if len(weights) != len(replies) or len(set(weights)) > 1 or not all(
+                w > 0 for w in weights):   # (weights 0 divided by 0 in Flower's average)
             raise ParticipationError(f"round {server_round}: client weights {weights!r} under "
                                      f"{key!r}; the accounted mechanism averages equally "
                                      "weighted clipped updates (send the same weight, e.g. 1)")

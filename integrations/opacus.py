@@ -96,6 +96,7 @@ from dpplugins.errors import (ParameterError, check_count, check_positive,
 from dpplugins.events import (Event, GaussianEvent, NonPrivateEvent, PNSGDEvent,
                               PoissonSampledEvent, ProtocolEvent, SelfComposedEvent,
                               ShuffledEpochsEvent, UnsupportedEvent, leaves)
+from dpplugins.passes import extend_run
 
 __all__ = ["register", "configure", "attach", "check_sampler", "valid_accountants",
            "loader_event", "is_random_allocation", "make_data_loader", "torch_batch_sampler",
@@ -228,6 +229,61 @@ def _step_of(data_loader, noise: GaussianEvent, poisson_sampling: bool) -> tuple
                         "whose sampling is not described (use Opacus' DPDataLoader, one of "
                         "dpplugins' samplers via make_data_loader, or a DataLoader with "
                         "batch_size and shuffle)")
+
+
+def _replica_disagreement(data_loader) -> str:
+    """Why the ranks' samplers of ``data_loader`` do not deal one global schedule ("" if they
+    do, or if no process group of more than one rank runs).  A collective when one runs: every
+    rank of the group must call it (``make_private`` is called on every rank under DPDDP); each
+    rank gathers every rank's (world size and rank it was built for, the rank it runs on, the
+    schedule's seed, epoch and position) and all decide alike, so a refusal is raised on every
+    rank and none waits for another.
+
+    Each rank's shard of a global step comes from its own copy of the sampler; the accountant
+    records the global step.  So the copies must be built for this process group and rank and
+    share their seed, epoch and position.  Before this check, ``ShuffledEpochs(8, 4)`` without
+    a seed drew a different permutation on each rank (a step of examples 0, 0, 6, 7: example 0
+    twice, examples 2 and 5 never), and a sampler built before ``init_process_group`` (one
+    replica) ran every example twice per step -- both accounted as one shuffled pass, 4.38,
+    where the step that ran has a certified lower bound of 10.0."""
+    import torch.distributed as dist
+    import torch.utils.data as tud
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return ""
+    batch_sampler = getattr(data_loader, "batch_sampler", None)
+    inner = getattr(batch_sampler, "inner", None)
+    sampler = getattr(batch_sampler, "sampler", None)
+    if inner is not None and hasattr(inner, "num_replicas"):          # one of ours
+        state = inner.state_dict()
+        mine = (int(inner.num_replicas), int(inner.rank), state.get("seed"), state.get("epoch"),
+                state.get("position"))
+    elif type(sampler) is tud.DistributedSampler:
+        mine = (int(sampler.num_replicas), int(sampler.rank), int(sampler.seed),
+                int(sampler.epoch), 0)
+    else:
+        mine = None
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, (dist.get_rank(), mine))
+    if all(entry is None for _, entry in gathered):
+        return ""
+    world = dist.get_world_size()
+    for rank, entry in gathered:
+        if entry is None:
+            return f"rank {rank} trains on a loader without a distributed sampler"
+        if entry[0] != world:
+            return (f"rank {rank}'s sampler was built for num_replicas={entry[0]} in a process "
+                    f"group of {world} (built before init_process_group?): its shard would not "
+                    "be the rank's part of one global step")
+        if entry[1] != rank:
+            return (f"rank {rank}'s sampler deals the shard of rank={entry[1]}: two ranks "
+                    "would train on the same examples")
+    seeds = {entry[2:] for _, entry in gathered}
+    if len(seeds) > 1:
+        return ("the ranks' samplers differ in seed, epoch or position "
+                f"({sorted(seeds)[:4]}): each rank would deal a shard of another schedule (pass "
+                "the same rng=seed on every rank, and load the same state)")
+    return ""
 
 
 def _distributed_step(sampler, per_rank_batch: int, drop_last: bool, n: int,
@@ -457,12 +513,7 @@ class DPPluginsAccountant:
         if (cache is not None and cache[0] is history and cache[3] == key
                 and 0 < cache[1] <= len(history) and history[cache[1] - 1] is cache[2]):
             start, total = cache[1], cache[4]
-        for event in history[start:]:
-            for leaf, count in leaves(event):
-                if isinstance(leaf, ProtocolEvent) and leaf.protocol_key() == key:
-                    total += leaf.steps * count
-                else:
-                    total = 0   # another mechanism ends the run
+        total = extend_run(total, history[start:], key)
         if history:
             self._run_cache = (history, len(history), history[-1], key, total)
         return total
@@ -788,6 +839,13 @@ def _private(engine, original, arguments: dict, step_event=None):
     sigma = arguments["noise_multiplier"]
     poisson = arguments["poisson_sampling"]
     if ours:
+        disagreement = "" if poisson else _replica_disagreement(arguments["data_loader"])
+        if disagreement:
+            raise ParameterError("data_loader", "the ranks' samplers", "one global schedule "
+                                 f"dealt to the ranks of the process group: {disagreement}",
+                                 "build the sampler after init_process_group on every rank "
+                                 "with the same seed (dpplugins samplers: rng=seed; torch's "
+                                 "DistributedSampler: seed=, and set_epoch on every rank)")
         predicted = step_event if step_event is not None else loader_event(
             arguments["data_loader"], sigma, poisson_sampling=poisson)
         # before Opacus touches anything

@@ -146,3 +146,30 @@ def test_poisson_under_ddp_is_accounted_by_pld(three_ranks):
     event = SelfComposedEvent(PoissonSampledEvent(rate, GaussianEvent(SIGMA)), steps)
     offline = create("pld").compose(event).get_epsilon(1e-5)   # the single-process accountant
     assert ranks[0]["epsilon"] == pytest.approx(offline, rel=1e-12)
+
+
+def test_ranks_whose_samplers_disagree_are_refused_at_set_up(tmp_path):
+    """Each rank deals its shard of a global step from its own copy of the sampler; the
+    accountant records the global step.  Found by a hostile sweep: ShuffledEpochs without a
+    seed drew another permutation on each rank (a step of examples 0, 0, 6, 7), a sampler built
+    before init_process_group ran every example twice per step, and a rank dealt another rank's
+    shard -- each accounted as one shuffled pass (4.38 where the step that ran certifies 10.0 as
+    a lower bound).  Now every rank refuses such a set-up, naming the reason; agreeing samplers
+    (ours seeded, torch's DistributedSampler with one seed) are accepted."""
+    worker = Path(__file__).resolve().parent / "ddp_replicas_worker.py"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+               "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(worker),
+               "--out", str(tmp_path)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    outcomes = records(tmp_path, 2)
+    assert outcomes[0].keys() == outcomes[1].keys()
+    expected = {"ours_seeded": "accepted", "torch_seeded": "accepted",
+                "ours_unseeded": "differ in seed", "torch_seed_per_rank": "differ in seed",
+                "ours_built_before_init": "num_replicas=1 in a process group of 2",
+                "ours_rank_0_everywhere": "deals the shard of rank=0",
+                "torch_rank_0_everywhere": "deals the shard of rank=0"}
+    for outcome in outcomes:        # every rank decides alike
+        for name, text in expected.items():
+            assert text in outcome[name], (name, outcome[name])

@@ -418,6 +418,53 @@ def test_poisson_accountant_refused_for_fixed_size_sampling():
     assert PrivacyAccounting(flower_dp, delta=DELTA, num_clients=N).accountant.name == "fdp"
 
 
+def test_a_strategy_and_an_accountant_at_different_places_of_a_pass_are_refused():
+    """Found by a hostile sweep (3 clients, windows of 2 rounds, real simulations): a DPFedAvg
+    that had run one round, wrapped in a second PrivacyAccounting, ran the rest of that pass
+    and the first round of the next, with a client in both -- accounted as one pass, 9.997,
+    where two passes give 15.456; a saved accountant that ended mid-pass, resumed with a fresh
+    DPFedAvg (a fresh check-in), likewise.  The sweep's numbers: one pass and two passes of
+    the protocol, computed here with the same accountant."""
+    protocol = RandomCheckIns(3, window=2, checkin_probability=1.0)
+    one_pass = create("checkin").compose(protocol.run_event(SIGMA, 2)).get_epsilon(DELTA)
+    two = create("checkin").compose(protocol.run_event(SIGMA, 4)).get_epsilon(DELTA)
+    assert two > one_pass + 1     # what the refused set-ups would have under-counted
+    used = DPFedAvg(protocol, SIGMA, CLIP)
+    used.rounds.append(None)      # it ran one round (what the sweep's simulation did)
+    with pytest.raises(ParameterError, match="round 1 of a 2-round pass"):
+        PrivacyAccounting(used, delta=DELTA)
+    saved = create("checkin").compose(protocol.round_event(SIGMA))   # one round of a pass
+    with pytest.raises(ParameterError, match="1 rounds of this protocol recorded"):
+        PrivacyAccounting(DPFedAvg(protocol, SIGMA, CLIP), delta=DELTA, accountant=saved)
+    # at the same place, or at a pass boundary, both go on
+    PrivacyAccounting(used, delta=DELTA, accountant=saved)
+    whole = create("checkin").compose(protocol.run_event(SIGMA, 2))
+    PrivacyAccounting(DPFedAvg(protocol, SIGMA, CLIP), delta=DELTA, accountant=whole)
+    PrivacyAccounting(DPFedAvg(PoissonSampling(N, 0.25), SIGMA, CLIP), delta=DELTA,
+                      accountant=create("pld").compose(PoissonSampledEvent(
+                          0.25, GaussianEvent(SIGMA))))     # no passes: nothing to align
+
+
+def test_flower_strategies_that_would_wait_forever_are_refused():
+    """FedAvg(min_available_nodes=4) in a federation of 3 blocked the first round forever in
+    Flower's node wait (no time limit); now refused at construction."""
+    for fedavg in (FedAvg(fraction_train=2 / 3, min_train_nodes=2, min_available_nodes=4),
+                   FedAvg(fraction_train=0.5, min_train_nodes=4, min_available_nodes=3)):
+        strategy = DifferentialPrivacyServerSideFixedClipping(
+            fedavg, SIGMA, CLIP, max(2, fedavg.min_train_nodes))
+        with pytest.raises(ParameterError, match="at most num_clients=3"):
+            PrivacyAccounting(strategy, delta=DELTA, num_clients=3)
+
+
+def test_participation_config_errors_name_the_config():
+    from dpplugins.integrations.flower import participation_from_config
+    for config in ({"scheme": "poisson"}, {"scheme": "fixed_size", "num_clients": "x",
+                                           "clients_per_round": 2}):
+        with pytest.raises(ParameterError, match="config="):
+            participation_from_config(config)
+    assert participation_from_config(FixedSizeSampling(N, 3).config()) == FixedSizeSampling(N, 3)
+
+
 def test_protocol_parameters_are_checked():
     with pytest.raises(ParameterError, match="checkin_probability"):
         RandomCheckIns(N, 4, 0.5, variant="averaged")

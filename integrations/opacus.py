@@ -232,57 +232,38 @@ def _step_of(data_loader, noise: GaussianEvent, poisson_sampling: bool) -> tuple
 
 
 def _replica_disagreement(data_loader) -> str:
-    """Why the ranks' samplers of ``data_loader`` do not deal one global schedule ("" if they
-    do, or if no process group of more than one rank runs).  A collective when one runs: every
-    rank of the group must call it (``make_private`` is called on every rank under DPDDP); each
-    rank gathers every rank's (world size and rank it was built for, the rank it runs on, the
-    schedule's seed, epoch and position) and all decide alike, so a refusal is raised on every
-    rank and none waits for another.
-
-    Each rank's shard of a global step comes from its own copy of the sampler; the accountant
-    records the global step.  So the copies must be built for this process group and rank and
-    share their seed, epoch and position.  Before this check, ``ShuffledEpochs(8, 4)`` without
-    a seed drew a different permutation on each rank (a step of examples 0, 0, 6, 7: example 0
-    twice, examples 2 and 5 never), and a sampler built before ``init_process_group`` (one
-    replica) ran every example twice per step -- both accounted as one shuffled pass, 4.38,
-    where the step that ran has a certified lower bound of 10.0."""
+    """Why this rank's sampler of ``data_loader`` cannot deal this rank's part of one global
+    schedule ("" if it can, or if no process group of more than one rank runs): built for
+    another world size (before ``init_process_group``: one replica, so every example ran once
+    per rank in every step) or another rank (two ranks dealt the same shard).  Both were
+    accounted as one shuffled pass, 4.38, where the step that ran has a certified lower bound of
+    10.0.  Local checks only (no collective: a rank that calls ``make_private`` alone must not
+    wait for the others).  That the ranks share one seed is enforced where it is chosen: our
+    samplers refuse ``rng=None`` with more than one replica; torch's ``DistributedSampler``
+    takes ``seed=`` (default 0 on every rank) and ``set_epoch`` on every rank, which cannot be
+    checked here."""
     import torch.distributed as dist
     import torch.utils.data as tud
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return ""
+    world, own = dist.get_world_size(), dist.get_rank()
     batch_sampler = getattr(data_loader, "batch_sampler", None)
     inner = getattr(batch_sampler, "inner", None)
     sampler = getattr(batch_sampler, "sampler", None)
     if inner is not None and hasattr(inner, "num_replicas"):          # one of ours
-        state = inner.state_dict()
-        mine = (int(inner.num_replicas), int(inner.rank), state.get("seed"), state.get("epoch"),
-                state.get("position"))
+        replicas, rank = int(inner.num_replicas), int(inner.rank)
     elif type(sampler) is tud.DistributedSampler:
-        mine = (int(sampler.num_replicas), int(sampler.rank), int(sampler.seed),
-                int(sampler.epoch), 0)
+        replicas, rank = int(sampler.num_replicas), int(sampler.rank)
     else:
-        mine = None
-    gathered = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, (dist.get_rank(), mine))
-    if all(entry is None for _, entry in gathered):
         return ""
-    world = dist.get_world_size()
-    for rank, entry in gathered:
-        if entry is None:
-            return f"rank {rank} trains on a loader without a distributed sampler"
-        if entry[0] != world:
-            return (f"rank {rank}'s sampler was built for num_replicas={entry[0]} in a process "
-                    f"group of {world} (built before init_process_group?): its shard would not "
-                    "be the rank's part of one global step")
-        if entry[1] != rank:
-            return (f"rank {rank}'s sampler deals the shard of rank={entry[1]}: two ranks "
-                    "would train on the same examples")
-    seeds = {entry[2:] for _, entry in gathered}
-    if len(seeds) > 1:
-        return ("the ranks' samplers differ in seed, epoch or position "
-                f"({sorted(seeds)[:4]}): each rank would deal a shard of another schedule (pass "
-                "the same rng=seed on every rank, and load the same state)")
+    if replicas != world:
+        return (f"a sampler built for num_replicas={replicas} in a process group of {world} "
+                "(built before init_process_group?): its shard is not this rank's part of one "
+                "global step")
+    if rank != own:
+        return (f"a sampler that deals the shard of rank={rank} on rank {own}: two ranks would "
+                "train on the same examples")
     return ""
 
 
@@ -841,11 +822,10 @@ def _private(engine, original, arguments: dict, step_event=None):
     if ours:
         disagreement = "" if poisson else _replica_disagreement(arguments["data_loader"])
         if disagreement:
-            raise ParameterError("data_loader", "the ranks' samplers", "one global schedule "
-                                 f"dealt to the ranks of the process group: {disagreement}",
-                                 "build the sampler after init_process_group on every rank "
-                                 "with the same seed (dpplugins samplers: rng=seed; torch's "
-                                 "DistributedSampler: seed=, and set_epoch on every rank)")
+            raise ParameterError("data_loader", "this rank's sampler", "this rank's part of one "
+                                 f"global schedule: {disagreement}",
+                                 "build the sampler after init_process_group on every rank, "
+                                 "with its default num_replicas and rank and the same seed")
         predicted = step_event if step_event is not None else loader_event(
             arguments["data_loader"], sigma, poisson_sampling=poisson)
         # before Opacus touches anything

@@ -154,8 +154,9 @@ def test_ranks_whose_samplers_disagree_are_refused_at_set_up(tmp_path):
     seed drew another permutation on each rank (a step of examples 0, 0, 6, 7), a sampler built
     before init_process_group ran every example twice per step, and a rank dealt another rank's
     shard -- each accounted as one shuffled pass (4.38 where the step that ran certifies 10.0 as
-    a lower bound).  Now every rank refuses such a set-up, naming the reason; agreeing samplers
-    (ours seeded, torch's DistributedSampler with one seed) are accepted."""
+    a lower bound).  Now the unseeded sampler is refused where it is built, the others by the
+    rank whose sampler is wrong, at make_private (local checks: no rank waits for another);
+    agreeing samplers (ours seeded, torch's DistributedSampler with one seed) are accepted."""
     worker = Path(__file__).resolve().parent / "ddp_replicas_worker.py"
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
                "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(worker),
@@ -166,10 +167,11 @@ def test_ranks_whose_samplers_disagree_are_refused_at_set_up(tmp_path):
     outcomes = records(tmp_path, 2)
     assert outcomes[0].keys() == outcomes[1].keys()
     expected = {"ours_seeded": "accepted", "torch_seeded": "accepted",
-                "ours_unseeded": "differ in seed", "torch_seed_per_rank": "differ in seed",
-                "ours_built_before_init": "num_replicas=1 in a process group of 2",
-                "ours_rank_0_everywhere": "deals the shard of rank=0",
-                "torch_rank_0_everywhere": "deals the shard of rank=0"}
-    for outcome in outcomes:        # every rank decides alike
+                "ours_unseeded": "rng=None is invalid: must be a seed shared by every rank",
+                "ours_built_before_init": "num_replicas=1 in a process group of 2"}
+    for outcome in outcomes:
         for name, text in expected.items():
             assert text in outcome[name], (name, outcome[name])
+    for name in ("ours_rank_0_everywhere", "torch_rank_0_everywhere"):   # rank 1 refuses
+        assert outcomes[0][name] == "accepted"
+        assert "deals the shard of rank=0 on rank 1" in outcomes[1][name], outcomes[1][name]

@@ -91,3 +91,11 @@ def test_bad_ranks_are_refused():
         ShuffledEpochs(10, 2, num_replicas=0, rank=0)
     with pytest.raises(ParameterError, match="num_replicas"):
         ShuffledEpochs(10, 2, rank=1)
+    # several replicas need one seed on every rank: fresh entropy differs per process (under
+    # DPDDP each rank drew its own permutation)
+    for make in (lambda: ShuffledEpochs(10, 2, num_replicas=2, rank=0),
+                 lambda: balls_and_bins(10, 2, num_replicas=2, rank=1)):
+        with pytest.raises(ParameterError, match="rng=None is invalid: must be a seed shared"):
+            make()
+    ShuffledEpochs(10, 2, rng=0, num_replicas=2, rank=1)
+    ShuffledEpochs(10, 2, num_replicas=1, rank=0)

@@ -79,6 +79,13 @@ class SeededSampler:
         if self.rank >= self.num_replicas:
             raise ParameterError("rank", rank, f"in [0, num_replicas - 1] = [0, "
                                  f"{self.num_replicas - 1}]")
+        if rng is None and self.num_replicas > 1:
+            # every rank deals its shard of one global schedule drawn from the seed: fresh
+            # entropy differs per process (under DPDDP each rank drew its own permutation, an
+            # example twice in one global step and others never)
+            raise ParameterError("rng", None, f"a seed shared by every rank (num_replicas="
+                                 f"{self.num_replicas})", "pass the same rng=<int> on every "
+                                 "rank, so that all ranks draw one global schedule")
         self._stream = np.random.default_rng(np.random.SeedSequence(self.seed,
                                                                    spawn_key=(1 << 32,)))
 

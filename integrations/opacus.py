@@ -241,7 +241,8 @@ def _replica_disagreement(data_loader) -> str:
     wait for the others).  That the ranks share one seed is enforced where it is chosen: our
     samplers refuse ``rng=None`` with more than one replica; torch's ``DistributedSampler``
     takes ``seed=`` (default 0 on every rank) and ``set_epoch`` on every rank, which cannot be
-    checked here."""
+    checked here: the ranks compare those at the first optimizer step of each pass
+    (:meth:`DPPluginsAccountant._compare_schedules`)."""
     import torch.distributed as dist
     import torch.utils.data as tud
 
@@ -265,6 +266,53 @@ def _replica_disagreement(data_loader) -> str:
         return (f"a sampler that deals the shard of rank={rank} on rank {own}: two ranks would "
                 "train on the same examples")
     return ""
+
+
+
+def _schedule_fingerprint(batch_sampler) -> tuple | None:
+    """What decides the *global* schedule of the pass ``batch_sampler`` is about to run, the
+    same on every rank of one schedule (rank excluded), or None when no process group of more
+    than one rank runs or the sampler is not one whose schedule is known: for ours the class,
+    seed, epoch, position and constructor parameters (a pass is drawn from (seed, epoch),
+    :mod:`dpplugins.samplers.base`); for torch's ``DistributedSampler`` its seed, epoch,
+    shuffle, drop_last, dataset length and world size (torch draws the permutation from
+    ``seed + epoch``)."""
+    import torch.distributed as dist
+    import torch.utils.data as tud
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return None
+    inner = getattr(batch_sampler, "inner", None)
+    sampler = getattr(batch_sampler, "sampler", None)
+    if inner is not None and hasattr(inner, "num_replicas") and hasattr(inner, "seed"):
+        params = getattr(inner, "_params", dict)()
+        return (type(inner).__qualname__, int(inner.seed), int(inner.epoch),
+                int(inner.position), int(inner.num_replicas), sorted(params.items()))
+    if type(sampler) is tud.DistributedSampler:
+        return ("DistributedSampler", int(sampler.seed), int(sampler.epoch),
+                bool(sampler.shuffle), bool(sampler.drop_last), len(sampler.dataset),
+                int(sampler.num_replicas), getattr(batch_sampler, "batch_size", None))
+    return None
+
+
+def _ranks_disagree(fingerprint: tuple) -> bool:
+    """True when some rank of the process group holds another ``fingerprint`` (one
+    ``all_reduce`` of two integers: the largest hash and the largest negated hash, i.e. the
+    smallest).  Called from the optimizer step, where every rank of DPDDP training already meets
+    in Opacus' gradient all-reduce, so no rank waits here for one that does not come.  The hash
+    is SHA-256 of the fingerprint's repr (Python's ``hash`` differs between processes)."""
+    import hashlib
+
+    import torch
+    import torch.distributed as dist
+
+    digest = hashlib.sha256(repr(fingerprint).encode()).digest()
+    value = int.from_bytes(digest[:8], "big") >> 2          # below 2^62: its negation fits
+    device = (torch.device("cuda", torch.cuda.current_device())
+              if dist.get_backend() == "nccl" else torch.device("cpu"))
+    both = torch.tensor([value, -value], dtype=torch.int64, device=device)
+    dist.all_reduce(both, op=dist.ReduceOp.MAX)
+    return int(both[0]) != -int(both[1])
 
 
 def _distributed_step(sampler, per_rank_batch: int, drop_last: bool, n: int,
@@ -514,6 +562,8 @@ class DPPluginsAccountant:
         event = self._loader_event
         if not isinstance(event, ProtocolEvent) or self.inner is None:
             return
+        # compared across ranks at the next optimizer step (:meth:`_compare_schedules`)
+        self._schedule_to_compare = _schedule_fingerprint(batch_sampler)
         inner = getattr(batch_sampler, "inner", None)
         drawn = getattr(inner, "position", None) if inner is not None else None
         # torch's samplers start a new pass (permutation) at every iteration
@@ -545,8 +595,33 @@ class DPPluginsAccountant:
             "of dpplugins' samplers restored from its state_dict; or use Poisson sampling "
             "(poisson_sampling=True) with 'pld', whose steps do not form passes")
 
+    def _compare_schedules(self) -> None:
+        """At the first optimizer step of a pass under torch.distributed: refuse (on every rank
+        alike, before the step is recorded or the parameters move) when the ranks' samplers do
+        not run one global schedule -- explicitly different seeds (torch's ``seed=rank``, ours
+        with ``rng=rank``) or ``set_epoch`` called on some ranks only.  Each rank deals its
+        shard of a global step from its own copy of the sampler while the accountant records
+        the global step, so such ranks trained some examples several times in one step and
+        others never, accounted as one shuffled pass.  What :func:`_replica_disagreement` cannot
+        see at ``make_private`` without a collective."""
+        fingerprint = getattr(self, "_schedule_to_compare", None)
+        if fingerprint is None:
+            return
+        self._schedule_to_compare = None
+        if _ranks_disagree(fingerprint):
+            raise ParameterError(
+                "data_loader", "samplers that differ between ranks (seed, epoch or position)",
+                "one global schedule on every rank: each rank deals its shard of a global step "
+                "from its own copy of the sampler, so ranks with other seeds or epochs train some "
+                "examples twice in a step and others never, which the accountant cannot "
+                "describe",
+                "give the sampler the same seed on every rank (torch's DistributedSampler: "
+                "seed=, the same everywhere; dpplugins' samplers: rng=) and call "
+                "set_epoch(epoch) on every rank or on none")
+
     def _record_step(self, template: Event | None, sample_rate: float, sigma: float,
                      accumulated: int) -> None:
+        self._compare_schedules()
         inner = self._require()
         template = template if template is not None else self._loader_event
         learned = self._accumulation

@@ -2,7 +2,9 @@
 run under ``torch.distributed.run`` (gloo, 127.0.0.1) with 2 processes.  Every rank builds one
 data loader per scenario -- samplers that do or do not deal one global schedule -- calls
 ``make_private`` with the ``shuffle`` accountant, and writes what happened (accepted, or the
-refusal, at the sampler or at ``make_private``) to ``<out>/rank<r>.json``."""
+refusal, at the sampler or at ``make_private``) to ``<out>/rank<r>.json``; the scenarios that
+only differ in a sampler setting per rank (seed, set_epoch) also take one optimizer step, where
+the ranks compare schedules."""
 
 from __future__ import annotations
 
@@ -41,6 +43,48 @@ def loaders(dataset, rank: int, world: int, before_init):
     ]
 
 
+def stepped(dataset, rank: int, world: int):
+    """``(name, loader builder, set_epoch of this rank or None)`` of the scenarios whose ranks
+    disagree only in what the sampler's settings say on each rank (seed, epoch): one optimizer
+    step is taken, where the ranks compare their schedules."""
+    tud = torch.utils.data
+    torch_batch = BATCH // world
+
+    def torch_loader(seed: int):
+        return tud.DataLoader(dataset, batch_size=torch_batch,
+                              sampler=tud.DistributedSampler(dataset, shuffle=True, seed=seed))
+    return [
+        ("step_ours_seeded", lambda: make_data_loader(dataset, ShuffledEpochs(N, BATCH, rng=0)),
+         None),
+        ("step_ours_seed_per_rank", lambda: make_data_loader(
+            dataset, ShuffledEpochs(N, BATCH, rng=rank)), None),
+        ("step_torch_seeded_set_epoch", lambda: torch_loader(0), 1),
+        ("step_torch_seed_per_rank", lambda: torch_loader(rank), None),
+        ("step_torch_set_epoch_on_rank_0", lambda: torch_loader(0), 1 if rank == 0 else None),
+    ]
+
+
+def one_step(dataset, build, epoch) -> str:
+    """make_private, then the first optimizer step of a pass: "accepted" or the refusal."""
+    model = DPDDP(torch.nn.Linear(3, 2))
+    engine = PrivacyEngine(accountant="shuffle")
+    loader = build()
+    model, optimizer, loader = engine.make_private(
+        module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), data_loader=loader,
+        noise_multiplier=1.0, max_grad_norm=1.0, poisson_sampling=False)
+    if epoch is not None:
+        loader.sampler.set_epoch(epoch)
+    try:
+        for x, y in loader:
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            break
+    except ParameterError as error:
+        return f"refused: {error}"
+    return "accepted"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
@@ -65,6 +109,8 @@ def main() -> None:
             outcome[name] = "accepted"
         except ParameterError as error:
             outcome[name] = f"refused: {error}"
+    for name, build, epoch in stepped(dataset, rank, world):
+        outcome[name] = one_step(dataset, build, epoch)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"rank{rank}.json").write_text(json.dumps(outcome))
     dist.destroy_process_group()

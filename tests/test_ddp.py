@@ -175,3 +175,11 @@ def test_ranks_whose_samplers_disagree_are_refused_at_set_up(tmp_path):
     for name in ("ours_rank_0_everywhere", "torch_rank_0_everywhere"):   # rank 1 refuses
         assert outcomes[0][name] == "accepted"
         assert "deals the shard of rank=0 on rank 1" in outcomes[1][name], outcomes[1][name]
+    # explicitly different seeds, or set_epoch on one rank only: both ranks refuse at the first
+    # optimizer step of the pass (found by the same sweep; each accounted as one shuffled pass)
+    for outcome in outcomes:
+        for name in ("step_ours_seeded", "step_torch_seeded_set_epoch"):
+            assert outcome[name] == "accepted", (name, outcome[name])
+        for name in ("step_ours_seed_per_rank", "step_torch_seed_per_rank",
+                     "step_torch_set_epoch_on_rank_0"):
+            assert "samplers that differ between ranks" in outcome[name], (name, outcome[name])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import sys
+from fractions import Fraction
 from numbers import Integral, Real
 from typing import Any
 
@@ -139,13 +140,33 @@ def check_count(name: str, value: Any, *, minimum: int = 0) -> int:
         raise ParameterError(name, value, f"an integer >= {minimum}")
     if isinstance(value, Integral):
         value = int(value)
-    elif isinstance(value, Real) and math.isfinite(float(value)) and float(value).is_integer():
+    elif isinstance(value, Fraction) and value.denominator == 1:
+        value = int(value)     # (float() of Fraction(10**400) raised OverflowError)
+    elif isinstance(value, Real) and _finite_integral(value):
         value = int(value)
     else:
         raise ParameterError(name, value, f"an integer >= {minimum}")
     if value < minimum:
         raise ParameterError(name, value, f"an integer >= {minimum}")
     return value
+
+
+def _finite_integral(value: Real) -> bool:
+    try:
+        as_float = float(value)
+    except (OverflowError, ValueError):
+        return False
+    return math.isfinite(as_float) and as_float.is_integer()
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """True or False (a numpy bool too; not 0, 1 or a string)."""
+    if isinstance(value, bool):
+        return value
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(value, numpy.bool_):
+        return bool(value)
+    raise ParameterError(name, value, "True or False")
 
 
 def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:

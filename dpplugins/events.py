@@ -52,8 +52,8 @@ from fractions import Fraction
 from numbers import Integral, Real
 from typing import Any, ClassVar
 
-from dpplugins.errors import (ParameterError, check_choice, check_count, check_nonnegative,
-                              check_positive, check_probability, check_real)
+from dpplugins.errors import (ParameterError, check_choice, check_count, check_flag,
+                              check_nonnegative, check_positive, check_probability, check_real)
 
 __all__ = [
     "Event", "GaussianEvent", "LaplaceEvent", "RandomizedResponseEvent", "EpsilonDeltaEvent",
@@ -141,15 +141,7 @@ def _noise(name: str, value: Any) -> float:
 
 
 def _flag(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        try:
-            import numpy as np
-            if isinstance(value, np.bool_):
-                return bool(value)
-        except ImportError:  # pragma: no cover
-            pass
-        raise ParameterError(name, value, "True or False")
-    return value
+    return check_flag(name, value)
 
 
 def _event(name: str, value: Any) -> "Event":
@@ -180,6 +172,9 @@ def _decode(value: Any) -> Any:
     if isinstance(value, str) and "/" in value:
         num, den = value.split("/", 1)
         if num.strip().lstrip("-").isdigit() and den.strip().isdigit():
+            if int(den) == 0:
+                raise ParameterError("fraction", value, "a numerator/denominator with a "
+                                     "denominator > 0")
             return Fraction(int(num), int(den))
     return value
 
@@ -886,6 +881,10 @@ class UnsupportedEvent(Event):
 
     reason: str = "unknown mechanism"
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.reason, str):
+            raise ParameterError("reason", self.reason, "a string saying what the mechanism is")
+
 
 EVENT_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     GaussianEvent, LaplaceEvent, RandomizedResponseEvent, EpsilonDeltaEvent, PoissonSampledEvent,
@@ -896,42 +895,59 @@ EVENT_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
 
 def from_dict(data: dict[str, Any]) -> Event:
     """The event :meth:`Event.to_dict` produced (ParameterError for anything else)."""
-    if not isinstance(data, dict) or data.get("type") not in EVENT_TYPES:
-        raise ParameterError("data", data if not isinstance(data, dict) else data.get("type"),
+    kind = data.get("type") if isinstance(data, dict) else None
+    if not isinstance(kind, str) or kind not in EVENT_TYPES:
+        raise ParameterError("data", data if not isinstance(data, dict) else kind,
                              "a dict from Event.to_dict() with 'type' one of "
                              + ", ".join(EVENT_TYPES))
-    cls = EVENT_TYPES[data["type"]]
-    names = {f.name for f in dataclasses.fields(cls)}
+    cls = EVENT_TYPES[kind]
+    fields = dataclasses.fields(cls)
+    names = {f.name for f in fields}
     unknown = set(data) - names - {"type"}
     if unknown:
-        raise ParameterError(f"{data['type']} fields", sorted(unknown),
-                             "fields of " + data["type"] + ": " + ", ".join(sorted(names)))
-    return cls(**{k: _decode(v) for k, v in data.items() if k != "type"})
+        raise ParameterError(f"{kind} fields", sorted(unknown),
+                             "fields of " + kind + ": " + ", ".join(sorted(names)))
+    required = {f.name for f in fields if f.default is dataclasses.MISSING
+                and f.default_factory is dataclasses.MISSING}
+    missing = required - set(data)
+    if missing:
+        raise ParameterError(f"{kind} fields", sorted(missing),
+                             "present: " + kind + " needs " + ", ".join(sorted(required)))
+    # a text field keeps its text ("1/2" is a Fraction only where a number is meant)
+    text = {f.name for f in fields if f.type in ("str", str)}
+    return cls(**{k: v if k in text else _decode(v) for k, v in data.items() if k != "type"})
 
 
-def leaves(event: Event, count: int = 1):
+#: repetitions, in all (nested ones multiply), of compositions that contain protocol events
+MAX_REPEATED_COMPOSITIONS = 100_000
+
+
+def leaves(event: Event, count: int = 1, *, _repeats: int = 1):
     """Yield ``(leaf_event, count)`` in release order, expanding :class:`ComposedEvent` and
     :class:`SelfComposedEvent` (zero counts and no-ops are skipped).  A self-composition of a
     composition is repeated in order when it contains protocol events (their steps continue
-    across events, so the order matters); otherwise the counts multiply."""
+    across events, so the order matters); otherwise the counts multiply.  The repetitions are
+    limited to :data:`MAX_REPEATED_COMPOSITIONS` in all, nested ones multiplied (three nested
+    levels of 99,999 each were within the limit level by level and never finished)."""
     if count == 0 or isinstance(event, NoOpEvent):
         return
     if isinstance(event, ComposedEvent):
         for inner in event.events:
-            yield from leaves(inner, count)
+            yield from leaves(inner, count, _repeats=_repeats)
     elif isinstance(event, SelfComposedEvent):
         inner = event.event
         if isinstance(inner, ComposedEvent) and _has_protocol(inner):
             total = count * event.count
-            if total > 100_000:
+            if total * _repeats > MAX_REPEATED_COMPOSITIONS:
                 raise ParameterError("SelfComposedEvent.count", event.count,
-                                     "at most 100000 repetitions of a composition that contains "
+                                     f"at most {MAX_REPEATED_COMPOSITIONS} repetitions in all "
+                                     "(nested ones multiplied) of compositions that contain "
                                      "protocol events", "compose the protocol events with "
                                      "more epochs instead")
             for _ in range(total):
-                yield from leaves(inner, 1)
+                yield from leaves(inner, 1, _repeats=total * _repeats)
         else:
-            yield from leaves(inner, count * event.count)
+            yield from leaves(inner, count * event.count, _repeats=_repeats)
     else:
         yield event, count
 

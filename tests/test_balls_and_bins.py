@@ -551,3 +551,79 @@ def test_a_non_private_step_before_allocation_epochs_is_no_protocol_event():
         acc.compose(RandomAllocationEvent(4, Fraction(1, 2), RandomizedResponseEvent(1.0, 2)))
     upper, lower = epochs_of_history((NonPrivateEvent(), half, half))
     assert sum(upper.values()) == 1 and sum(lower.values()) == 1
+
+
+def test_runs_of_different_check_in_samplers_are_not_one_epoch():
+    """Found by a hostile sweep: check-in events were converted to random allocation before the
+    passes were cut, which dropped their dataset size and type from the protocol key, so half
+    an epoch over 1,000 examples followed by half an epoch over 2,000 (another sampler, a fresh
+    allocation) was accounted as one epoch.  Each half-epoch is a fresh allocation of the
+    differing example into 10 slots of which 5 run: checked against a Monte Carlo of those two
+    independent half-epochs (remove direction: with probability 1/2 the example is in one of
+    the 5 released steps, uniformly), with its standard error."""
+    from dpplugins.events import RandomCheckInEvent
+
+    first = RandomCheckInEvent(1000, GaussianEvent(1.0), "averaged", 10).with_steps(5)
+    second = RandomCheckInEvent(2000, GaussianEvent(1.0), "averaged", 10).with_steps(5)
+    acc = create("balls_and_bins").compose(first).compose(second)
+    rng = np.random.default_rng(7)
+    n, released = 400_000, 5
+    total = np.zeros(n)
+    for _ in range(2):
+        y = rng.standard_normal((n, released))
+        present = rng.random(n) < 0.5
+        y[np.flatnonzero(present), rng.integers(0, released, size=int(present.sum()))] += 1.0
+        total += np.log(0.5 + 0.5 * np.mean(np.exp(y - 0.5), axis=1))
+    for epsilon in (1.0, 1.5):
+        samples = np.maximum(-np.expm1(epsilon - total), 0.0)
+        estimate = samples.mean()
+        error = samples.std() / math.sqrt(n)
+        upper = acc.get_delta_bounds(epsilon).upper
+        assert upper >= estimate - 4 * error, (epsilon, upper, estimate, error)
+    one_epoch = create("balls_and_bins").compose(
+        RandomCheckInEvent(1000, GaussianEvent(1.0), "averaged", 10, passes=1))
+    assert acc.get_delta_bounds(1.0).upper > 1.5 * one_epoch.get_delta_bounds(1.0).upper
+
+
+def test_an_opacus_accountant_state_dict_is_read_as_poisson_steps():
+    """(hostile sweep) Opacus' RDP state dict -- (sigma, q, steps) of Poisson steps -- loaded
+    into balls_and_bins was read as random allocation into 1/q steps: 0.621 where the Poisson
+    steps are 0.718.  It is now read as Poisson steps, which balls_and_bins refuses and pld
+    accounts exactly as composed by hand."""
+    from dpplugins.accountants import UnsupportedEventError
+    from dpplugins.events import PoissonSampledEvent, SelfComposedEvent
+
+    state = {"history": [(1.0, 0.01, 100)], "mechanism": "rdp"}
+    with pytest.raises(UnsupportedEventError):
+        create("balls_and_bins").load_state_dict(state)
+    pld = create("pld")
+    pld.load_state_dict(state)
+    by_hand = create("pld").compose(PoissonSampledEvent(0.01, GaussianEvent(1.0)), 100)
+    assert pld.get_epsilon_bounds(1e-5) == by_hand.get_epsilon_bounds(1e-5)
+    # our own version-0.1 state of balls_and_bins keeps its meaning (allocation into 100 steps)
+    own = create("balls_and_bins")
+    own.load_state_dict({"accountant": "balls_and_bins", "history": [(1.0, 0.01, 100)]})
+    assert own.history == [SelfComposedEvent(RandomAllocationEvent(100, Fraction(1, 100),
+                                                                   GaussianEvent(1.0)), 100)]
+
+
+def test_an_epoch_mixing_mechanism_families_is_refused_when_composed():
+    """(hostile sweep) a composition that puts Laplace and Gaussian steps in one epoch was
+    accepted (``supports`` True) and refused only by every later query; it is now refused at
+    ``compose``, with the ledger untouched, and a composition that changes family at an epoch
+    boundary is still accepted."""
+    from dpplugins.accountants import UnsupportedEventError
+    from dpplugins.events import ComposedEvent, LaplaceEvent
+
+    gauss, laplace = GaussianEvent(1.0), LaplaceEvent(1.0)
+    mixed = ComposedEvent((RandomAllocationEvent(10, 1, laplace).with_steps(5),
+                           RandomAllocationEvent(10, 1, gauss).with_steps(5)))
+    acc = create("balls_and_bins")
+    assert not acc.supports(mixed)
+    with pytest.raises(UnsupportedEventError, match="one mechanism family per epoch"):
+        acc.compose(mixed)
+    assert acc.history == []
+    at_boundary = ComposedEvent((RandomAllocationEvent(10, 1, laplace),
+                                 RandomAllocationEvent(10, 1, gauss)))
+    acc.compose(at_boundary).compose(at_boundary)
+    assert acc.get_epsilon_bounds(1e-5).upper < math.inf

@@ -184,3 +184,80 @@ def _check_toy():
     assert toy.get_epsilon(1e-5) == create("pld").compose(CATALOGUE["poisson"]).get_epsilon(1e-5)
     with pytest.raises(UnsupportedEventError, match="q <= 0.5"):
         toy.compose(PoissonSampledEvent(0.9, GaussianEvent(1.0)))
+
+
+def test_nested_repetitions_of_protocol_compositions_are_limited_in_all():
+    """(hostile sweep) three nested SelfComposedEvents of 99,999 repetitions of a composition of
+    protocol events were each within the 100,000 limit and never finished (100 each: 15 s);
+    the limit now counts the nested repetitions multiplied."""
+    from dpplugins.events import MAX_REPEATED_COMPOSITIONS, ShuffledEpochsEvent
+
+    a = ShuffledEpochsEvent(100, 10, 1, GaussianEvent(1.0)).with_steps(1)
+    b = ShuffledEpochsEvent(100, 10, 1, GaussianEvent(2.0)).with_steps(1)
+
+    def nest(n, levels):
+        event = ComposedEvent((a, b))
+        for _ in range(levels):
+            event = ComposedEvent((SelfComposedEvent(event, n),))
+        return event
+    assert 100 ** 3 > MAX_REPEATED_COMPOSITIONS >= 30 ** 3
+    with pytest.raises(ParameterError, match="nested ones multiplied"):
+        create("shuffle").compose(nest(100, 3))
+    acc = create("shuffle").compose(nest(30, 3))      # 27,000 repetitions: 54,000 steps
+    assert acc.steps == 2 * 30 ** 3
+
+
+def test_helpers_of_a_ledger_with_a_non_private_step_answer_inf_or_describe_it():
+    """(hostile sweep) after a NonPrivateEvent, balls_and_bins' ``epsilon_upper_fast`` -- a
+    certified upper bound used by calibration -- returned 2.19 where the run is not private,
+    pld's raised AttributeError, and ``repr``, ``epochs()``, checkin's ``passes()``,
+    ``gaussian_mu()`` and ``amplifies()`` raised."""
+    from dpplugins.events import RandomAllocationEvent, RandomCheckInEvent
+
+    gauss = GaussianEvent(1.0)
+    bab = create("balls_and_bins").compose(RandomAllocationEvent(10, 1, gauss))
+    bab.compose(NonPrivateEvent())
+    assert bab.get_epsilon(1e-5) == bab.epsilon_upper_fast(1e-5) == math.inf
+    assert bab.epochs() == 1.0 and "epochs=1" in repr(bab)
+    zero = create("balls_and_bins").compose(RandomAllocationEvent(10, 1, GaussianEvent(0.0)))
+    assert zero.epsilon_upper_fast(1e-5) == math.inf
+    for name in ("pld", "fdp"):
+        acc = create(name).compose(PoissonSampledEvent(0.01, gauss), 100)
+        acc.compose(NonPrivateEvent())
+        assert acc.epsilon_upper_fast(1e-5) == math.inf
+    checkin = create("checkin").compose(
+        RandomCheckInEvent(100, gauss, "fixed", 10, checkin_probability=0.5))
+    checkin.compose(NonPrivateEvent())
+    assert checkin.passes() == [(1.0, 1)]
+    assert checkin.gaussian_mu() == math.inf
+    assert checkin.amplifies() in (True, False)
+    assert checkin.get_epsilon(1e-5) == math.inf
+
+
+def test_malformed_event_dicts_and_huge_counts_are_parameter_errors():
+    """(hostile sweep) each of these raised TypeError, ZeroDivisionError or OverflowError, and
+    a reason "1/2" came back from JSON as a Fraction."""
+    from fractions import Fraction
+
+    from dpplugins.events import ShuffledEpochsEvent
+
+    gauss = GaussianEvent(1.0)
+    bad = [
+        lambda: from_dict({"type": "GaussianEvent"}),
+        lambda: from_dict({"type": ["GaussianEvent"]}),
+        lambda: from_dict({"type": "ShuffledEpochsEvent", "dataset_size": 10, "batch_size": 2,
+                           "epochs": "1/0", "event": gauss.to_dict()}),
+        lambda: hash(UnsupportedEvent([1])),
+    ]
+    for call in bad:
+        with pytest.raises(ParameterError):
+            call()
+    assert from_dict(json.loads(json.dumps(UnsupportedEvent("1/2").to_dict()))) == \
+        UnsupportedEvent("1/2")
+    huge = Fraction(10 ** 400)
+    assert SelfComposedEvent(gauss, huge).count == 10 ** 400
+    acc = create("pld").compose(PoissonSampledEvent(0.01, gauss), huge)
+    assert acc.steps == 10 ** 400
+    half = from_dict({"type": "ShuffledEpochsEvent", "dataset_size": 10, "batch_size": 2,
+                      "epochs": "2/5", "event": gauss.to_dict()})
+    assert half == ShuffledEpochsEvent(10, 2, Fraction(2, 5), gauss)

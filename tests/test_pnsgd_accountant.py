@@ -312,3 +312,30 @@ def test_a_refusal_never_advises_a_delta_of_one_or_more():
     with pytest.raises(NumericalError, match="no delta below 1 can be certified") as raised:
         acc.get_epsilon_bounds(1e-5)
     assert "delta above" not in str(raised.value)
+
+
+def test_an_accountant_with_version_0_1_options_accounts_a_composed_event_by_its_constants():
+    """Found by a hostile sweep: an accountant created with 0.1 options accounted a composed
+    PNSGDEvent with its own constants whenever lipschitz, dataset_size and variant agreed --
+    diameter 100 as 1 (7.58 where the event's run is 9.997) and Gaussian noise as the options'
+    Laplace noise (3.998 where it is 19.6).  The events-mode accountant (no options) is the
+    reference; the two must agree."""
+    from dpplugins.events import GaussianEvent, LaplaceEvent, PNSGDEvent
+
+    cases = [
+        ({}, PNSGDEvent(100, 1, GaussianEvent(1.0), lipschitz=1.0, diameter=100.0,
+                        learning_rate=0.01)),
+        ({"noise": "laplace"}, PNSGDEvent(100, 1, GaussianEvent(0.5), lipschitz=1.0,
+                                          diameter=1.0, learning_rate=1.0)),
+        ({}, PNSGDEvent(100, 1, LaplaceEvent(1.0), lipschitz=1.0, diameter=1.0,
+                        learning_rate=1.0)),
+    ]
+    for extra, event in cases:
+        legacy = create("pnsgd", lipschitz=1.0, diameter=1.0, learning_rate=1.0,
+                        dataset_size=100, **extra)
+        reference = create("pnsgd").compose(event).get_epsilon(1e-5)
+        assert legacy.compose(event).get_epsilon(1e-5) == reference
+    # and the first case is the larger diameter's epsilon, not the options'
+    small = PNSGDEvent(100, 1, GaussianEvent(1.0), lipschitz=1.0, diameter=1.0, learning_rate=1.0)
+    assert create("pnsgd").compose(cases[0][1]).get_epsilon(1e-5) > \
+        create("pnsgd").compose(small).get_epsilon(1e-5)

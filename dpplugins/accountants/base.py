@@ -140,6 +140,15 @@ def compositions(history) -> int:
     return total
 
 
+def check_query_delta(delta: Any) -> float:
+    """The ``delta`` of an epsilon query: a real number in ``[0, 1)`` (ParameterError
+    otherwise)."""
+    delta = check_real("delta", delta)
+    if not 0.0 <= delta < 1.0:
+        raise ParameterError("delta", delta, "in [0, 1)")
+    return delta
+
+
 def check_representable(history) -> None:
     """NumericalError when ``history`` needs more than :data:`MAX_COMPOSITIONS` compositions:
     the engines would overflow or lose exactness (a query-time check, so that a ledger records
@@ -419,9 +428,7 @@ class Accountant:
         """Certified ``(lower, upper)`` bounds on epsilon at ``delta`` (``0 <= delta < 1``; at
         ``delta = 0`` the pure-DP epsilon, ``inf`` when the accountant cannot certify one) for
         the recorded history."""
-        delta = check_real("delta", delta)
-        if not 0.0 <= delta < 1.0:
-            raise ParameterError("delta", delta, "in [0, 1)")
+        delta = check_query_delta(delta)
 
         def compute(history):
             if not private_leaves(history):
@@ -511,7 +518,8 @@ class Accountant:
         """Restore what :meth:`state_dict` saved (options must match this accountant's).
 
         State dicts of version 0.1 (a ``history`` of ``(noise_multiplier, sample_rate, steps)``
-        tuples) load with the meaning they had (:meth:`step_event`)."""
+        tuples) load with the meaning they had (:meth:`step_event`); those of Opacus' own
+        accountants (``mechanism`` another name, e.g. ``"rdp"``) as Poisson steps."""
         from dpplugins import __version__
 
         if not isinstance(state, dict) or not ("events" in state or "history" in state):
@@ -546,7 +554,17 @@ class Accountant:
             if not isinstance(raw, list):
                 raise ParameterError("state['history']", raw,
                                      "a list of (noise_multiplier, sample_rate, steps)")
-            self.history = [tuple(entry) for entry in raw]
+            mechanism = state.get("mechanism", self.name)
+            if mechanism != self.name:
+                # an Opacus accountant's state ("rdp", "prv", "gdp"): its tuples are Poisson
+                # steps, whatever this accountant's version-0.1 reading of a tuple was
+                # (balls_and_bins read an RDP state as random allocation: 0.62 where the Poisson
+                # steps are 0.72 -- hostile sweep); accountants that cannot account Poisson
+                # steps refuse them
+                self.history = [SelfComposedEvent(Accountant.step_event(self, sigma, q), steps)
+                                for sigma, q, steps in validate_history(raw)]
+            else:
+                self.history = [tuple(entry) for entry in raw]
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

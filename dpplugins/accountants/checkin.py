@@ -16,14 +16,14 @@ from typing import ClassVar
 
 import numpy as np
 
-from dpplugins.accountants.base import (Accountant, UnsupportedEventError, leaves_to_check,
-                                       private_leaves)
+from dpplugins.accountants.base import (Accountant, UnsupportedEventError, is_non_private,
+                                       leaves_to_check, private_leaves)
 from dpplugins.events import EpsilonDeltaEvent, Event, GaussianEvent, RandomCheckInEvent
 from dpplugins.passes import Pass, cut_passes
 from dpplugins.amplification.checkin import (VARIANTS, expected_dummy_updates,
                                              pass_privacy_profile)
 from dpplugins.composition import optimal_composition_delta, optimal_composition_epsilon
-from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_count,
+from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_count, check_flag,
                               check_grid_step, check_nonnegative, check_positive,
                               check_probability)
 from dpplugins.mechanisms.gaussian import gaussian_delta, gaussian_delta_upper, gaussian_epsilon
@@ -123,9 +123,7 @@ class CheckInAccountant(Accountant):
             self.delta0 = check_nonnegative("delta0", delta0)
             if self.delta0 >= 1.0:
                 raise ParameterError("delta0", delta0, "in [0, 1)")
-            if not isinstance(per_example_noise, (bool, np.bool_)):
-                raise ParameterError("per_example_noise", per_example_noise, "True or False")
-            self.per_example_noise = bool(per_example_noise)
+            self.per_example_noise = check_flag("per_example_noise", per_example_noise)
             return
         self.num_examples = check_count("num_examples", num_examples, minimum=1)
         if self.variant == "sliding":
@@ -167,9 +165,7 @@ class CheckInAccountant(Accountant):
                                  else check_positive("noise_multiplier", noise_multiplier))
         self.max_batch_size = (None if max_batch_size is None
                                else check_count("max_batch_size", max_batch_size, minimum=1))
-        if not isinstance(per_example_noise, (bool, np.bool_)):
-            raise ParameterError("per_example_noise", per_example_noise, "True or False")
-        self.per_example_noise = bool(per_example_noise)
+        self.per_example_noise = check_flag("per_example_noise", per_example_noise)
 
     # -- events -------------------------------------------------------------------------------
     def _supports_leaf(self, event: Event) -> bool | str:
@@ -283,8 +279,11 @@ class CheckInAccountant(Accountant):
         return sorted(counts.items(), key=lambda kv: (kv[0] is not None, kv[0] or 0))
 
     def _cut(self, history=None) -> list[tuple[Pass, int]]:
+        """The passes of the protocol events (a recorded non-private step is not one: it raised
+        a TypeError from the cutter; the queries answer inf for it)."""
         history = self._history if history is None else history
-        return cut_passes(private_leaves(history))
+        return cut_passes([(leaf, count) for leaf, count in private_leaves(history)
+                           if not is_non_private(leaf)])
 
     # -- privacy ------------------------------------------------------------------------------
     def _pld(self, history) -> PrivacyLossDistribution:
@@ -335,6 +334,9 @@ class CheckInAccountant(Accountant):
         Cor. 3.3).  Where the PLD of the passes cannot be computed or is vacuous (its window is
         too short for thousands of passes of large privacy loss), this still gives a finite
         certified epsilon."""
+        recorded = tuple(self._history if history is None else history)
+        if private_leaves(recorded) and self._private_history(recorded) is None:
+            return math.inf   # a release without noise
         terms = []
         for p, count in self._cut(history):
             if isinstance(p.events[0], EpsilonDeltaEvent):

@@ -1025,7 +1025,10 @@ class PLDAccountant(Accountant):
         (:func:`~dpplugins.pld.distribution.within_window_budget`): 10^9 steps at q = 0.5 and
         sigma 8300 needed 33 million bins at the accountant's own grid and raised
         NumericalError, which stopped a calibration after minutes."""
-        history = poisson_gaussian_runs(self._history if history is None else history)
+        recorded = tuple(self._history if history is None else history)
+        if private_leaves(recorded) and self._private_history(recorded) is None:
+            return math.inf   # a release without noise (raised AttributeError)
+        history = poisson_gaussian_runs(recorded)
         if not history:
             return 0.0
         if any(sigma == 0 for sigma, _, _ in history):

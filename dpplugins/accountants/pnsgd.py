@@ -274,17 +274,17 @@ class PNSGDAccountant(Accountant):
         runs ``(noise_multiplier, 1 / dataset_size, steps)``."""
         leaves_ = private_leaves(history)
         event = leaves_[0][0]
-        if self._setting is not None and event.lipschitz == self.lipschitz and \
-                event.dataset_size == self.dataset_size and event.variant == self.variant:
-            configured = self
-        else:
-            configured = PNSGDAccountant(
-                lipschitz=event.lipschitz, diameter=event.diameter,
-                learning_rate=event.learning_rate, dataset_size=event.dataset_size,
-                variant=event.variant, contraction=event.contraction,
-                noise="gaussian" if isinstance(event.event, GaussianEvent) else "laplace",
-                smoothness=event.smoothness,
-                value_discretization_interval=self.value_discretization_interval)
+        configured = PNSGDAccountant(
+            lipschitz=event.lipschitz, diameter=event.diameter,
+            learning_rate=event.learning_rate, dataset_size=event.dataset_size,
+            variant=event.variant, contraction=event.contraction,
+            noise="gaussian" if isinstance(event.event, GaussianEvent) else "laplace",
+            smoothness=event.smoothness,
+            value_discretization_interval=self.value_discretization_interval)
+        # the event's own constants, always (an accountant created with version-0.1 options
+        # was reused when only lipschitz, dataset_size and variant agreed: a PNSGDEvent of
+        # diameter 100 was accounted with the options' diameter 1, 7.58 where it is 9.997, and
+        # Gaussian noise as the options' Laplace noise, 3.998 where it is 19.6 -- hostile sweep)
         runs = []
         for leaf, count in leaves_:
             inner = leaf.event

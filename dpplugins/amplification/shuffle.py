@@ -861,7 +861,66 @@ def max_statistic_pair(noise_multiplier: float, steps_per_epoch: int, mean_p: fl
     p, q = masses
     keep = (p > 0) | (q > 0)  # outcomes of probability 0 under both carry no information
     p, q = p[keep], q[keep]
-    return p / p.sum(), q / q.sum()
+    return merge_unrepresented_bins(p / p.sum(), q / q.sum())
+
+
+#: bin masses below this are not trusted to carry their privacy loss (``exp`` of a log-CDF
+#: below about -708 is subnormal or 0): :func:`merge_unrepresented_bins`
+REPRESENTED_MASS = 1e-290
+
+
+def merge_unrepresented_bins(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A binned pair whose every bin has both masses at least :data:`REPRESENTED_MASS` (or is
+    merged), for lower bounds.
+
+    Where one law's mass of a bin is below the floating-point range (the Chua et al. pair at
+    sigma = 0.05 has bins of privacy loss above 709: ``q`` underflows to 0 while ``p`` is 2e-7),
+    the PLD reads the bin as infinite privacy loss, and a "lower bound" far above what the pair
+    certifies -- above the exact value for one step per epoch -- was reported.  Merging bins is a
+    post-processing (a coarser statistic), so the merged pair's divergence is still a lower
+    bound for the mechanism.  The bins with ``min(p, q) < REPRESENTED_MASS`` and ``p >= q`` are
+    merged into the represented bin of the largest ratio ``p / q`` (those with ``q > p`` into
+    the one of the smallest), and the smaller law's merged mass is raised by ``2
+    REPRESENTED_MASS`` per merged bin, above what it lost to underflow or rounding (each such
+    mass is below ``REPRESENTED_MASS`` up to an absolute 1e-300).  Then ``(p - e^eps q)_+``
+    of the merged bin (remove direction) is at most its true value; and as long as the merged
+    bin still has ``q <= p``, ``(q - e^eps p)_+ = 0`` for ``eps >= 0`` in the add direction
+    (likewise for the other end), so neither direction's lower bound rises (our derivation).  A
+    pair where that fails, or with no represented bin (sigma = 1e-300), becomes one bin (a
+    constant output: lower bound 0).  Sums stay within ``4e5 REPRESENTED_MASS`` of 1 (at most
+    200,000 bins)."""
+    if p.size == 0 or not (np.all(np.isfinite(p)) and np.all(np.isfinite(q))):
+        return np.ones(1), np.ones(1)   # (sigma = 5e307: the bin edges overflowed)
+    small = np.minimum(p, q) < REPRESENTED_MASS
+    if not np.any(small):
+        return p, q
+    p, q = p.copy(), q.copy()
+    kept = ~small
+    if not np.any(kept):
+        return np.ones(1), np.ones(1)   # a constant output
+    with np.errstate(divide="ignore"):
+        log_ratio = np.log(p) - np.log(q)
+    for high in (True, False):
+        merged = small & ((p >= q) if high else (q > p))
+        if not np.any(merged):
+            continue
+        candidates = np.flatnonzero(kept)
+        target = candidates[np.argmax(log_ratio[candidates]) if high
+                            else np.argmin(log_ratio[candidates])]
+        slack = 2.0 * REPRESENTED_MASS * int(merged.sum())
+        if high:
+            p[target] += p[merged].sum()
+            q[target] += q[merged].sum() + slack
+            safe = q[target] <= p[target]
+        else:
+            q[target] += q[merged].sum()
+            p[target] += p[merged].sum() + slack
+            safe = p[target] <= q[target]
+        if not safe:
+            return np.ones(1), np.ones(1)   # a constant output
+        p[merged], q[merged] = 0.0, 0.0
+    keep = (p > 0) | (q > 0)
+    return p[keep], q[keep]
 
 
 def neighbour_means(neighbouring: str) -> list[tuple[float, float]]:

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from dpplugins.errors import ParameterError, check_count
+from dpplugins.errors import ParameterError, check_count, check_flag
 from dpplugins.events import GaussianEvent, ShuffledEpochsEvent
 from dpplugins.samplers.base import SeededSampler
 
@@ -53,9 +53,7 @@ class ShuffledEpochs(SeededSampler):
                  rng=None, *, num_replicas: int | None = None, rank: int | None = None) -> None:
         self.num_examples = check_count("num_examples", num_examples, minimum=1)
         self.batch_size = check_count("batch_size", batch_size, minimum=1)
-        if not isinstance(drop_last, (bool, np.bool_)):
-            raise ParameterError("drop_last", drop_last, "True or False")
-        self.drop_last = bool(drop_last)
+        self.drop_last = check_flag("drop_last", drop_last)
         if self.drop_last and self.batch_size > self.num_examples:
             raise ParameterError("batch_size", batch_size,
                                  f"<= num_examples={self.num_examples} with drop_last=True "

@@ -15,8 +15,8 @@ in ``log sigma`` in three stages, from cheap to certified:
    own grid, bracketed from the coarse root by a secant step.
 3. **Verify**: the accountant's certified ``get_epsilon`` at the sigma found must be <= target;
    if rounding put it just above, sigma is nudged up until it is.  Where the certificate is
-   clearly below the target (more than 1 %: near epsilon = 0 one grid is loose), the search
-   continues downwards on the certificate itself.
+   clearly below the target (more than ``sigma_tolerance``, at most 1 %: near epsilon = 0 one
+   grid is loose), the search continues downwards on the certificate itself.
 
 Bounded time: at most 60 bracket steps over ``sigma`` in ``[1e-12, 1e12]`` (a target that is not
 reachable there is a :class:`~dpplugins.errors.NumericalError` naming the epsilons seen) and
@@ -43,9 +43,12 @@ __all__ = ["find_noise_multiplier"]
 COARSEN = 4.0
 #: range of log(sigma) searched
 _LOG_SIGMA_RANGE = (math.log(1e-12), math.log(1e12))
-#: a certified epsilon this far below the target (in log) is accepted as the search's answer:
-#: 1 % of epsilon, about 0.5 % of sigma at the usual slope d log eps / d log sigma of -2
-_ACCEPT_BELOW = math.log1p(-1e-2)
+#: a certified epsilon at most this far below the target (relative) is accepted as the search's
+#: answer, and never more than ``sigma_tolerance`` below it: ``d log eps / d log sigma`` is
+#: about -1 to -2, so sigma is then within ``sigma_tolerance`` of the smallest one that meets
+#: the target (a fixed 1 % band returned a sigma 5.5e-4 too high at sigma_tolerance 1e-9, and
+#: 0.4 % too high at the default 1e-3 for 10^9 steps; found by a hostile sweep)
+_ACCEPT_BELOW_MAX = 1e-2
 #: |log eps - log target| is clamped here (eps = 0 or inf stay usable in Brent's method)
 _CLAMP = 1e3
 
@@ -140,6 +143,10 @@ def find_noise_multiplier(*, target_epsilon: float, delta: float,
         if not callable(event_for_noise):
             raise ParameterError("event_for_noise", event_for_noise,
                                  "a function noise_multiplier -> event")
+        for name, value in (("sample_rate", sample_rate), ("steps", steps)):
+            if value is not None:   # (they were silently ignored, even steps=-3)
+                raise ParameterError(name, value, "None when event_for_noise is given (the "
+                                     "event describes the run)")
 
         def record(acc, sigma):
             acc.compose(event_for_noise(sigma))
@@ -177,6 +184,7 @@ def find_noise_multiplier(*, target_epsilon: float, delta: float,
         return x if gap(x) <= 0 else min(x + xtol, hi)
 
     xtol = tol / 4
+    accept_below = math.log1p(-min(_ACCEPT_BELOW_MAX, tol))
     search = (lambda x: gap_at(x, COARSEN)) if coarse else (lambda x: gap_at(x, 1.0))
     certified_epsilon: dict[float, float] = {}
 
@@ -229,7 +237,7 @@ def find_noise_multiplier(*, target_epsilon: float, delta: float,
             # issue 19)
             guess = root - min(max((g + xtol * abs(slope) / 4) / slope, -0.05), 0.05)
             guess_gap = certified_gap(guess)
-            if _ACCEPT_BELOW <= guess_gap <= 0:
+            if accept_below <= guess_gap <= 0:
                 return verified(guess)
             direction = -1.0 if g <= 0 else 1.0  # feasible: look for a smaller sigma
             x0, g0 = root, g
@@ -246,7 +254,7 @@ def find_noise_multiplier(*, target_epsilon: float, delta: float,
             else:
                 root = x0 if g0 <= 0 else root
     g = certified_gap(root)
-    if g < _ACCEPT_BELOW:
+    if g < accept_below:
         # the certificate (refined grids) is clearly tighter than the search bound here, as
         # near epsilon = 0 where one grid is loose: continue the search on it, downwards.
         # Steps: the bracket's Newton step first (eps ~ 1/sigma: the root is near x + g) when

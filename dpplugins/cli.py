@@ -18,6 +18,7 @@ import sys
 import warnings
 
 from dpplugins.cli_types import finite_number, integer
+from dpplugins.display import lower_text, upper_text
 from dpplugins.errors import NumericalError, ParameterError
 
 EXAMPLES = {
@@ -329,8 +330,9 @@ def _run_epsilon(args) -> int:
         return 0
     neighbouring = f", {row.neighbouring}" if row.neighbouring else ""
     _out(f"accountant {args.accountant} ({row.bound_type}{neighbouring})")
-    lower = "-" if row.lower is None else f"{row.lower:.6g}"
-    _out(f"epsilon in [{lower}, {row.epsilon:.6g}] at delta={config.delta:g}")
+    # rounded outward: the printed interval holds the certified one
+    lower = "-" if row.lower is None else lower_text(row.lower)
+    _out(f"epsilon in [{lower}, {upper_text(row.epsilon)}] at delta={config.delta:g}")
     _out(config.describe())
     return 0
 
@@ -355,7 +357,8 @@ def _run_noise(args) -> int:
                          "delta": config.delta, "accountant": name, "sampler": config.sampler,
                          "steps": config.steps}, indent=2, allow_nan=False))
         return 0
-    _out(f"noise multiplier {sigma:.6g} (epsilon <= {args.target_epsilon:g} at "
+    # rounded up: a noise multiplier printed below the one found may miss the target
+    _out(f"noise multiplier {upper_text(sigma)} (epsilon <= {args.target_epsilon:g} at "
          f"delta={config.delta:g}, accountant {name}, sampler {config.sampler}, "
          f"{config.steps} steps)")
     return 0

@@ -44,6 +44,7 @@ from typing import Callable
 import numpy as np
 
 from dpplugins.cli_types import finite_number, integer
+from dpplugins.display import lower_text, upper_text
 from dpplugins.errors import ParameterError
 
 RANDOMIZERS = ("general", "rr", "krr", "sue", "oue", "subset", "olh", "laplace")
@@ -315,8 +316,11 @@ def to_text(report: dict) -> str:
             f"(neighbouring: replace one)")
     lines = [head, f"{'bound':40s} {'kind':>13s} {'epsilon':>12s}  method"]
     for row in report["rows"]:
-        lines.append(f"{row['bound']:40s} {row['kind']:>13s} {row['epsilon']:12.6g}  "
-                     f"{row['method']}")
+        # certified bounds rounded outward; an estimate to nearest
+        value = (lower_text(row["epsilon"]) if row["kind"] == "lower"
+                 else upper_text(row["epsilon"]) if row["kind"] == "upper"
+                 else f"{row['epsilon']:.6g}")
+        lines.append(f"{row['bound']:40s} {row['kind']:>13s} {value:>12s}  {row['method']}")
     return "\n".join(lines)
 
 

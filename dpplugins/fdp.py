@@ -515,6 +515,11 @@ def gdp_epsilon_for_delta(mu: float, delta: float) -> float:
                            start=max(1.0, min(mu * mu / 2, _GDP_EPSILON_MAX)),
                            epsilon_max=_GDP_EPSILON_MAX, rtol=1e-14)
     if eps == math.inf:
+        if delta <= 1e-300:
+            # (the advice was "a smaller mu", which cannot help: no mu reaches such a delta)
+            raise NumericalError(f"delta={delta:g} is at or below 1e-300, the floor of the "
+                                 "certified Gaussian profile (its absolute rounding term)",
+                                 "ask for a delta above 1e-300")
         raise NumericalError(f"no epsilon below {_GDP_EPSILON_MAX:g} reaches delta={delta:g} "
                              f"for mu={mu:g}", "use a smaller mu or a larger delta")
     return float(eps)

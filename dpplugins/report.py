@@ -47,6 +47,7 @@ from fractions import Fraction
 from typing import Any, Callable
 
 from dpplugins.samplers import SAMPLER_ALIASES, SAMPLERS, canonical_sampler
+from dpplugins.display import lower_text, upper_text
 from dpplugins.errors import (ParameterError, check_choice, check_count, check_open_unit,
                               check_positive, check_probability)
 from dpplugins.events import (Event, GaussianEvent, PNSGDEvent, PoissonSampledEvent,
@@ -727,10 +728,11 @@ def compare(config: TrainingConfig, *, accountants: list[str] | None = None,
 
 
 # -- output ---------------------------------------------------------------------------------------
-def _fmt(value: float | None) -> str:
+def _fmt(value: float | None, side: str = "upper") -> str:
+    """4 decimals, rounded outward (``side``: "upper" rounds up, "lower" down)."""
     if value is None or math.isnan(value):
         return "-"
-    return "inf" if math.isinf(value) else f"{value:.4f}"
+    return (upper_text if side == "upper" else lower_text)(value, decimals=4)
 
 
 def format_table(rows: list[ComparisonRow]) -> str:
@@ -739,7 +741,8 @@ def format_table(rows: list[ComparisonRow]) -> str:
     header = ("accountant", "epsilon", "lower", "bound type", "neighbouring", "valid", "seconds")
     lines = [header]
     for r in rows:
-        lines.append((r.accountant, _fmt(r.epsilon) if not r.error else "error", _fmt(r.lower),
+        lines.append((r.accountant, _fmt(r.epsilon) if not r.error else "error",
+                      _fmt(r.lower, "lower"),
                       r.bound_type, r.neighbouring, "yes" if r.valid else "NO",
                       f"{r.seconds:.2f}"))
     widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]

@@ -47,6 +47,7 @@ from flwr.clientapp import ClientApp  # noqa: E402
 from flwr.serverapp import ServerApp  # noqa: E402
 from flwr.simulation import run_simulation  # noqa: E402
 
+from dpplugins.display import upper_text  # noqa: E402
 from dpplugins.integrations.flower import (DPFedAvg, FixedSizeSampling,  # noqa: E402
                                            PoissonSampling, PrivacyAccounting, RandomCheckIns,
                                            register_participation)
@@ -165,7 +166,8 @@ def make_server_app(args) -> ServerApp:
         print(f"\nafter {args.rounds} rounds (delta {args.delta:g}; every epsilon a certified "
               "upper bound):")
         for tag, score, eps, name, relation in summary:
-            print(f"   {tag:8s} accuracy {score:.3f}  epsilon {eps:8.3f}  ({name}, {relation})")
+            print(f"   {tag:8s} accuracy {score:.3f}  epsilon {upper_text(eps, decimals=3):>8s}  "
+                  f"({name}, {relation})")
 
     return app
 

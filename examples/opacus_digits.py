@@ -32,6 +32,7 @@ from opacus.accountants import registry as opacus_registry
 from sklearn.datasets import load_digits
 
 from dpplugins.accountants import UnsupportedEventError, create, supporting
+from dpplugins.display import upper_text
 from dpplugins.events import PoissonSampledEvent, ProtocolEvent, leaves
 from dpplugins.integrations.opacus import loader_event, make_data_loader, register
 from dpplugins.samplers import RandomCheckIn, ShuffledEpochs
@@ -172,7 +173,8 @@ def main() -> None:
         rdp = RDPAccountant()
         rdp.history = as_poisson_steps(engine.accountant.history)
         print(f"epoch {epoch}  accuracy {accuracy:.3f}  epsilon[{args.accountant}] "
-              f"{engine.get_epsilon(DELTA):.3f} ({label}) at delta={DELTA:g} ({bound}; "
+              f"{upper_text(engine.get_epsilon(DELTA), decimals=3)} ({label}) at "
+              f"delta={DELTA:g} ({bound}; "
               f"{validity})  epsilon[opacus rdp] {rdp.get_epsilon(DELTA):.3f} "
               f"({'valid' if poisson else 'not valid: assumes Poisson'})"
               f"  {time.perf_counter() - start:.1f}s")

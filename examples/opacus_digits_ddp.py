@@ -39,6 +39,7 @@ from opacus import PrivacyEngine
 from opacus.distributed import DifferentiallyPrivateDistributedDataParallel as DPDDP
 from sklearn.datasets import load_digits
 
+from dpplugins.display import upper_text
 from dpplugins.integrations.opacus import make_data_loader, register
 from dpplugins.samplers import ShuffledEpochs, balls_and_bins
 
@@ -153,7 +154,8 @@ def train(kind: str, data, args, out: Path | None) -> None:
             steps_done += 1
         epoch_seconds.append(time.perf_counter() - start)
     epsilon = engine.accountant.get_epsilon(DELTA)
-    print(f"rank {rank}/{world}: {steps_done} steps, epsilon = {epsilon:.4f} at delta = {DELTA:g} "
+    print(f"rank {rank}/{world}: {steps_done} steps, epsilon = {upper_text(epsilon, decimals=4)} "
+          f"at delta = {DELTA:g} "
           f"({accountant}, certified upper bound, valid for the {kind} sampler)")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ import numpy as np
 
 from dpplugins.accountants import create
 from dpplugins.calibration import find_noise_multiplier
+from dpplugins.display import interval_text, upper_text
 
 
 def load_digits_split(seed: int):
@@ -62,7 +63,8 @@ def main() -> None:
     sigma = find_noise_multiplier(target_epsilon=args.target_epsilon, delta=args.delta,
                                   sample_rate=q, steps=total_steps, accountant="pld")
     print(f"{n} training examples, q={q:.4f}, {total_steps} steps: noise multiplier "
-          f"{sigma:.4f} for epsilon <= {args.target_epsilon} at delta={args.delta:g} "
+          f"{upper_text(sigma, decimals=4)} for epsilon <= {args.target_epsilon} at "
+          f"delta={args.delta:g} "
           f"(calibrated in {time.perf_counter() - start:.2f}s)")
 
     rng = np.random.default_rng(args.seed)
@@ -82,8 +84,8 @@ def main() -> None:
             accountant.step(noise_multiplier=sigma, sample_rate=q)
         accuracy = float(np.mean((x_test @ weights).argmax(axis=1) == y_test))
         lower, upper = accountant.get_epsilon_bounds(args.delta)
-        print(f"epoch {epoch:2d}  test accuracy {accuracy:.3f}  epsilon in [{lower:.4f}, "
-              f"{upper:.4f}] (certified, delta={args.delta:g})")
+        print(f"epoch {epoch:2d}  test accuracy {accuracy:.3f}  epsilon in "
+              f"{interval_text(lower, upper, decimals=4)} (certified, delta={args.delta:g})")
 
 
 if __name__ == "__main__":

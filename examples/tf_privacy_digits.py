@@ -27,6 +27,7 @@ import tensorflow_privacy  # noqa: E402
 from sklearn.datasets import load_digits  # noqa: E402
 from tensorflow_privacy.privacy.analysis import compute_dp_sgd_privacy_lib  # noqa: E402
 
+from dpplugins.display import upper_text  # noqa: E402
 from dpplugins.integrations.tf_keras import PrivacyCallback, as_tf_dataset  # noqa: E402
 from dpplugins.integrations.tf_privacy import (  # noqa: E402
     compute_dp_sgd_privacy_statement, statement_accountants)
@@ -96,7 +97,8 @@ def main() -> None:
                         callbacks=[callback])
     for epoch, (loss, eps) in enumerate(zip(history.history["loss"],
                                             history.history["epsilon"]), start=1):
-        print(f"epoch {epoch}: loss {loss:.3f}, epsilon[{callback.accountant.name}] {eps:.3f} "
+        print(f"epoch {epoch}: loss {loss:.3f}, epsilon[{callback.accountant.name}] "
+              f"{upper_text(eps, decimals=3)} "
               f"({callback.accountant.bound_type})")
     _, accuracy = model.evaluate(x_test, y_test, verbose=0)
     print(f"test accuracy {accuracy:.3f} (chance 0.1), {time.perf_counter() - start:.1f} s")

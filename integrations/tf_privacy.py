@@ -60,6 +60,7 @@ from dpplugins.accountants.balls_and_bins import RandomAllocationAccountant as _
 from dpplugins.accountants.fdp import GDPAccountant as _CoreGDP
 from dpplugins.accountants.pld import PLDAccountant as _CorePLD, poisson_gaussian_pld
 from dpplugins.accountants.shuffle import gaussian_epsilon
+from dpplugins.display import lower_text, upper_text
 from dpplugins.amplification.allocation import random_allocation_pld
 from dpplugins.errors import (NumericalError, ParameterError, check_count, check_open_unit,
                               check_positive)
@@ -536,7 +537,7 @@ def compute_dp_sgd_privacy(*args: Any, **kwargs: Any) -> DpSgdPrivacy:
 
 
 def _epsilon_text(value: float) -> str:
-    return "    inf (**)" if math.isinf(value) else f"{value:12.3f}"
+    return "    inf (**)" if math.isinf(value) else f"{upper_text(value, decimals=3):>12s}"
 
 
 def _bracket(text: str) -> str:
@@ -669,15 +670,16 @@ def compute_dp_sgd_privacy_statement(number_of_examples: int, batch_size: int, n
                       "only the final model.", width=80),
         textwrap.fill(f"Sampler used in training: {used} (marked <=).", width=80),
     ]
-    poisson_extra = (f"; lower bound {r.poisson_lower:.3f}" if r.poisson_accountant != "rdp"
+    poisson_extra = (f"; lower bound {lower_text(r.poisson_lower, decimals=3)}"
+                     if r.poisson_accountant != "rdp"
                      else "")
     chua = " (Chua et al. 2024)" if r.shuffled_accountant == "shuffle" else ""
     notes = {"shuffled_epochs": (f"{_label(r.shuffled_accountant)}; lower bound "
-                                 f"{r.shuffled_lower:.3f}{chua}"),
+                                 f"{lower_text(r.shuffled_lower, decimals=3)}{chua}"),
              "poisson": f"{_label(r.poisson_accountant)}{poisson_extra}"}
     if r.allocation_upper is not None:
         notes["checkin"] = (f"{_label(r.allocation_accountant)}; {steps}; "
-                            f"lower bound {r.allocation_lower:.3f}")
+                            f"lower bound {lower_text(r.allocation_lower, decimals=3)}")
     values = {"shuffled_epochs": r.shuffled_upper, "checkin": r.allocation_upper,
               "poisson": r.poisson_epsilon}
     paragraphs.append(textwrap.fill(f"Example-level DP with add-or-remove-one adjacency at delta "

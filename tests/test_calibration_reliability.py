@@ -14,7 +14,7 @@ from scipy.optimize import brentq
 import dpplugins.calibration as calibration
 from dpplugins.accountants import create
 from dpplugins.calibration import find_noise_multiplier
-from dpplugins.errors import NumericalError
+from dpplugins.errors import NumericalError, ParameterError
 
 privacy_loss_mechanism = pytest.importorskip("dp_accounting.pld.privacy_loss_mechanism")
 
@@ -148,3 +148,32 @@ def test_a_loose_search_bound_is_corrected_in_few_certified_evaluations(monkeypa
     sigma = find_noise_multiplier(target_epsilon=0.01, delta=1e-5, sample_rate=0.5, steps=10)
     assert 1.0 / sigma <= 0.01 and sigma <= 100.0 * (1 + 1e-3)
     assert calls.count(False) <= 6
+
+
+@pytest.mark.parametrize("tolerance", [1e-3, 1e-6, 1e-9])
+def test_sigma_tolerance_is_honoured(tolerance):
+    """(hostile sweep) a certificate up to 1 % below the target was accepted whatever the
+    tolerance: sigma_tolerance 1e-9 returned 1.415497 where 1.414716 is certified (5.5e-4 too
+    much noise).  The returned sigma is certified and a sigma 3e-4 (or 2 tolerances) smaller
+    is not."""
+    from dpplugins.calibration import find_noise_multiplier
+
+    def certified(sigma):
+        acc = create("pld")
+        acc.step(noise_multiplier=sigma, sample_rate=0.01, count=1000)
+        return acc.get_epsilon(1e-5)
+    sigma = find_noise_multiplier(target_epsilon=1.0, delta=1e-5, sample_rate=0.01, steps=1000,
+                                  sigma_tolerance=tolerance)
+    assert certified(sigma) <= 1.0
+    assert certified(sigma * (1 - max(3e-4, 2 * tolerance))) > 1.0
+
+
+def test_sample_rate_or_steps_beside_an_event_are_refused():
+    """(hostile sweep) with ``event_for_noise`` they were ignored, even ``steps=-3``."""
+    from dpplugins.calibration import find_noise_multiplier
+    from dpplugins.events import GaussianEvent, PoissonSampledEvent, SelfComposedEvent
+
+    run = lambda s: SelfComposedEvent(PoissonSampledEvent(0.01, GaussianEvent(s)), 100)  # noqa
+    for extra in ({"sample_rate": 0.01}, {"steps": -3}, {"sample_rate": 5.0, "steps": 10}):
+        with pytest.raises(ParameterError, match="event_for_noise"):
+            find_noise_multiplier(target_epsilon=1.0, delta=1e-5, event_for_noise=run, **extra)

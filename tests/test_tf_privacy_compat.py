@@ -92,8 +92,8 @@ def test_tf_privacy_statement_rdp_no_user_dp(call):
     rdp = _types().RDP
     text = (compute_dp_sgd_privacy_statement(**KWARGS, accountant_type=rdp) if call == "keywords"
             else compute_dp_sgd_privacy_statement(*POSITIONAL, True, None, rdp))
-    # their Poisson line (RDP): 1.616, the same dp_accounting computation
-    assert _float_after("Poisson sampling (*):", text) == 1.616
+    # their Poisson line (RDP): 1.616, the same dp_accounting computation (ours rounded up)
+    assert 1.616 <= _float_after("Poisson sampling (*):", text) <= 1.617
     assert "rdp accountant (dp_accounting RdpAccountant" in text
     # their once-per-epoch line is RDP of 5 unsampled Gaussian steps at noise 2 / 2 (13.376);
     # ours is the certified shuffled-epochs bound, the exact mu = sqrt(5) Gaussian (their PLD
@@ -110,9 +110,9 @@ def test_tf_privacy_statement_rdp_user_dp(call):
     text = (compute_dp_sgd_privacy_statement(**KWARGS, max_examples_per_user=3,
                                              accountant_type=rdp) if call == "keywords"
             else compute_dp_sgd_privacy_statement(*POSITIONAL, True, 3, rdp))
-    assert _float_after("Poisson sampling (*):", text.partition("User-level")[0]) == 1.616
+    assert 1.616 <= _float_after("Poisson sampling (*):", text.partition("User-level")[0]) <= 1.617
     user = _user(text)
-    assert _float_after("Poisson sampling (*):", user) == 6.425        # theirs, exactly
+    assert 6.425 <= _float_after("Poisson sampling (*):", user) <= 6.426   # theirs, rounded up
     # their once-per-epoch user line (85.940) is RDP group privacy; ours is exact group privacy
     # of the mu = sqrt(5) Gaussian bound: mu -> 3 mu (Dong, Roth, Su 2022, Thm 2.14)
     ours = _float_after("once per epoch:", user)

@@ -69,6 +69,7 @@ from dpplugins.events import (Event, FixedBatchEvent, GaussianEvent, PoissonSamp
                               SelfComposedEvent)
 from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_nonnegative,
                               check_open_unit, larger_delta_advice)
+from dpplugins.display import interval_text, upper_text
 from dpplugins.fdp import CLTEstimateWarning, TradeoffCurve
 from dpplugins.full_batch import full_batch_delta_bounds, full_batch_epsilon_bounds, full_batch_mu
 from dpplugins.pld import AccuracyWarning, Bounds, PrivacyLossDistribution
@@ -718,8 +719,8 @@ class GDPAccountant(Accountant):
             estimate = 0.0
         else:   # (mu = inf, a non-private step or noise too small, printed epsilon~0)
             estimate = fdp.gdp_epsilon_for_delta(mu, delta) if math.isfinite(mu) else math.inf
-        bounds = (f"epsilon <= {upper:.4f}" if lower == 0 and upper > 0
-                  else f"epsilon in [{lower:.4f}, {upper:.4f}]")
+        bounds = (f"epsilon <= {upper_text(upper, decimals=4)}" if lower == 0 and upper > 0
+                  else f"epsilon in {interval_text(lower, upper, decimals=4)}")
         return (f"fdp accountant, {self.relation}; {len(self)} steps. "
                 f"Certified at delta={delta:g}: {bounds}. CLT estimate (not a bound): "
                 f"mu={mu:.4f}, epsilon~{estimate:.4f}.")

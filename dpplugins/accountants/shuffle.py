@@ -69,6 +69,7 @@ from dpplugins.accountants.base import (FAR_TAIL_DELTA, Accountant, UnsupportedE
 from dpplugins.amplification import shuffle as shuffle_bounds
 from dpplugins.amplification.shuffle import MAX_USERS
 from dpplugins.amplification import swap as swap_bounds
+from dpplugins.display import interval_text, upper_text
 from dpplugins.errors import (NumericalError, ParameterError, check_count, check_grid_step,
                               check_flag, check_positive)
 from dpplugins.events import (Event, GaussianEvent, ProtocolEvent, ShuffledEpochsEvent,
@@ -537,11 +538,11 @@ class ShuffleAccountant(Accountant):
             # (an empty ledger raised an AttributeError, a non-private step a TypeError)
             what = "a non-private step recorded" if non_private else "no private step recorded"
             return (f"shuffled epochs ({self.neighbouring}), delta={delta:g}: {what}, epsilon "
-                    f"in [{lower:.4g}, {upper:.4g}]")
+                    f"in {interval_text(lower, upper, digits=4)}")
         plain = self.no_amplification_epsilon(delta)
         lines = [f"shuffled epochs ({self.neighbouring}, batch size {plan.batch_size}), "
-                 f"delta={delta:g}: epsilon in [{lower:.4g}, {upper:.4g}] "
-                 f"(no amplification: {plain:.4g})"]
+                 f"delta={delta:g}: epsilon in {interval_text(lower, upper, digits=4)} "
+                 f"(no amplification: {upper_text(plain, digits=4)})"]
         if upper >= 0.95 * plain:
             lines.append("The upper bound is (close to) no amplification: Poisson subsampling "
                          "('pld') or random check-ins ('checkin') with their own accountants give "
@@ -856,8 +857,8 @@ class ShuffleAccountant(Accountant):
                       "more users cannot increase epsilon; lower bound from the other rounds "
                       "only)")
         return (f"shuffle model ({self.neighbouring}; replace-one bounds), {names}, "
-                f"delta={delta:g}: epsilon in [{lower:.4g}, {upper:.4g}] (no amplification: "
-                f"{self.no_amplification_epsilon(delta):.4g})")
+                f"delta={delta:g}: epsilon in {interval_text(lower, upper, digits=4)} (no "
+                f"amplification: {upper_text(self.no_amplification_epsilon(delta), digits=4)})")
 
 
 # -- shuffle-model families (module level: pure functions the accountant calls) -----------------

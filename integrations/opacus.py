@@ -231,7 +231,22 @@ def _step_of(data_loader, noise: GaussianEvent, poisson_sampling: bool) -> tuple
                         "batch_size and shuffle)")
 
 
-def _replica_disagreement(data_loader) -> str:
+def _distributed_module(module) -> bool:
+    """Whether Opacus trains ``module`` distributed (its own test in ``make_private``: DPDDP,
+    torch's DDP or an FSDP module)."""
+    from opacus.distributed import DifferentiallyPrivateDistributedDataParallel as DPDDP
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    kinds: tuple = (DPDDP, DDP)
+    try:
+        from torch.distributed._composable.fsdp import FSDPModule
+        kinds += (FSDPModule,)
+    except ImportError:  # pragma: no cover - older torch
+        pass
+    return isinstance(module, kinds)
+
+
+def _replica_disagreement(data_loader, module=None) -> str:
     """Why this rank's sampler of ``data_loader`` cannot deal this rank's part of one global
     schedule ("" if it can, or if no process group of more than one rank runs): built for
     another world size (before ``init_process_group``: one replica, so every example ran once
@@ -256,6 +271,15 @@ def _replica_disagreement(data_loader) -> str:
         replicas, rank = int(inner.num_replicas), int(inner.rank)
     elif type(sampler) is tud.DistributedSampler:
         replicas, rank = int(sampler.num_replicas), int(sampler.rank)
+    elif module is not None and _distributed_module(module) and type(sampler) in (
+            tud.RandomSampler, tud.SequentialSampler):
+        # every rank iterates the whole dataset: a global step holds each rank's batch, with
+        # an example in several of them (in all of them with one seed), while the accountant
+        # would record one rank's batch -- an under-count of the sensitivity by up to the world
+        # size (found while checking the DDP schedule comparison)
+        return (f"a {type(sampler).__name__} on each of {world} ranks under distributed "
+                "training: every rank draws its batches from the whole dataset, so one global "
+                "step can hold an example several times")
     else:
         return ""
     if replicas != world:
@@ -562,8 +586,11 @@ class DPPluginsAccountant:
         event = self._loader_event
         if not isinstance(event, ProtocolEvent) or self.inner is None:
             return
-        # compared across ranks at the next optimizer step (:meth:`_compare_schedules`)
-        self._schedule_to_compare = _schedule_fingerprint(batch_sampler)
+        # compared across ranks at the next optimizer step (:meth:`_compare_schedules`), in
+        # distributed training only: there every rank's step meets the others' in the gradient
+        # all-reduce, so the comparison cannot wait for a rank that does not come
+        self._schedule_to_compare = (_schedule_fingerprint(batch_sampler)
+                                     if getattr(self, "_distributed_training", False) else None)
         inner = getattr(batch_sampler, "inner", None)
         drawn = getattr(inner, "position", None) if inner is not None else None
         # torch's samplers start a new pass (permutation) at every iteration
@@ -895,12 +922,16 @@ def _private(engine, original, arguments: dict, step_event=None):
     sigma = arguments["noise_multiplier"]
     poisson = arguments["poisson_sampling"]
     if ours:
-        disagreement = "" if poisson else _replica_disagreement(arguments["data_loader"])
+        disagreement = "" if poisson else _replica_disagreement(arguments["data_loader"],
+                                                               arguments.get("module"))
         if disagreement:
             raise ParameterError("data_loader", "this rank's sampler", "this rank's part of one "
                                  f"global schedule: {disagreement}",
-                                 "build the sampler after init_process_group on every rank, "
-                                 "with its default num_replicas and rank and the same seed")
+                                 "shard the data across ranks: torch's DataLoader with "
+                                 "sampler=DistributedSampler(dataset, seed=<same on every "
+                                 "rank>), or one of dpplugins' samplers built after "
+                                 "init_process_group on every rank, with its default "
+                                 "num_replicas and rank and the same seed")
         predicted = step_event if step_event is not None else loader_event(
             arguments["data_loader"], sigma, poisson_sampling=poisson)
         # before Opacus touches anything
@@ -914,6 +945,7 @@ def _private(engine, original, arguments: dict, step_event=None):
         if isinstance(hook, _StepHook) and hook.adapter is accountant:
             hook.event = event
         accountant._bind(event)
+        accountant._distributed_training = _distributed_module(arguments.get("module"))
         if isinstance(event, ProtocolEvent):
             _watch_passes(returned, accountant)
     else:

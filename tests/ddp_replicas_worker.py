@@ -37,6 +37,8 @@ def loaders(dataset, rank: int, world: int, before_init):
             dataset, ShuffledEpochs(N, BATCH, rng=0, num_replicas=world, rank=0))),
         ("torch_seeded", lambda: tud.DataLoader(dataset, batch_size=torch_batch, sampler=(
             tud.DistributedSampler(dataset, shuffle=True, seed=0)))),
+        ("torch_shuffle_without_distributed_sampler", lambda: tud.DataLoader(
+            dataset, batch_size=torch_batch, shuffle=True)),
         ("torch_rank_0_everywhere", lambda: tud.DataLoader(
             dataset, batch_size=torch_batch, sampler=tud.DistributedSampler(
                 dataset, num_replicas=world, rank=0, shuffle=True, seed=0))),

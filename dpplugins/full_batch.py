@@ -27,6 +27,7 @@ from typing import Iterable
 
 from dpplugins import fdp
 from dpplugins.mechanisms.gaussian import gaussian_delta_upper
+from dpplugins.numerics import largest_violating_epsilon
 from dpplugins.pld.distribution import Bounds
 
 #: relative bracket around the summed ``mu`` (far above the rounding of the sum)
@@ -98,24 +99,6 @@ def small_mu_delta_lower(epsilon: float, mu: float) -> float:
     return max(integral - minus, 0.0)
 
 
-def _small_mu_epsilon_lower(mu: float, delta: float, upper: float) -> float:
-    """The largest ``eps`` in ``[0, upper]`` found by bisection with ``small_mu_delta_lower(eps)
-    >= delta`` (kept at the low end throughout, so ``epsilon(delta) >= eps`` holds whether or not
-    the bound is monotone); 0 if none."""
-    if not small_mu_delta_lower(0.0, mu) >= delta:
-        return 0.0
-    lo, hi = 0.0, upper
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if not lo < mid < hi:
-            break
-        if small_mu_delta_lower(mid, mu) >= delta:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
 def full_batch_epsilon_bounds(mus: tuple[float, float], delta: float) -> Bounds:
     """Certified bounds on epsilon(delta) of ``G_mu`` for ``mu`` in ``mus``.
 
@@ -130,7 +113,10 @@ def full_batch_epsilon_bounds(mus: tuple[float, float], delta: float) -> Bounds:
     SMALL_MU`` the lower bound inverts :func:`small_mu_delta_lower` instead."""
     upper = fdp.gdp_epsilon_for_delta(mus[1], delta * (1 - _DELTA_RTOL))
     if mus[0] < SMALL_MU:
-        return Bounds(min(_small_mu_epsilon_lower(mus[0], delta, upper), upper), upper)
+        # the shared bisection keeps its point where the lower bound exceeds delta (0 if none)
+        lower = largest_violating_epsilon(lambda e: small_mu_delta_lower(e, mus[0]), delta,
+                                          upper, rtol=1e-12, atol=0.0)
+        return Bounds(min(lower, upper), upper)
     lower = fdp.gdp_epsilon_for_delta(mus[0], min(delta * (1 + _DELTA_RTOL), 0.5 + delta / 2))
     return Bounds(min(lower * (1 - 1e-9), upper), upper)
 

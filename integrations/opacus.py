@@ -292,7 +292,6 @@ def _replica_disagreement(data_loader, module=None) -> str:
     return ""
 
 
-
 def _schedule_fingerprint(batch_sampler) -> tuple | None:
     """What decides the *global* schedule of the pass ``batch_sampler`` is about to run, the
     same on every rank of one schedule (rank excluded), or None when no process group of more

@@ -227,7 +227,8 @@ def _make_config(args: argparse.Namespace, noise_multiplier: float | None):
 
 
 def _names(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
+    # each name once, in the order given ('pld,pld' printed the same row twice)
+    names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
     if not names:   # (',' gave an empty table and status 0)
         raise ParameterError("--accountants", text, "a comma-separated list of accountant names")
     return names

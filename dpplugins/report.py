@@ -91,6 +91,8 @@ class TrainingConfig:
       probability ``p`` and then in ``k`` distinct uniform steps, and the Poisson comparison
       uses the same expected participation, rate ``p k / t``;
     * ``"random_checkin"``: ``RandomCheckIn(n, t, checkin_probability, checkin_variant)``;
+      with ``checkin_probability = p < 1`` the Poisson comparison uses rate ``p / t`` (the
+      expected participation of the averaged variant);
     * ``"sliding_window"``: ``SlidingWindowCheckIn(n, window)``, ``n - window + 1`` steps per
       pass.
 
@@ -201,6 +203,11 @@ class TrainingConfig:
                 raise ParameterError("sample_rate", self.poisson_sample_rate,
                                      "given without batch_size (the rate is batch_size / "
                                      "dataset_size otherwise)")
+            if self.poisson_sample_rate is not None and n is not None:
+                # (it was accepted and ignored: the rate alone sets the run)
+                raise ParameterError("dataset_size", n, "not given with sample_rate for "
+                                     "sampler='poisson' (the rate replaces batch_size / "
+                                     "dataset_size; give dataset_size with batch_size instead)")
             if self.poisson_sample_rate is None and (n is None or b is None):
                 raise ParameterError("batch_size", b, "given with dataset_size (or give the "
                                      "sample rate) for sampler='poisson'")
@@ -232,13 +239,19 @@ class TrainingConfig:
 
     @property
     def sample_rate(self) -> float:
-        """Sample rate of the Poisson event: ``poisson_sample_rate``, else ``batch_size /
-        dataset_size``, else ``1 / steps_per_epoch``."""
+        """Sample rate of the Poisson event: ``poisson_sample_rate``, else the expected
+        participation per step of random allocation (``p k / t``) or random check-ins with
+        ``checkin_probability = p < 1`` (``p / t``), else ``batch_size / dataset_size``, else
+        ``1 / steps_per_epoch``."""
         if self.poisson_sample_rate is not None:
             return self.poisson_sample_rate
         if self.sampler == "random_allocation" and self._allocation_shape != (1, 1.0):
             k, p = self._allocation_shape
             return min(1.0, p * k / self.steps_per_epoch)
+        if self.sampler == "random_checkin" and self.checkin_probability not in (None, 1.0):
+            # the same expected participation: an example checks in w.p. p, into one of the
+            # epoch's steps (b / n ignored p: the Poisson line was that of p = 1)
+            return self.checkin_probability / self.steps_per_epoch
         if self.batch_size is not None and not self.is_pnsgd:
             return self.batch_size / self.dataset_size
         return 1.0 / self.steps_per_epoch

@@ -185,6 +185,18 @@ def test_compare_notes_a_failing_number_shown_for_information_only(capsys):
     assert "1 accountant(s) failed -- pld" in capsys.readouterr().err
 
 
+def test_compare_names_each_accountant_once(capsys):
+    """'pld,pld,fdp' printed pld's row twice."""
+    from dpplugins import cli
+
+    assert cli.main(["compare", "--sample-rate", "0.01", "--steps", "100", "--noise-multiplier",
+                     "1", "--delta", "1e-5", "--no-progress", "--json",
+                     "--accountants", "pld,pld,fdp"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    names = [row["accountant"] for row in (rows["rows"] if isinstance(rows, dict) else rows)]
+    assert names == ["pld", "fdp"]
+
+
 def test_figure_size_check_accepts_numpy_numbers_and_names_the_bad_one():
     import numpy as np
 

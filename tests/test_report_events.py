@@ -109,6 +109,31 @@ def test_options_the_sampler_does_not_use_are_refused():
                        learning_rate=1.0)
 
 
+def test_poisson_rate_given_with_a_dataset_size_is_refused_not_ignored():
+    with pytest.raises(ValueError, match="dataset_size"):
+        TrainingConfig(600, None, 2, 1.0, 1e-5, poisson_sample_rate=0.1)
+    assert TrainingConfig(None, None, 2, 1.0, 1e-5, poisson_sample_rate=0.1).sample_rate == 0.1
+
+
+def test_random_checkin_poisson_line_has_the_samplers_participation_rate():
+    """The Poisson comparison of random check-ins with p0 < 1 uses the rate at which the
+    sampler itself puts an example in a step (it used b / n, the rate of p0 = 1): measured on
+    the averaged sampler, Monte Carlo within 5 standard errors."""
+    config = TrainingConfig(600, 60, 1, 1.0, 1e-5, sampler="random_checkin",
+                            checkin_probability=0.3, checkin_variant="averaged")
+    sampler = RandomCheckIn(600, 10, checkin_probability=0.3, variant="averaged", rng=1)
+    hits = trials = 0
+    for epoch in range(300):
+        sampler.set_epoch(epoch)
+        for batch in sampler:
+            hits += len(batch)
+            trials += 600
+    rate = hits / trials
+    se = math.sqrt(rate * (1 - rate) / trials)
+    assert abs(config.sample_rate - rate) < 5 * se
+    assert abs(config.sample_rate - 60 / 600) > 50 * se   # the old b / n
+
+
 # -- validity is supports() -------------------------------------------------------------------
 def test_validity_is_supports_for_every_registered_accountant():
     config = TrainingConfig(**SMALL, sampler="shuffled_epochs")

@@ -497,7 +497,7 @@ class DPPluginsAccountant:
         except UnsupportedEventError as error:
             reason = "; ".join(r for r in (error.reason, context) if r)
             raise UnsupportedEventError(error.event, self.mechanism(), reason,
-                                        error.supported_by) from None
+                                        error.supported_by, ledger=error.ledger) from None
 
     def compose(self, event: Event, count: int = 1) -> "DPPluginsAccountant":
         self._require().compose(event, count)

@@ -579,3 +579,38 @@ def test_a_non_private_step_gives_infinite_mu_and_a_zero_tradeoff():
     assert acc.epsilon_upper_fast(1e-5) == math.inf
     tiny = create("fdp").compose(PoissonSampledEvent(0.01, GaussianEvent(1e-200)))
     assert "epsilon~inf" in tiny.report(1e-5)
+
+
+def test_a_non_private_release_beside_fixed_size_batches_is_infinite_not_refused():
+    """A NonPrivateEvent counted as a Poisson step, so fixed-size batches before or after it
+    were refused (naming fdp itself as the accountant that supports them); a release without a
+    guarantee makes epsilon infinite whatever else the run holds."""
+    from dpplugins.events import NonPrivateEvent, SelfComposedEvent
+
+    batches = SelfComposedEvent(FixedBatchEvent(1000, 10, GaussianEvent(1.0)), 100)
+    for events in ([NonPrivateEvent(), batches], [batches, NonPrivateEvent()]):
+        acc = create("fdp", neighbouring="replace_one")
+        for event in events:
+            acc.compose(event)
+        assert acc.get_epsilon_bounds(1e-5) == (math.inf, math.inf)
+        assert acc.get_delta(1.0) == 1.0
+
+
+def test_a_scheme_mixed_across_the_ledger_is_refused_without_naming_the_refuser():
+    """Poisson steps then fixed-size batches: refused, and the hint no longer says that fdp
+    (the accountant refusing) supports the event; one event mixing both keeps the registry's
+    answer (none)."""
+    from dpplugins.accountants import UnsupportedEventError
+    from dpplugins.events import ComposedEvent, PoissonSampledEvent
+
+    fixed = FixedBatchEvent(1000, 10, GaussianEvent(1.0))
+    poisson = PoissonSampledEvent(0.01, GaussianEvent(1.0))
+    acc = create("fdp", neighbouring="replace_one")
+    acc.compose(poisson)
+    with pytest.raises(UnsupportedEventError) as info:
+        acc.compose(fixed)
+    assert info.value.ledger and "accountants that support it" not in str(info.value)
+    assert "supports it on its own" in str(info.value)
+    with pytest.raises(UnsupportedEventError) as info:
+        create("fdp", neighbouring="replace_one").compose(ComposedEvent([poisson, fixed]))
+    assert not info.value.ledger and "no registered accountant supports it" in str(info.value)

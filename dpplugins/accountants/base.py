@@ -61,10 +61,12 @@ class UnsupportedEventError(ParameterError):
     """
 
     def __init__(self, event: Event, accountant: str, reason: str = "",
-                 supported_by: Iterable[str] | None = None) -> None:
+                 supported_by: Iterable[str] | None = None, *, ledger: bool = False) -> None:
         self.event = event
         self.accountant = accountant
         self.reason = reason
+        #: refused for what the ledger already holds, not for the event itself
+        self.ledger = ledger
         described = ""
         if supported_by is None:
             from dpplugins.accountants.registry import describe_supporting, supporting
@@ -77,6 +79,12 @@ class UnsupportedEventError(ParameterError):
         described = described or ", ".join(self.supported_by)
         hint = ("accountants that support it: " + described if described
                 else "no registered accountant supports it")
+        if ledger:
+            # the event alone is fine here ('accountants that support it' named the refusing
+            # accountant itself)
+            hint = (f"{accountant!r} supports it on its own, not after the events this ledger "
+                    "holds; a run's events are accounted together, so account the whole run "
+                    "with one accountant that supports all of them")
         super().__init__("event", event, valid, hint)
 
 
@@ -282,7 +290,17 @@ class Accountant:
         for leaf, _ in leaves(event):
             if not _is_no_op(leaf):
                 self._check_leaf(leaf)
-        self._check_history(tuple(self._history) + (event,))
+        try:
+            self._check_history(tuple(self._history) + (event,))
+        except UnsupportedEventError as error:
+            if not self._history:
+                raise
+            try:
+                self._check_history((event,))
+            except UnsupportedEventError:
+                raise error from None   # refused on its own too
+            raise UnsupportedEventError(error.event, error.accountant, error.reason, (),
+                                        ledger=True) from None
 
     def check(self, event: Event) -> None:
         """Raise :class:`UnsupportedEventError` -- with the reason and the registered
@@ -292,7 +310,8 @@ class Accountant:
         except UnsupportedEventError as error:
             from dpplugins.accountants.registry import registered_name
             raise UnsupportedEventError(error.event, registered_name(type(self)), error.reason,
-                                        None) from None
+                                        () if error.ledger else None,
+                                        ledger=error.ledger) from None
 
     def supports(self, event: Event) -> bool:
         """Whether :meth:`compose` would accept ``event`` (no exception, no side effect)."""

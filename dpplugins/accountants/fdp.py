@@ -61,8 +61,8 @@ import numpy as np
 from dpplugins import fdp
 from fractions import Fraction
 
-from dpplugins.accountants.base import (Accountant, UnsupportedEventError, leaves_to_check,
-                                       private_leaves)
+from dpplugins.accountants.base import (Accountant, UnsupportedEventError, is_non_private,
+                                       leaves_to_check, private_leaves)
 from dpplugins.accountants.pld import (_MAX_REFINE_WINDOW, PLDAccountant, is_poisson_gaussian,
                                        loss_scale, poisson_gaussian_pld, poisson_gaussian_runs)
 from dpplugins.events import (Event, FixedBatchEvent, GaussianEvent, PoissonSampledEvent,
@@ -301,7 +301,12 @@ class GDPAccountant(Accountant):
                 "batches without replacement (FixedBatchEvent, replace-one)")
 
     def _check_history(self, history: tuple) -> None:
-        kinds = {self._kind_of(leaf) for leaf, _ in leaves_to_check(history)}
+        # a release without a guarantee has no sampling scheme: epsilon is infinite beside
+        # either kind (a NonPrivateEvent counted as Poisson, so that fixed-size batches before
+        # or after it were refused, naming fdp itself as the accountant to use)
+        scheme = lambda leaf: not is_non_private(leaf)  # noqa: E731
+        kinds = {self._kind_of(leaf) for leaf, _ in leaves_to_check(history, scheme)
+                 if scheme(leaf)}
         if len(kinds) > 1:
             last = history[-1]
             raise UnsupportedEventError(last, self.name, "one sampling scheme per accountant: "

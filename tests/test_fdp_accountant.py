@@ -614,3 +614,23 @@ def test_a_scheme_mixed_across_the_ledger_is_refused_without_naming_the_refuser(
     with pytest.raises(UnsupportedEventError) as info:
         create("fdp", neighbouring="replace_one").compose(ComposedEvent([poisson, fixed]))
     assert not info.value.ledger and "no registered accountant supports it" in str(info.value)
+
+
+def test_clt_queries_on_a_ledger_beyond_two_to_the_63_steps():
+    """``len()`` overflows above 2**63 - 1 steps; the CLT texts used it and raised a raw
+    OverflowError.  The estimate is the mu-GDP epsilon of the CLT mu (closed form, brentq)."""
+    from scipy.optimize import brentq
+
+    from dpplugins.events import PoissonSampledEvent
+
+    acc = create("fdp")
+    acc.compose(PoissonSampledEvent(1e-12, GaussianEvent(1.0)), 2**63)
+    mu = acc.get_mu()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        eps = acc.get_epsilon(1e-5, method="clt", compare=False)
+        assert acc.get_delta(0.001, method="clt") > 0
+
+    def gdp_delta(e):
+        return stats.norm.cdf(-e / mu + mu / 2) - math.exp(e) * stats.norm.cdf(-e / mu - mu / 2)
+    assert eps == pytest.approx(brentq(lambda e: gdp_delta(e) - 1e-5, 0, 1), rel=1e-6)

@@ -243,7 +243,8 @@ class GDPAccountant(Accountant):
     the module docstring (the Poisson add/remove PLD with noise ``sigma / 2``; its gap to the
     upper bound does not shrink with the grid) -- except when
     every batch is the whole dataset (``q = 1``): then the run is exactly ``G_mu`` (closed form,
-    lower and upper bounds, any number of steps; :mod:`dpplugins.full_batch`).
+    lower and upper bounds, at any number of steps up to the ledgers' limit of ``2**53``
+    compositions; :mod:`dpplugins.full_batch`).
 
     Example::
 
@@ -586,7 +587,7 @@ class GDPAccountant(Accountant):
                      f"{abs(rel):.1%} {side}.")
         elif note:
             text += f" {note}"
-        return text + f" [{self.relation}; {len(self)} steps]"
+        return text + f" [{self.relation}; {self.steps} steps]"
 
     def _certified_or_note(self, compute) -> tuple[float | None, str]:
         try:
@@ -656,7 +657,7 @@ class GDPAccountant(Accountant):
         clt = TradeoffCurve(alphas, fdp.gaussian_tradeoff(alphas, mu) if math.isfinite(mu)
                             else np.zeros_like(alphas), f"G_{mu:.4g} (CLT estimate)")
         return TradeoffComparison(alphas, exact, clt, mu, self._kind(self._history), self.neighbouring,
-                                  len(self))
+                                  self.steps)
 
     def plot_tradeoff(self, path, alphas=None, *, title: str | None = None,
                       size: tuple[float, float] = (10.0, 4.8), dpi: int = 110) -> Path:
@@ -708,7 +709,7 @@ class GDPAccountant(Accountant):
         right.set(xlabel="type I error alpha", ylabel="power 1 - f(alpha)",
                   title="tail (higher = less private)")
         right.legend(fontsize=8, loc="lower right")
-        subtitle = f"{len(self)} steps; {self.relation}"  # every plot states the relation
+        subtitle = f"{self.steps} steps; {self.relation}"  # every plot states the relation
         figure.suptitle(f"{title}\n{subtitle}" if title else subtitle, fontsize=9)
         figure.tight_layout()
         figure.savefig(path, format=path.suffix.lower().lstrip(".") or "png", dpi=dpi)
@@ -726,6 +727,6 @@ class GDPAccountant(Accountant):
             estimate = fdp.gdp_epsilon_for_delta(mu, delta) if math.isfinite(mu) else math.inf
         bounds = (f"epsilon <= {upper_text(upper, decimals=4)}" if lower == 0 and upper > 0
                   else f"epsilon in {interval_text(lower, upper, decimals=4)}")
-        return (f"fdp accountant, {self.relation}; {len(self)} steps. "
+        return (f"fdp accountant, {self.relation}; {self.steps} steps. "
                 f"Certified at delta={delta:g}: {bounds}. CLT estimate (not a bound): "
                 f"mu={mu:.4f}, epsilon~{estimate:.4f}.")

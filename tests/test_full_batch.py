@@ -118,3 +118,22 @@ def test_tiny_mu_lower_bounds_are_below_the_exact_values(name, options, event, f
         true = _gdp_delta(mu, epsilon)
         assert low <= true <= up
         assert true - low <= 1e-5 * true
+
+
+@pytest.mark.parametrize("name", ["pld", "fdp"])
+@pytest.mark.parametrize("sigma,count", [(1000.0, 1), (2000.0, 1), (1e6, 10**6)])
+def test_tiny_mu_delta_at_epsilon_beyond_the_exponential_range(name, sigma, count):
+    """delta at eps >= 710 with mu below 1e-3: e^eps overflowed in the midpoint-rule lower
+    bound and a raw OverflowError came out as a NumericalError about the history's size (a
+    hostile sweep).  The exact delta (60 digits) is far below any double; the bounds bracket
+    it, and the smaller epsilons around the cut agree with it too."""
+    acc = create(name).compose(PoissonSampledEvent(1.0, GaussianEvent(sigma)), count)
+    mu = math.sqrt(count) / sigma
+    for epsilon in (3 * mu, 0.5, 709.0, 710.0, 1000.0, 1e6):
+        low, up = acc.get_delta_bounds(epsilon)
+        true = _gdp_delta(mu, epsilon)
+        assert 0.0 <= low <= true <= up
+        if epsilon > 1:
+            assert up <= 1e-200
+        else:
+            assert true - low <= 1e-3 * true

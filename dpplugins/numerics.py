@@ -68,7 +68,7 @@ def _at_most(value: float, target: float) -> bool:
 
 def smallest_epsilon(delta_upper: Callable[[float], float], target: float, *,
                      hi: float | None = None, start: float = 1.0, guess: float | None = None,
-                     newton: bool = False, rtol: float = 1e-9,
+                     newton: bool = False, secant: bool = False, rtol: float = 1e-9,
                      epsilon_max: float = math.inf, max_doublings: int = MAX_DOUBLINGS,
                      max_iterations: int = MAX_ITERATIONS) -> float:
     """Smallest ``eps >= 0`` (to relative ``rtol``, from above) with ``delta_upper(eps) <=
@@ -90,6 +90,9 @@ def smallest_epsilon(delta_upper: Callable[[float], float], target: float, *,
     newton
         The refinement is safeguarded Newton on ``log delta`` (``delta_upper`` also returns
         the derivative, which only steers the search), else bisection.
+    secant
+        As ``newton`` for a ``delta_upper`` without a derivative: the slope of ``log delta``
+        between the last two points evaluated steers it (for bounds that cost an FFT each).
     rtol
         Stop when the bracket ``[lo, hi]`` has ``hi - lo <= rtol * hi``.
     epsilon_max
@@ -107,6 +110,8 @@ def smallest_epsilon(delta_upper: Callable[[float], float], target: float, *,
     """
     target = _target(target)
     rtol = check_positive("rtol", rtol)
+    if secant and not newton:
+        delta_upper, newton = _with_secant_slope(delta_upper), True
     if newton:
         pair = delta_upper
 
@@ -134,6 +139,24 @@ def smallest_epsilon(delta_upper: Callable[[float], float], target: float, *,
     if not newton:
         return _bisect(delta_upper, target, lo, hi, rtol, max_iterations)
     return _newton(pair, target, lo, hi, guess, rtol, max_iterations)
+
+
+def _with_secant_slope(fn: Callable[[float], float]):
+    """``eps -> (fn(eps), slope)``: the derivative of ``fn`` implied by the slope of its log
+    between this point and the one evaluated before (NaN for the first point, or where either
+    value is not positive and finite: the search then bisects)."""
+    last: list[tuple[float, float]] = []
+
+    def pair(eps: float) -> tuple[float, float]:
+        value = fn(eps)
+        slope = math.nan
+        if last:
+            x0, v0 = last[-1]
+            if x0 != eps and 0 < value < math.inf and 0 < v0 < math.inf:
+                slope = value * (math.log(value) - math.log(v0)) / (eps - x0)
+        last.append((eps, value))
+        return value, slope
+    return pair
 
 
 def _bisect(fn, target, lo, hi, rtol, max_iterations) -> float:

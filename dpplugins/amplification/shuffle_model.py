@@ -435,6 +435,21 @@ class _BinaryCore:
 _FFT_MIN_LENGTH = 2048
 
 
+def fft_relative_error(size: int) -> float:
+    """``kappa``: a bound on ``||fl(F x) - F x||_2 / ||F x||_2`` for a power-of-two FFT of
+    ``size`` points (forward or unnormalised inverse; Higham, *Accuracy and Stability of
+    Numerical Algorithms*, 2nd ed. 2002, Thm 24.2: ``kappa = log2(N) eta / (1 - log2(N) eta)``,
+    ``eta = mu + gamma_4 (sqrt(2) + mu)``, with twiddle factors accurate to ``mu = 4u`` and a
+    safety factor 10 on ``log2 N`` for the real transform's packing -- an assumption about
+    numpy's pocketfft; see :func:`_fft_convolve`)."""
+    u = _U
+    gamma4 = 4 * u / (1 - 4 * u)
+    mu = 4 * u
+    eta = mu + gamma4 * (math.sqrt(2) + mu)
+    lg = 10 * math.log2(max(int(size), 2))
+    return lg * eta / (1 - lg * eta)
+
+
 def _fft_convolve(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
     """Linear convolution of two non-negative vectors by a power-of-two real FFT, clipped at 0,
     and a bound on the l1 norm of its absolute error.
@@ -458,10 +473,7 @@ def _fft_convolve(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
     c = np.maximum(c, 0.0)
     u = _U
     gamma = lambda k: k * u / (1 - k * u)  # noqa: E731
-    mu = 4 * u
-    eta = mu + gamma(4) * (math.sqrt(2) + mu)
-    lg = 10 * math.log2(N)
-    kappa = lg * eta / (1 - lg * eta)
+    kappa = fft_relative_error(N)
     na, nb = float(np.linalg.norm(a)) * (1 + 1e-12), float(np.linalg.norm(b)) * (1 + 1e-12)
     sa, sb = float(np.sum(a)) * (1 + 1e-12), float(np.sum(b)) * (1 + 1e-12)
     rn = math.sqrt(N)

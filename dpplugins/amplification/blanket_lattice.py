@@ -1,0 +1,481 @@
+"""The privacy-blanket bound for any law of the blanket variable, certified by a tilted FFT.
+
+Source.  The privacy blanket (Balle, Bell, Gascon, Nissim, CRYPTO 2019, arXiv:1903.02837; the
+optimal decomposition of the "general clone" paradigm, Su, Cheng, Wang 2025, arXiv:2504.07414)
+bounds the divergence of n shuffled reports by ::
+
+    delta(eps) <= (1/n) E[(G_1 + ... + G_n)_+],
+
+``G_i`` i.i.d.: 0 with probability ``1 - gamma``, and ``r_0(y) - e^eps r_1(y)`` for ``y`` drawn
+from the blanket ``c`` (mass ``gamma``), ``r_j = R(x_j) / c`` (the identity with Balle et al.'s
+Sec. 3 is derived in :mod:`dpplugins.amplification.shuffle_model_families`, "The privacy
+blanket").  :mod:`~dpplugins.amplification.shuffle_model_four_class` computes it for four
+atoms while the counts are few; this module computes it for any law of ``G`` -- finitely many
+atoms (unary encoding, subset selection, local hashing at every n) or a continuous law (Laplace
+on bounded input) -- at every n up to about 10^7.
+
+Computation (our derivation; every step gives a larger value, so the result is an upper bound)
+
+1. **Lattice.**  Each value ``g`` of ``G`` is split between the neighbouring points of
+   ``spacing * Z`` with the weights of linear interpolation (``g`` keeps its mean).  The new
+   ``G'`` has ``E[G' | G] = G``, so by Jensen (given the ``G_i``, ``z -> z_+`` convex)
+   ``E[(sum G_i)_+] <= E[(sum G'_i)_+]``.  The lattice law is rounded *up* pointwise (a larger
+   measure: every term of the n-fold convolution is non-negative, so the sum can only grow).
+   Only the spread ``spacing^2 / 4`` per report is added, not a bias: the lattice can be
+   coarse (``spacing`` about a thirtieth of the standard deviation of ``G``).
+2. **Tilt.**  With ``p`` the lattice law (index ``k``), any ``t >= 0`` and ``q_k = p_k
+   e^(t k) / Z``: ``p^(*n)(K) = Z^n e^(-t K) q^(*n)(K)``, so ``E[(spacing K)_+] = spacing Z^n
+   sum_(K >= 1) K e^(-t K) q^(*n)(K)``.  ``t`` is the saddle point (``q`` has mean 0), which
+   puts the part of the sum that matters in the bulk of ``q^(*n)``; ``K e^(-t K) <= 1/(e t)``.
+3. **FFT.**  ``q^(*n)`` modulo ``N`` (a power of two) is ``F^-1 (F q)^n``.  On a window of
+   ``N`` consecutive K the folded values are at least the true ones (the folded-in terms are
+   non-negative), K <= 0 contributes nothing, and the part above the window is charged by a
+   Chernoff bound (``sum_(K > w) K e^(-t K) q^(*n)(K) <= (w+1) e^(-t (w+1)) P(K_n > w)`` once
+   ``t (w+1) >= 1``).
+4. **Floating point.**  With ``kappa`` the FFT's relative error
+   (:func:`~dpplugins.amplification.shuffle_model.fft_relative_error`), the computed spectrum
+   is within ``e1 = kappa ||F q||_2`` of the exact one in every entry; the n-th power (binary
+   powering, ``n + log2 n`` complex products at most, each ``sqrt(2) gamma_2`` relative) is
+   within ``A_j^n r + n e1 A_j^(n-1)``, ``A_j = |computed_j| + e1``, ``r = exp((n + log2 n)
+   sqrt(2) gamma_2) - 1``; the inverse adds ``kappa ||P||_2 / sqrt(N)`` in l2.  The sum's
+   error is at most the l2 norm of ``K e^(-t K)`` on the window times that l2 error (Cauchy-
+   Schwarz); the sums of non-negative terms and ``Z^n`` are rounded up.
+
+Example (binary values: ``G`` is ``1`` or ``-1`` with probability 1/4 each, else 0, n = 100; the
+exact value by direct convolution is 0.0281742...)::
+
+    >>> law = split_atoms([1.0, -1.0], [0.25, 0.25], 1.0, zero_mass=0.5)
+    >>> value = blanket_delta_upper(law, 100)
+    >>> 0.02817 < value < 0.02818
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import mpmath
+import numpy as np
+
+from dpplugins.amplification.shuffle_model import UNIT_ROUNDOFF, fft_relative_error
+from dpplugins.errors import ParameterError, check_count, check_positive
+
+__all__ = ["LatticeLaw", "split_atoms", "laplace_blanket_law", "class_blanket_law",
+           "blanket_delta_upper", "LatticeBlanket", "MAX_FFT_SIZE", "POINTS_PER_SD"]
+
+_U = UNIT_ROUNDOFF
+#: the largest FFT (points) a query may use; a larger n is not computed here (None)
+MAX_FFT_SIZE = 1 << 22
+#: lattice points per standard deviation of G (the spread added is 1/(4 POINTS_PER_SD^2) of
+#: the variance)
+POINTS_PER_SD = 16
+#: lattice points below the largest value of G, at least (within MAX_LATTICE)
+TOP_POINTS = 64
+#: the most lattice points a law may have (8 bytes each)
+MAX_LATTICE = 1 << 21
+_GC = math.sqrt(2) * 2 * _U / (1 - 2 * _U)   # complex product, relative (Higham, Lemma 3.5)
+
+
+@dataclass(frozen=True)
+class LatticeLaw:
+    """Masses at ``spacing * (lo + i)``, each at least the exact lattice law's (module
+    docstring, step 1); ``masses`` is a read-only float array."""
+
+    spacing: float
+    lo: int
+    masses: np.ndarray
+
+    @property
+    def indices(self) -> np.ndarray:
+        return self.lo + np.arange(len(self.masses))
+
+
+def _check_size(lowest: float, highest: float, spacing: float) -> None:
+    points = (highest - lowest) / spacing
+    if not points <= MAX_LATTICE - 8:
+        raise ParameterError("spacing", spacing, f">= (largest - smallest value) / "
+                             f"{MAX_LATTICE - 8} = {(highest - lowest) / (MAX_LATTICE - 8):.6g} "
+                             f"(at most {MAX_LATTICE:,} lattice points)")
+
+
+def _accumulate(parts: list[tuple[np.ndarray, np.ndarray]], spacing: float) -> LatticeLaw:
+    idx = np.concatenate([i for i, _ in parts])
+    mass = np.concatenate([m for _, m in parts])
+    keep = mass > 0
+    idx, mass = idx[keep], mass[keep]
+    if len(idx) == 0:
+        return LatticeLaw(spacing, 0, np.zeros(1))
+    lo = int(idx.min())
+    out = np.zeros(int(idx.max()) - lo + 1)
+    np.add.at(out, idx - lo, mass)
+    # sums of non-negative terms: relative error below (terms - 1) u; rounded up
+    terms = np.bincount(idx - lo, minlength=len(out))
+    out *= 1 + (terms + 2) * _U
+    out.setflags(write=False)
+    return LatticeLaw(spacing, lo, out)
+
+
+def _split(values_lo: np.ndarray, values_hi: np.ndarray, masses: np.ndarray, spacing: float
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """Linear-interpolation split of atoms whose value lies in ``[values_lo, values_hi]``:
+    each of the (at most three) lattice points near the interval gets the largest weight any
+    value in it would give (the hat function at the interval's nearest point), times the mass
+    rounded up."""
+    x_lo = np.asarray(values_lo, float) / spacing
+    x_hi = np.asarray(values_hi, float) / spacing
+    slack = 4 * _U * (np.abs(x_lo) + np.abs(x_hi) + 1)
+    x_lo, x_hi = x_lo - slack, x_hi + slack
+    base = np.floor(x_lo)
+    idx, out = [], []
+    for offset in (0, 1, 2):
+        j = base + offset
+        distance = np.maximum(np.maximum(x_lo - j, j - x_hi), 0.0)
+        weight = np.clip(1.0 - distance, 0.0, 1.0)
+        idx.append(j.astype(np.int64))
+        out.append(np.asarray(masses, float) * weight * (1 + 4 * _U))
+    return np.concatenate(idx), np.concatenate(out)
+
+
+def split_atoms(values, masses, spacing: float, *, zero_mass: float = 0.0,
+                value_error: float = 0.0) -> LatticeLaw:
+    """The lattice law (module docstring, step 1) of atoms ``values`` with ``masses`` (each
+    value known within ``value_error`` in absolute terms) and ``zero_mass`` at 0."""
+    spacing = check_positive("spacing", spacing)
+    values = np.asarray(values, float)
+    if values.size:
+        _check_size(min(float(values.min()), 0.0), max(float(values.max()), 0.0), spacing)
+    err = np.abs(values) * 4 * _U + float(value_error)
+    parts = [_split(values - err, values + err, np.asarray(masses, float), spacing)]
+    if zero_mass > 0:
+        parts.append((np.array([0]), np.array([float(zero_mass)])))
+    return _accumulate(parts, spacing)
+
+
+def class_blanket_law(eps0: float, w10: float, w11: float, w00: float, epsilon: float,
+                      spacing: float) -> LatticeLaw:
+    """The four-class blanket variable (:mod:`~dpplugins.amplification.shuffle_model_four_class`:
+    ``E - x``, ``1 - E x``, ``E (1 - x)``, ``1 - x`` with masses ``w10, w10, w11, w00``, ``E =
+    e^eps0``, ``x = e^eps``) on the lattice."""
+    e, x = math.exp(eps0), math.exp(epsilon)
+    gamma = 2 * w10 + w11 + w00
+    values = [e - x, 1 - e * x, e * (1 - x), 1 - x]
+    return split_atoms(values, [w10, w10, w11, w00], spacing,
+                       zero_mass=max(1 - gamma, 0.0) + 8 * _U,
+                       value_error=16 * _U * (e * x + e + x + 1))
+
+
+def _laplace_cells(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(int_a^b (b - r) r^(-3/2) dr, int_a^b (r - a) r^(-3/2) dr)`` for ``0 < a < b``, in
+    cancellation-free form: ``(2/sqrt(a)) (sqrt(b) - sqrt(a))^2`` and ``(2/sqrt(b)) (sqrt(b) -
+    sqrt(a))^2``, ``sqrt(b) - sqrt(a) = (b - a)/(sqrt(a) + sqrt(b))``."""
+    sa, sb = np.sqrt(a), np.sqrt(b)
+    d = (b - a) / (sa + sb)
+    return 2 * d * d / sa, 2 * d * d / sb
+
+
+def laplace_blanket_law(eps0: float, epsilon: float, spacing: float) -> LatticeLaw:
+    """The blanket variable of the Laplace mechanism on ``[0, 1]`` (scale ``1/eps0``) for the
+    pair ``(0, 1)`` on the lattice -- the largest of every pair
+    (:mod:`~dpplugins.amplification.shuffle_model_families`, "Laplace: the exact blanket").
+
+    With ``E = e^eps0``, ``gamma = e^(-eps0/2)``, ``x = e^eps``: the law ``nu`` of ``r_0`` on
+    the half of the blanket where ``r_1 = 1`` has density ``(gamma/4) r^(-3/2)`` on ``[1, E)``
+    and an atom ``gamma^2 / 2`` at ``E``; ``G = r - x`` there, ``G = 1 - x r`` (``r ~ nu``)
+    on the other half, 0 off the blanket (mass ``1 - gamma``).  Cells of the lattice in ``r``
+    are integrated in closed form (:func:`_laplace_cells`); the two cut by ``[1, E]`` in each
+    half in 40-digit arithmetic."""
+    spacing = check_positive("spacing", spacing)
+    big, gamma, x = math.exp(eps0), math.exp(-eps0 / 2), math.exp(epsilon)
+    _check_size(1 - x * big, big - x, spacing)
+    parts = []
+    # the two atoms at r = E
+    atom = 0.5 * math.exp(-eps0)
+    values = np.array([big - x, 1 - x * big])
+    err = 16 * _U * (big * x + big + x + 1)
+    parts.append(_split(values - err, values + err, np.array([atom, atom]), spacing))
+    # half 1: G = r - x, lattice cell k <-> r in [x + k s, x + (k + 1) s]; half 2: G = 1 - x r,
+    # cell k <-> r in [(1 - (k + 1) s)/x, (1 - k s)/x] with the upper G point at the low r end
+    for half in (1, 2):
+        if half == 1:
+            k_first = math.floor((1 - x) / spacing)
+            k_last = math.floor((big - x) / spacing)
+        else:
+            k_first = math.floor((1 - x * big) / spacing)
+            k_last = math.floor((1 - x) / spacing)
+        ks = np.arange(k_first, k_last + 1, dtype=np.int64)
+        kf = ks.astype(float)
+        if half == 1:
+            a, b = x + kf * spacing, x + (kf + 1) * spacing
+        else:
+            a, b = (1 - (kf + 1) * spacing) / x, (1 - kf * spacing) / x
+        inner = (a > 1) & (b < big) & (a > 0)
+        low_w, high_w = np.zeros(len(ks)), np.zeros(len(ks))
+        if inner.any():
+            to_low_r, to_high_r = _laplace_cells(a[inner], b[inner])
+            # half 1: weight (r - a)/s to the upper point k+1 (high r), (b - r)/s to k;
+            # half 2: the upper point k+1 is the low-r end: weight x (b - r)/s
+            scale = gamma / 4 / spacing
+            if half == 1:
+                low_w[inner], high_w[inner] = scale * to_low_r, scale * to_high_r
+            else:
+                low_w[inner], high_w[inner] = scale * x * to_high_r, scale * x * to_low_r
+        # cells cut by [1, E] (at most two per half): 40 digits
+        for i in np.flatnonzero(~inner):
+            lo_r, hi_r = max(float(a[i]), 1.0), min(float(b[i]), big)
+            if not hi_r > lo_r:
+                continue
+            low_w[i], high_w[i] = _cut_cell(half, float(a[i]), float(b[i]), lo_r, hi_r, x,
+                                            gamma, spacing)
+        # rounding: products and quotients of positive numbers, about 12 u relative; the
+        # computed edges a, b are off by u |a| from the cell's true edges (neighbouring cells
+        # share them, so nothing is left out), which moves a weight by at most a relative
+        # u (|a| + |b|) / (b - a) of the cell's mass (each weight is at least a third of it)
+        up = 1 + 64 * _U * (1 + (np.abs(a) + np.abs(b)) / (b - a))
+        parts.append((ks, low_w * up))
+        parts.append((ks + 1, high_w * up))
+    parts.append((np.array([0]), np.array([max(1 - gamma, 0.0) + 8 * _U])))
+    return _accumulate(parts, spacing)
+
+
+def _cut_cell(half, a, b, lo_r, hi_r, x, gamma, spacing) -> tuple[float, float]:
+    """The two weights of a lattice cell cut by ``[1, E]`` (``nu`` on ``[lo_r, hi_r]``), in
+    40-digit arithmetic, rounded up."""
+    with mpmath.workdps(40):
+        a_, b_, lo_, hi_ = (mpmath.mpf(v) for v in (a, b, lo_r, hi_r))
+        # int (r - a) r^-3/2 and int (b - r) r^-3/2 over [lo, hi]
+        prim_sqrt = 2 * (mpmath.sqrt(hi_) - mpmath.sqrt(lo_))           # int r^-1/2
+        prim_inv = 2 * (1 / mpmath.sqrt(lo_) - 1 / mpmath.sqrt(hi_))    # int r^-3/2
+        up_r = prim_sqrt - a_ * prim_inv
+        down_r = b_ * prim_inv - prim_sqrt
+        scale = mpmath.mpf(gamma) / 4 / mpmath.mpf(spacing)
+        if half == 1:
+            low, high = scale * down_r, scale * up_r
+        else:
+            low, high = scale * mpmath.mpf(x) * up_r, scale * mpmath.mpf(x) * down_r
+        return (float(max(low, 0)) * (1 + 1e-12) + 1e-300,
+                float(max(high, 0)) * (1 + 1e-12) + 1e-300)
+
+
+def _log_mgf(k: np.ndarray, logp: np.ndarray, t: float) -> tuple[float, float]:
+    """``(log sum p_k e^(t k), mean of the tilted law)``."""
+    z = logp + t * k
+    top = float(np.max(z))
+    w = np.exp(z - top)
+    total = float(np.sum(w))
+    return top + math.log(total), float(np.dot(w, k) / total)
+
+
+def _saddle(k: np.ndarray, logp: np.ndarray) -> float:
+    """``t >= 0`` with tilted mean 0 (0 when the mean is already >= 0)."""
+    if _log_mgf(k, logp, 0.0)[1] >= 0:
+        return 0.0
+    lo, hi = 0.0, 1.0 / max(float(np.max(np.abs(k))), 1.0)
+    for _ in range(200):
+        if _log_mgf(k, logp, hi)[1] > 0:
+            break
+        lo, hi = hi, hi * 2
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if _log_mgf(k, logp, mid)[1] > 0:
+            hi = mid
+        else:
+            lo = mid
+        if hi - lo <= 1e-6 * hi:
+            break
+    return hi
+
+
+def _power(z: np.ndarray, n: int) -> np.ndarray:
+    """``z**n`` elementwise by binary powering (at most ``n + log2 n`` products per entry in
+    the error count of the module docstring)."""
+    result = np.ones_like(z)
+    base = z.copy()
+    while n:
+        if n & 1:
+            result *= base
+        n >>= 1
+        if n:
+            base *= base
+    return result
+
+
+def blanket_delta_upper(law: LatticeLaw, n: int) -> float | None:
+    """Certified upper bound on ``(1/n) E[(sum_(i<=n) G_i)_+]`` for ``G_i`` i.i.d. with the
+    lattice law ``law`` (module docstring); ``None`` when the FFT would need more than
+    :data:`MAX_FFT_SIZE` points."""
+    if not isinstance(law, LatticeLaw):
+        raise ParameterError("law", law, "a LatticeLaw (split_atoms, laplace_blanket_law, "
+                             "class_blanket_law)")
+    n = check_count("n", n, minimum=1)
+    k = law.indices.astype(float)
+    p = np.asarray(law.masses, float)
+    if not np.any((k > 0) & (p > 0)):
+        return 0.0
+    keep = p > 0
+    k, p = k[keep], p[keep]
+    logp = np.log(p)
+    t = _saddle(k, logp)
+    log_z, mean = _log_mgf(k, logp, t)
+    # the tilted law q = p e^(t k) / Z, rounded up (exp: a few ulps plus the argument's error)
+    arg = logp + t * k - log_z
+    q = np.exp(arg) * (1 + 8 * _U * (1 + np.abs(arg) + np.abs(logp) + abs(log_z)
+                                     + abs(t) * np.abs(k)))
+    mass = float(np.sum(q))
+    var = max(float(np.dot(q, (k - mean) ** 2)) / mass, 1e-12)
+    sd = math.sqrt(n * var)
+    centre = n * mean
+    w_hi = math.ceil(max(centre + 9 * sd, 2.0 / t if t > 0 else 0.0, 1.0) + 2)
+    w_lo = math.floor(min(centre - 7 * sd, -1.0))
+    whole = False
+    k_lo, k_hi = int(k.min()), int(k.max())
+    if n * (k_hi - k_lo) + 1 <= max(4 * (w_hi - w_lo + 1), 1 << 16):
+        # the whole support fits: nothing is folded and nothing lies above the window (few
+        # users and heavy tails: two reports of eps0 = 8 folded a far negative atom into the
+        # window and gave 1 where 0.916 is the value)
+        w_lo, w_hi, whole = min(n * k_lo, -1), max(n * k_hi, 1), True
+    size = 1 << max(int(w_hi - w_lo + 1 - 1).bit_length(), 4)
+    if size > MAX_FFT_SIZE:
+        return None
+    w_lo = w_hi - size + 1
+    folded = np.zeros(size)
+    slots = np.mod(k.astype(np.int64), size)
+    np.add.at(folded, slots, q)
+    folded *= 1 + (np.bincount(slots, minlength=size) + 2) * _U   # sums rounded up
+    spectrum = np.fft.rfft(folded)
+    kappa = fft_relative_error(size)
+    e1 = kappa * math.sqrt(size) * float(np.linalg.norm(folded)) * (1 + 1e-10)
+    if n * e1 > 0.1:
+        return None
+    powered = _power(spectrum, n)
+    amp = np.abs(spectrum) * (1 + 2 * _U) + e1
+    r_pow = math.expm1((n + math.log2(n) + 2) * _GC * (1 + 1e-10))
+    with np.errstate(under="ignore", over="ignore", divide="ignore"):
+        # amp^(n-1) = e^((n-1) log amp), rounded up (log and exp a few ulps each)
+        log_amp = np.log(amp)
+        amp_n1 = np.exp((n - 1) * log_amp + 8 * _U * (1 + n * np.abs(log_amp)))
+        bound = amp_n1 * (amp * r_pow + n * e1)
+    # rfft keeps half the spectrum: the full l2 norm counts the conjugate half twice
+    def full_norm(v):
+        inner = v[1:-1] if size % 2 == 0 else v[1:]
+        return math.sqrt(float(v[0] ** 2 + 2 * np.sum(inner ** 2)
+                               + (v[-1] ** 2 if size % 2 == 0 else 0.0))) * (1 + 1e-10)
+    p_norm = full_norm(np.abs(powered))
+    err_l2 = (full_norm(bound) + kappa * p_norm) / math.sqrt(size) * (1 + 1e-10)
+    folded_sum = np.fft.irfft(powered, size)
+    # window representatives: K in [w_lo, w_hi]; index K mod size
+    ks = np.arange(1, w_hi + 1)
+    values = np.maximum(folded_sum[np.mod(ks, size)], 0.0)
+    with np.errstate(under="ignore"):
+        h = ks * np.exp(-t * ks) * (1 + 4 * _U * (1 + t * ks))
+    body = float(np.dot(h, values)) * (1 + 2 * len(ks) * _U)
+    fp = float(np.linalg.norm(h)) * (1 + 1e-10) * err_l2
+    tail = 0.0 if whole else _tail(k, q, n, w_hi, t)
+    log_total = n * log_z + 4 * _U * n * abs(log_z) + 1e-300   # Z^n = e^(n log Z), rounded up
+    inner_total = (body + fp + tail) * law.spacing * (1 + 4 * _U)
+    if inner_total <= 0:
+        return 0.0
+    value = math.exp(min(log_total + math.log(inner_total) - math.log(n), 700.0)) \
+        * (1 + 1e-12)
+    return float(min(value, 1.0))
+
+
+def _tail(k: np.ndarray, q: np.ndarray, n: int, w_hi: int, t: float) -> float:
+    """``sum_(K > w_hi) K e^(-t K) q^(*n)(K)`` bounded by ``h(w_hi + 1) P(K_n > w_hi)``
+    (``h`` decreasing there: ``t (w_hi + 1) >= 1``) and Chernoff's ``P(K_n >= w) <= e^(-lam w)
+    M(lam)^n`` at the best of a few ``lam > 0``."""
+    w = w_hi + 1
+    h = w * math.exp(-t * w) if t > 0 else float(w)
+    if t <= 0:
+        # h increasing: K_n <= n max(k), charge that
+        h = n * float(np.max(k))
+    best = 1.0
+    top = float(np.max(k))
+    for lam in np.geomspace(1e-8, 1.0, 60) / max(abs(top), 1.0) * 50:
+        z = lam * k
+        m = float(np.max(z))
+        log_m = m + math.log(float(np.sum(q * np.exp(z - m))))
+        exponent = n * log_m - lam * w + 16 * _U * (n * (abs(log_m) + abs(m) + 1) + lam * w)
+        if exponent < 0:
+            best = min(best, math.exp(exponent) * (1 + 1e-9))
+    return h * best
+
+
+@dataclass
+class LatticeBlanket:
+    """``delta(eps)`` and ``epsilon(delta)`` of a blanket bound whose variable's law at each
+    ``eps`` is ``law_at(eps, spacing)`` (:func:`laplace_blanket_law`, :func:`class_blanket_law`)
+    for ``n`` users of an ``eps0``-DP randomizer; ``sd_at(eps)`` the standard deviation of
+    ``G`` (sets the spacing, :data:`POINTS_PER_SD` points a standard deviation)."""
+
+    eps0: float
+    n: int
+    law_at: object
+    sd_at: object
+
+    def delta(self, epsilon: float) -> float | None:
+        if epsilon >= self.eps0:
+            return 0.0
+        # a fine lattice for the spread of G and for its positive part (the largest value is
+        # E - e^eps): where a few large reports decide the sum (eps near eps0, small n) the
+        # standard deviation is set by the negative values, and a spacing from it alone
+        # smeared the positive atom over a lattice point beyond it (eps0 = 8, n = 1000: 7.90
+        # where the blanket spread to two classes gives 7.06)
+        big, x = math.exp(self.eps0), math.exp(epsilon)
+        spacing = min(self.sd_at(epsilon) / POINTS_PER_SD, (big - x) / TOP_POINTS)
+        # ... but at most MAX_LATTICE points over the range [1 - E x, E - x] of G (near eps0
+        # the positive part is tiny and the range is not: 52 billion points were asked for)
+        spacing = max(spacing, (big - 1) * (1 + x) * (1 + 1e-9) / (MAX_LATTICE - 64))
+        try:
+            law = self.law_at(epsilon, spacing)
+        except ParameterError:     # (rounding at the point budget): no value, the caller's
+            return None            # other bounds stand
+        return blanket_delta_upper(law, self.n)
+
+    def epsilon(self, delta: float, hi: float | None = None) -> float | None:
+        """Smallest certified epsilon (:func:`~dpplugins.numerics.smallest_epsilon`, relative
+        1e-3) at most ``hi`` (a known upper bound, default ``eps0``); None where the FFT is too
+        large."""
+        from dpplugins.numerics import smallest_epsilon
+
+        failed = []
+
+        def upper(eps):
+            value = self.delta(eps)
+            if value is None:
+                failed.append(eps)
+                return math.inf
+            return value
+
+        top = self.eps0 if hi is None else min(hi, self.eps0)
+        value = smallest_epsilon(upper, delta, hi=top, rtol=1e-3, secant=True)
+        if failed and not math.isfinite(value):
+            return None
+        return min(value, self.eps0)
+
+
+def laplace_sd(eps0: float, epsilon: float) -> float:
+    """Standard deviation of the Laplace blanket variable (``G`` of
+    :func:`laplace_blanket_law` before the lattice): ``E[G] = 1 - x`` and ``E[G^2] = 2 x
+    int r^2 dnu - ...`` in closed form (our derivation, from ``int r dnu = (gamma/2)(sqrt(E) -
+    1) + gamma^2 E / 2`` and ``int r^2 dnu = (gamma/6)(E^(3/2) - 1) + gamma^2 E^2 / 2``)."""
+    big, gamma, x = math.exp(eps0), math.exp(-eps0 / 2), math.exp(epsilon)
+    m0 = gamma / 2
+    m1 = gamma / 2 * (math.sqrt(big) - 1) + gamma ** 2 * big / 2
+    m2 = gamma / 6 * (big ** 1.5 - 1) + gamma ** 2 * big ** 2 / 2
+    # half 1: (r - x)^2; half 2: (1 - x r)^2
+    second = (m2 - 2 * x * m1 + x * x * m0) + (m0 - 2 * x * m1 + x * x * m2)
+    mean = 1 - x
+    return math.sqrt(max(second - mean * mean, 1e-300))
+
+
+def class_sd(eps0: float, w10: float, w11: float, w00: float, epsilon: float) -> float:
+    """Standard deviation of the four-class blanket variable."""
+    e, x = math.exp(eps0), math.exp(epsilon)
+    values = [e - x, 1 - e * x, e * (1 - x), 1 - x]
+    masses = [w10, w10, w11, w00]
+    mean = sum(v * m for v, m in zip(values, masses))
+    second = sum(v * v * m for v, m in zip(values, masses))
+    return math.sqrt(max(second - mean * mean, 1e-300))
+
+

@@ -219,3 +219,19 @@ def test_bad_lattices_are_refused_and_huge_ffts_answer_none():
     value = lattice.delta(8.0 - 1e-9)
     assert value is None or 0 <= value <= 1
     assert lattice.delta(8.0) == 0.0
+
+
+def test_cells_below_floating_point_resolution_are_refused_not_nan():
+    """eps0 = 1e-12: the lattice cells (spacing about 1e-13 around 1) collapsed to width 0 in
+    floating point and gave NaN masses; such a lattice is refused and the bound not computed
+    (the family's other bounds answer, exactly 0 at delta 1e-6: total variation < 5e-13)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(ParameterError, match="floating point"):
+            bl.laplace_blanket_law(1e-12, 0.0, 1e-13)
+        for family in (fam.laplace_bounded(1e-12), fam.unary_encoding(1e-12, 16)):
+            lattice = fam._lattice_blanket(family, 10**6)
+            assert lattice.delta(0.0) is None
+            assert fam.epsilon(family, 10**6, 1e-6).epsilon == 0.0

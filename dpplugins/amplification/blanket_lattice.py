@@ -91,12 +91,18 @@ class LatticeLaw:
         return self.lo + np.arange(len(self.masses))
 
 
-def _check_size(lowest: float, highest: float, spacing: float) -> None:
+def _check_size(lowest: float, highest: float, spacing: float, scale: float = 0.0) -> None:
+    """The lattice has at most :data:`MAX_LATTICE` points, and cells wide enough for floating
+    point: ``spacing >= 1e-9 scale`` (``scale`` the magnitude of the numbers the cell edges are
+    formed from; narrower cells collapsed to width 0 and gave NaN masses at eps0 = 1e-12)."""
     points = (highest - lowest) / spacing
     if not points <= MAX_LATTICE - 8:
         raise ParameterError("spacing", spacing, f">= (largest - smallest value) / "
                              f"{MAX_LATTICE - 8} = {(highest - lowest) / (MAX_LATTICE - 8):.6g} "
                              f"(at most {MAX_LATTICE:,} lattice points)")
+    if not spacing >= 1e-9 * scale:
+        raise ParameterError("spacing", spacing, f">= 1e-9 x {scale:.6g} (cells narrower than "
+                             "that are not resolved in floating point)")
 
 
 def _accumulate(parts: list[tuple[np.ndarray, np.ndarray]], spacing: float) -> LatticeLaw:
@@ -144,7 +150,8 @@ def split_atoms(values, masses, spacing: float, *, zero_mass: float = 0.0,
     spacing = check_positive("spacing", spacing)
     values = np.asarray(values, float)
     if values.size:
-        _check_size(min(float(values.min()), 0.0), max(float(values.max()), 0.0), spacing)
+        _check_size(min(float(values.min()), 0.0), max(float(values.max()), 0.0), spacing,
+                    scale=float(value_error) / (16 * _U) if value_error > 0 else 0.0)
     err = np.abs(values) * 4 * _U + float(value_error)
     parts = [_split(values - err, values + err, np.asarray(masses, float), spacing)]
     if zero_mass > 0:
@@ -187,7 +194,7 @@ def laplace_blanket_law(eps0: float, epsilon: float, spacing: float) -> LatticeL
     half in 40-digit arithmetic."""
     spacing = check_positive("spacing", spacing)
     big, gamma, x = math.exp(eps0), math.exp(-eps0 / 2), math.exp(epsilon)
-    _check_size(1 - x * big, big - x, spacing)
+    _check_size(1 - x * big, big - x, spacing, scale=big * (1 + x) + 1)
     parts = []
     # the two atoms at r = E
     atom = 0.5 * math.exp(-eps0)

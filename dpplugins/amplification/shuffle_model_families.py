@@ -522,8 +522,8 @@ def _epsilon_cached(family: Family, n: int, delta: float) -> ShuffleBound:
     # the four-class lattice blanket is below the relaxed one by what class 11's relaxation
     # costs (10 % at most in our checks) and equals the direct four-class sum where that
     # exists: it is only computed where it can win (a saving of time, not of validity)
-    useful = family.exact_blanket == "laplace" or (
-        four is None and cands.get("blanket", math.inf) <= 1.15 * best_so_far)
+    useful = best_so_far > 0 and (family.exact_blanket == "laplace" or (
+        four is None and cands.get("blanket", math.inf) <= 1.15 * best_so_far))
     if lattice is not None and useful:
         value = lattice.epsilon(delta, hi=best_so_far)
         if value is not None:
@@ -650,7 +650,7 @@ def delta_bounds(family: Family, n: int, epsilon_: float) -> Bounds:
     if four is not None:
         upper = min(upper, four.delta(eps))
     lattice = _lattice_blanket(family, n)
-    if lattice is not None:
+    if lattice is not None and upper > 0:
         exact = lattice.delta(eps)
         if exact is not None:
             upper = min(upper, exact)

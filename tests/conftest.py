@@ -70,7 +70,7 @@ SLOW_FILES = frozenset({
     "test_opacus_peer.py", "test_reliability_pld.py", "test_allocation_reliability.py",
     "test_fuzz.py", "test_cli.py", "test_fdp.py", "test_iteration.py", "test_pld_performance.py",
     "test_allocation_mechanisms.py", "test_allocation_mechanisms_participations.py",
-    "test_pld_fast_paths.py",
+    "test_pld_fast_paths.py", "test_blanket_lattice.py",
 })
 
 

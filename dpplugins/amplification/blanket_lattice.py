@@ -41,6 +41,10 @@ Computation (our derivation; every step gives a larger value, so the result is a
    error is at most the l2 norm of ``K e^(-t K)`` on the window times that l2 error (Cauchy-
    Schwarz); the sums of non-negative terms and ``Z^n`` are rounded up.
 
+Where the range of ``G`` needs more than :data:`MAX_LATTICE` points at the spacing its positive
+part needs (near eps0, and for eps0 above about 15) or the FFT more than :data:`MAX_FFT_SIZE`,
+no value is computed (None) and the callers' other bounds answer.
+
 Example (binary values: ``G`` is ``1`` or ``-1`` with probability 1/4 each, else 0, n = 100; the
 exact value by direct convolution is 0.0281742...)::
 
@@ -309,8 +313,8 @@ def _power(z: np.ndarray, n: int) -> np.ndarray:
 
 def blanket_delta_upper(law: LatticeLaw, n: int) -> float | None:
     """Certified upper bound on ``(1/n) E[(sum_(i<=n) G_i)_+]`` for ``G_i`` i.i.d. with the
-    lattice law ``law`` (module docstring); ``None`` when the FFT would need more than
-    :data:`MAX_FFT_SIZE` points."""
+    lattice law ``law`` (module docstring; not capped at 1 -- :class:`LatticeBlanket` caps its
+    deltas); ``None`` when the FFT would need more than :data:`MAX_FFT_SIZE` points."""
     if not isinstance(law, LatticeLaw):
         raise ParameterError("law", law, "a LatticeLaw (split_atoms, laplace_blanket_law, "
                              "class_blanket_law)")
@@ -336,6 +340,11 @@ def blanket_delta_upper(law: LatticeLaw, n: int) -> float | None:
     w_lo = math.floor(min(centre - 7 * sd, -1.0))
     whole = False
     k_lo, k_hi = int(k.min()), int(k.max())
+    if w_hi < n * k_hi <= w_hi + max(w_hi - w_lo, 1 << 16):
+        # the largest sum is within reach: the window ends there, nothing lies above it (few
+        # users: the part above centre + 9 sd went to the Chernoff term and made the bound
+        # looser than the blanket spread to three classes, or 1)
+        w_hi = n * k_hi
     if n * (k_hi - k_lo) + 1 <= max(4 * (w_hi - w_lo + 1), 1 << 16):
         # the whole support fits: nothing is folded and nothing lies above the window (few
         # users and heavy tails: two reports of eps0 = 8 folded a far negative atom into the
@@ -377,14 +386,14 @@ def blanket_delta_upper(law: LatticeLaw, n: int) -> float | None:
         h = ks * np.exp(-t * ks) * (1 + 4 * _U * (1 + t * ks))
     body = float(np.dot(h, values)) * (1 + 2 * len(ks) * _U)
     fp = float(np.linalg.norm(h)) * (1 + 1e-10) * err_l2
-    tail = 0.0 if whole else _tail(k, q, n, w_hi, t)
+    tail = 0.0 if whole or w_hi >= n * k_hi else _tail(k, q, n, w_hi, t)
     log_total = n * log_z + 4 * _U * n * abs(log_z) + 1e-300   # Z^n = e^(n log Z), rounded up
     inner_total = (body + fp + tail) * law.spacing * (1 + 4 * _U)
     if inner_total <= 0:
         return 0.0
-    value = math.exp(min(log_total + math.log(inner_total) - math.log(n), 700.0)) \
-        * (1 + 1e-12)
-    return float(min(value, 1.0))
+    if log_total + math.log(inner_total) - math.log(n) > 700.0:
+        return math.inf
+    return math.exp(log_total + math.log(inner_total) - math.log(n)) * (1 + 1e-12)
 
 
 def _tail(k: np.ndarray, q: np.ndarray, n: int, w_hi: int, t: float) -> float:
@@ -430,14 +439,19 @@ class LatticeBlanket:
         # where the blanket spread to two classes gives 7.06)
         big, x = math.exp(self.eps0), math.exp(epsilon)
         spacing = min(self.sd_at(epsilon) / POINTS_PER_SD, (big - x) / TOP_POINTS)
-        # ... but at most MAX_LATTICE points over the range [1 - E x, E - x] of G (near eps0
-        # the positive part is tiny and the range is not: 52 billion points were asked for)
-        spacing = max(spacing, (big - 1) * (1 + x) * (1 + 1e-9) / (MAX_LATTICE - 64))
+        # ... within MAX_LATTICE points over the range [1 - E x, E - x] of G.  Near eps0, or
+        # for eps0 above about 15, the positive part is tiny against that range (52 billion
+        # points were asked for); a lattice coarsened to the budget smeared it and was looser
+        # than the blanket spread to three classes (eps0 = 20, n = 1e5, eps = 19.4: 0.19
+        # against 0.0048): no value there, the other bounds answer
+        if (big - 1) * (1 + x) * (1 + 1e-9) / (MAX_LATTICE - 64) > spacing:
+            return None
         try:
             law = self.law_at(epsilon, spacing)
         except ParameterError:     # (rounding at the point budget): no value, the caller's
             return None            # other bounds stand
-        return blanket_delta_upper(law, self.n)
+        value = blanket_delta_upper(law, self.n)
+        return None if value is None else min(value, 1.0)    # a delta is at most 1
 
     def epsilon(self, delta: float, hi: float | None = None) -> float | None:
         """Smallest certified epsilon (:func:`~dpplugins.numerics.smallest_epsilon`, relative
@@ -455,8 +469,11 @@ class LatticeBlanket:
             return value
 
         top = self.eps0 if hi is None else min(hi, self.eps0)
-        value = smallest_epsilon(upper, delta, hi=top, rtol=1e-3, secant=True)
-        if failed and not math.isfinite(value):
+        # never beyond ``top`` (a bracket grown past it only re-proved eps0 and cost FFTs:
+        # 13-24 s at eps0 >= 12 where every lattice was too large)
+        value = smallest_epsilon(upper, delta, hi=top, rtol=1e-3, secant=True,
+                                 epsilon_max=top)
+        if not math.isfinite(value):
             return None
         return min(value, self.eps0)
 

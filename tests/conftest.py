@@ -48,6 +48,21 @@ def hockey_stick_by_quadrature(p_density, q_density, epsilon, lo, hi, breakpoint
     return total
 
 
+def convolution_power(pmf, lo: int, count: int, dtype=np.float64):
+    """``(lo, pmf)`` of the ``count``-fold convolution of a PMF on consecutive integers starting
+    at ``lo``, by binary powering with np.convolve (non-negative terms: no cancellation, every
+    entry to a relative (terms) u) -- the independent reference for FFT compositions."""
+    base = np.asarray(np.maximum(pmf, 0.0), dtype=dtype)
+    result, result_lo, base_lo = np.array([1], dtype=dtype), 0, lo
+    while count:
+        if count & 1:
+            result, result_lo = np.convolve(result, base), result_lo + base_lo
+        count >>= 1
+        if count:
+            base, base_lo = np.convolve(base, base), 2 * base_lo
+    return result_lo, result
+
+
 def epsilon_from_delta_curve(delta_fn, delta, hi=1.0):
     """Smallest eps >= 0 with delta_fn(eps) <= delta, by bisection on a monotone function."""
     from scipy.optimize import brentq

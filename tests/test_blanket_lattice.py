@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from conftest import convolution_power
 from dpplugins.amplification import blanket_lattice as bl
 from dpplugins.amplification import shuffle_model_families as fam
 from dpplugins.amplification.shuffle_model_four_class import FourClassBlanket
@@ -17,15 +18,7 @@ from dpplugins.errors import ParameterError
 def direct(law: bl.LatticeLaw, n: int) -> float:
     """``(1/n) E[(spacing K)_+]`` by binary powering with np.convolve (non-negative terms:
     every entry to a relative (terms) u)."""
-    result, result_lo = np.array([1.0]), 0
-    base, base_lo = np.asarray(law.masses, float), law.lo
-    m = n
-    while m:
-        if m & 1:
-            result, result_lo = np.convolve(result, base), result_lo + base_lo
-        m >>= 1
-        if m:
-            base, base_lo = np.convolve(base, base), 2 * base_lo
+    result_lo, result = convolution_power(law.masses, law.lo, n)
     k = result_lo + np.arange(len(result))
     return float(np.dot(result, np.maximum(k, 0))) * law.spacing / n
 

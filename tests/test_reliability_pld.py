@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 import pytest
 
-from conftest import epsilon_from_delta_curve, gaussian_delta_exact
+from conftest import convolution_power, epsilon_from_delta_curve, gaussian_delta_exact
 from dpplugins.accountants import create
 from dpplugins.errors import ParameterError, check_real
 from dpplugins.pld import AccuracyWarning
@@ -130,15 +130,7 @@ def test_fft_error_bound_covers_the_error_measured_in_long_double():
 
 def _exact_composition(part, count):
     """``count``-fold convolution of a grid PMF by repeated squaring, directly in long double."""
-    base = np.asarray(np.maximum(part.pmf, 0.0), dtype=np.longdouble)
-    result, lo, power, power_lo = np.array([1], dtype=np.longdouble), 0, base, part.lo
-    while count:
-        if count & 1:
-            result, lo = np.convolve(result, power), lo + power_lo
-        count >>= 1
-        if count:
-            power, power_lo = np.convolve(power, power), 2 * power_lo
-    return lo, result
+    return convolution_power(part.pmf, part.lo, count, np.longdouble)
 
 
 def _exact_delta(lo, pmf, h, eps, inf_mass=0.0, count=1):

@@ -405,7 +405,10 @@ def _tail(k: np.ndarray, q: np.ndarray, n: int, w_hi: int, t: float) -> float:
     if t <= 0:
         # h increasing: K_n <= n max(k), charge that
         h = n * float(np.max(k))
-    best = 1.0
+    # without a useful lam: the whole mass of q^(*n), (sum q)^n -- q is rounded up, so that can
+    # be a hair above 1
+    total = float(np.sum(q)) * (1 + (len(q) + 2) * _U)
+    best = math.exp(n * math.log(total) * (1 + 4 * _U) + 4 * _U) if total > 1 else 1.0
     top = float(np.max(k))
     for lam in np.geomspace(1e-8, 1.0, 60) / max(abs(top), 1.0) * 50:
         z = lam * k

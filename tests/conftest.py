@@ -85,7 +85,9 @@ SLOW_FILES = frozenset({
     "test_opacus_peer.py", "test_reliability_pld.py", "test_allocation_reliability.py",
     "test_fuzz.py", "test_cli.py", "test_fdp.py", "test_iteration.py", "test_pld_performance.py",
     "test_allocation_mechanisms.py", "test_allocation_mechanisms_participations.py",
-    "test_pld_fast_paths.py", "test_blanket_lattice.py",
+    "test_pld_fast_paths.py", "test_blanket_lattice.py", "test_shuffle_model_families.py",
+    "test_shuffle_model_general.py", "test_pld_other_mechanisms.py",
+    "test_shuffle_reliability.py",
 })
 
 

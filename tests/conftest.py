@@ -87,7 +87,7 @@ SLOW_FILES = frozenset({
     "test_allocation_mechanisms.py", "test_allocation_mechanisms_participations.py",
     "test_pld_fast_paths.py", "test_blanket_lattice.py", "test_shuffle_model_families.py",
     "test_shuffle_model_general.py", "test_pld_other_mechanisms.py",
-    "test_shuffle_reliability.py",
+    "test_shuffle_reliability.py", "test_laplace_full_statistic.py",
 })
 
 

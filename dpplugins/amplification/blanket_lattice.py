@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import mpmath
 import numpy as np
@@ -66,7 +67,7 @@ from dpplugins.amplification.shuffle_model import UNIT_ROUNDOFF, fft_relative_er
 from dpplugins.errors import ParameterError, check_count, check_positive
 
 __all__ = ["LatticeLaw", "split_atoms", "laplace_blanket_law", "class_blanket_law",
-           "blanket_delta_upper", "LatticeBlanket", "MAX_FFT_SIZE", "POINTS_PER_SD"]
+           "blanket_delta_upper", "positive_part_lower", "LatticeBlanket", "MAX_FFT_SIZE", "POINTS_PER_SD"]
 
 _U = UNIT_ROUNDOFF
 #: the largest FFT (points) a query may use; a larger n is not computed here (None)
@@ -83,12 +84,16 @@ _GC = math.sqrt(2) * 2 * _U / (1 - 2 * _U)   # complex product, relative (Higham
 
 @dataclass(frozen=True)
 class LatticeLaw:
-    """Masses at ``spacing * (lo + i)``, each at least the exact lattice law's (module
-    docstring, step 1); ``masses`` is a read-only float array."""
+    """Masses at ``offset + spacing * (lo + i)`` (``masses`` a read-only float array).
+    ``rounded == "up"``: each mass at least the exact lattice law's (module docstring, step 1;
+    the input of :func:`blanket_delta_upper`); ``"down"``: at most the masses of a lattice law
+    below the variable in increasing convex order (the input of :func:`positive_part_lower`)."""
 
     spacing: float
     lo: int
     masses: np.ndarray
+    offset: float = 0.0
+    rounded: str = "up"
 
     @property
     def indices(self) -> np.ndarray:
@@ -311,33 +316,102 @@ def _power(z: np.ndarray, n: int) -> np.ndarray:
     return result
 
 
+def _check_law(law, rounded: str) -> None:
+    if not isinstance(law, LatticeLaw):
+        raise ParameterError("law", law, "a LatticeLaw (split_atoms, laplace_blanket_law, "
+                             "class_blanket_law, laplace_ratio_law_lower)")
+    if law.rounded != rounded:
+        raise ParameterError("law.rounded", law.rounded,
+                             f"'{rounded}' (an {'upper' if rounded == 'up' else 'lower'} "
+                             "bound needs a law rounded that way)")
+
+
 def blanket_delta_upper(law: LatticeLaw, n: int) -> float | None:
     """Certified upper bound on ``(1/n) E[(sum_(i<=n) G_i)_+]`` for ``G_i`` i.i.d. with the
     lattice law ``law`` (module docstring; not capped at 1 -- :class:`LatticeBlanket` caps its
     deltas); ``None`` when the FFT would need more than :data:`MAX_FFT_SIZE` points."""
-    if not isinstance(law, LatticeLaw):
-        raise ParameterError("law", law, "a LatticeLaw (split_atoms, laplace_blanket_law, "
-                             "class_blanket_law)")
-    n = check_count("n", n, minimum=1)
+    _check_law(law, "up")
+    return _positive_part(law, check_count("n", n, minimum=1), lower=False)
+
+
+def positive_part_lower(law: LatticeLaw, n: int) -> float | None:
+    """Certified *lower* bound on ``(1/n) E[(sum_(i<=n) G_i)_+]`` for ``G_i`` i.i.d. with any
+    law above ``law`` in increasing convex order (``law.rounded == "down"``: its masses are at
+    most those of such a lattice law, e.g. :func:`laplace_ratio_law_lower`); ``None`` when the
+    FFT would need more than :data:`MAX_FFT_SIZE` points.
+
+    The steps of the module docstring with every rounding the other way (our derivation): the
+    masses and the tilted law are rounded down (a smaller measure: every term of the n-fold
+    convolution can only drop); the terms above the window are left out (they are
+    non-negative); the folded-in mass of the terms outside the window is bounded by Chernoff
+    on both sides and charged at the largest ``J e^(-t J) <= 1/(e t)`` of the window (nothing
+    is charged when the whole support fits); the floating-point error is subtracted.  Valid for
+    the true law because ``(sum G_i)_+`` is an increasing convex function of each ``G_i`` and
+    the increasing convex order is closed under sums of independent variables (Shaked and
+    Shanthikumar 2007, *Stochastic Orders*, Thm. 4.A.15).
+
+    Example (the same binary law as the module docstring; exact 0.0281742...)::
+
+        >>> low = LatticeLaw(1.0, -1, np.array([0.25, 0.5, 0.25]), rounded="down")
+        >>> 0.0281742 < positive_part_lower(low, 100) <= 0.02817424
+        True
+    """
+    _check_law(law, "down")
+    return _positive_part(law, check_count("n", n, minimum=1), lower=True)
+
+
+@dataclass(frozen=True)
+class _Tilted:
+    """The tilted law and the window of :func:`_positive_part` (module docstring, steps 2-3)."""
+
+    k: np.ndarray          # lattice indices with positive mass
+    q: np.ndarray          # the tilted law, rounded the bound's way
+    t: float
+    log_z: float
+    o: float               # offset / spacing
+    shift: float           # J = K + shift
+    k_pos: int             # the smallest K with J > 0
+    w_lo: int
+    w_hi: int
+    whole: bool            # the whole support is in the window (nothing folded)
+    size: int              # FFT points
+    outside: float         # lower bounds: mass of q^(*n) outside the window, at most
+
+
+def _tilt(law: LatticeLaw, n: int, lower: bool) -> _Tilted | None:
+    """Saddle-point tilt and window of ``law`` for ``n`` reports (None: nothing positive)."""
+    down = -1.0 if lower else 1.0      # the direction every rounding takes
     k = law.indices.astype(float)
     p = np.asarray(law.masses, float)
-    if not np.any((k > 0) & (p > 0)):
-        return 0.0
+    o = float(law.offset) / law.spacing
     keep = p > 0
+    if not np.any(k[keep] + o > 0):
+        return None
+    # a value below -(n - 1) times the largest makes every sum it is in negative: those sums
+    # contribute nothing, so the values are left out (exact for both bounds; with few users
+    # and heavy tails their mass, folded into the window, swamped a lower bound: eps0 = 8,
+    # n = 200 gave 0.140 where the value is 0.210)
+    top = float(np.max(k[keep])) + o
+    keep &= k + o >= -(n - 1) * top * (1 + 1e-9) - 1e-9
     k, p = k[keep], p[keep]
+    v = k + o
     logp = np.log(p)
-    t = _saddle(k, logp)
-    log_z, mean = _log_mgf(k, logp, t)
-    # the tilted law q = p e^(t k) / Z, rounded up (exp: a few ulps plus the argument's error)
-    arg = logp + t * k - log_z
-    q = np.exp(arg) * (1 + 8 * _U * (1 + np.abs(arg) + np.abs(logp) + abs(log_z)
-                                     + abs(t) * np.abs(k)))
+    t = _saddle(v, logp)
+    log_z, mean = _log_mgf(v, logp, t)
+    # the tilted law q = p e^(t v) / Z, rounded (exp: a few ulps plus the argument's error)
+    arg = logp + t * v - log_z
+    q = np.exp(arg) * (1 + down * 8 * _U * (1 + np.abs(arg) + np.abs(logp) + abs(log_z)
+                                            + abs(t) * np.abs(v)))
     mass = float(np.sum(q))
-    var = max(float(np.dot(q, (k - mean) ** 2)) / mass, 1e-12)
+    var = max(float(np.dot(q, (v - mean) ** 2)) / mass, 1e-12)
     sd = math.sqrt(n * var)
-    centre = n * mean
-    w_hi = math.ceil(max(centre + 9 * sd, 2.0 / t if t > 0 else 0.0, 1.0) + 2)
-    w_lo = math.floor(min(centre - 7 * sd, -1.0))
+    shift = n * o                           # J = K + shift
+    centre = n * mean - shift
+    k_pos = math.floor(-shift) + 1          # the smallest K with J > 0
+    if k_pos + shift <= 0:
+        k_pos += 1
+    w_hi = math.ceil(max(centre + 9 * sd, k_pos + (2.0 / t if t > 0 else 0.0), k_pos) + 2)
+    w_lo = math.floor(min(centre - 7 * sd, k_pos - 1))
     whole = False
     k_lo, k_hi = int(k.min()), int(k.max())
     if w_hi < n * k_hi <= w_hi + max(w_hi - w_lo, 1 << 16):
@@ -349,15 +423,47 @@ def blanket_delta_upper(law: LatticeLaw, n: int) -> float | None:
         # the whole support fits: nothing is folded and nothing lies above the window (few
         # users and heavy tails: two reports of eps0 = 8 folded a far negative atom into the
         # window and gave 1 where 0.916 is the value)
-        w_lo, w_hi, whole = min(n * k_lo, -1), max(n * k_hi, 1), True
+        w_lo, w_hi, whole = min(n * k_lo, k_pos - 1), max(n * k_hi, k_pos), True
     size = 1 << max(int(w_hi - w_lo + 1 - 1).bit_length(), 4)
+    outside = 0.0
+    if lower and not whole:
+        # the mass outside the window, folded in (a lower bound charges it): where Chernoff
+        # cannot make it small (few users, heavy tails: eps0 = 8, n = 10 gave 0 against
+        # 0.038) and the whole support fits the FFT, the whole support is taken instead
+        outside = (_chernoff(k, q, n, w_hi + 1, above=True)
+                   + _chernoff(k, q, n, w_hi - size, above=False))
+        whole_size = 1 << max(int(n * (k_hi - k_lo)).bit_length(), 4)
+        if outside > 1e-9 and whole_size <= MAX_FFT_SIZE:
+            w_hi, size, whole, outside = max(n * k_hi, k_pos), whole_size, True, 0.0
+    return _Tilted(k, q, t, log_z, o, shift, k_pos, w_hi - size + 1, w_hi, whole, size,
+                   outside)
+
+
+def fft_size(law: LatticeLaw, n: int) -> int:
+    """The number of FFT points :func:`blanket_delta_upper` or :func:`positive_part_lower`
+    would use for ``law`` and ``n`` (more than :data:`MAX_FFT_SIZE`: they answer None); it
+    scales about as ``1 / law.spacing``, so a caller can choose a spacing that fits."""
+    tilted = _tilt(law, check_count("n", n, minimum=1), law.rounded == "down")
+    return 16 if tilted is None else tilted.size
+
+
+def _positive_part(law: LatticeLaw, n: int, *, lower: bool) -> float | None:
+    """The common computation of :func:`blanket_delta_upper` and :func:`positive_part_lower`
+    (module docstring): values ``v = k + o`` in lattice units (``o = offset / spacing``), sums
+    ``J = K + n o`` for the integer ``K``, positive where ``J > 0``."""
+    down = -1.0 if lower else 1.0      # the direction every rounding takes
+    tilted = _tilt(law, n, lower)
+    if tilted is None:
+        return 0.0
+    k, q, t, log_z, o, shift = tilted.k, tilted.q, tilted.t, tilted.log_z, tilted.o, tilted.shift
+    k_pos, w_hi, whole, size = tilted.k_pos, tilted.w_hi, tilted.whole, tilted.size
+    k_hi = int(k.max())
     if size > MAX_FFT_SIZE:
         return None
-    w_lo = w_hi - size + 1
     folded = np.zeros(size)
     slots = np.mod(k.astype(np.int64), size)
     np.add.at(folded, slots, q)
-    folded *= 1 + (np.bincount(slots, minlength=size) + 2) * _U   # sums rounded up
+    folded *= 1 + down * (np.bincount(slots, minlength=size) + 2) * _U   # sums rounded
     spectrum = np.fft.rfft(folded)
     kappa = fft_relative_error(size)
     e1 = kappa * math.sqrt(size) * float(np.linalg.norm(folded)) * (1 + 1e-10)
@@ -371,23 +477,50 @@ def blanket_delta_upper(law: LatticeLaw, n: int) -> float | None:
         log_amp = np.log(amp)
         amp_n1 = np.exp((n - 1) * log_amp + 8 * _U * (1 + n * np.abs(log_amp)))
         bound = amp_n1 * (amp * r_pow + n * e1)
+
     # rfft keeps half the spectrum: the full l2 norm counts the conjugate half twice
-    def full_norm(v):
-        inner = v[1:-1] if size % 2 == 0 else v[1:]
-        return math.sqrt(float(v[0] ** 2 + 2 * np.sum(inner ** 2)
-                               + (v[-1] ** 2 if size % 2 == 0 else 0.0))) * (1 + 1e-10)
+    def full_norm(w):
+        inner = w[1:-1] if size % 2 == 0 else w[1:]
+        return math.sqrt(float(w[0] ** 2 + 2 * np.sum(inner ** 2)
+                               + (w[-1] ** 2 if size % 2 == 0 else 0.0))) * (1 + 1e-10)
     p_norm = full_norm(np.abs(powered))
     err_l2 = (full_norm(bound) + kappa * p_norm) / math.sqrt(size) * (1 + 1e-10)
     folded_sum = np.fft.irfft(powered, size)
-    # window representatives: K in [w_lo, w_hi]; index K mod size
-    ks = np.arange(1, w_hi + 1)
-    values = np.maximum(folded_sum[np.mod(ks, size)], 0.0)
+    # window representatives K in [k_pos, w_hi] (J > 0); index K mod size
+    ks = np.arange(k_pos, w_hi + 1)
+    js = ks + shift
     with np.errstate(under="ignore"):
-        h = ks * np.exp(-t * ks) * (1 + 4 * _U * (1 + t * ks))
-    body = float(np.dot(h, values)) * (1 + 2 * len(ks) * _U)
-    fp = float(np.linalg.norm(h)) * (1 + 1e-10) * err_l2
-    tail = 0.0 if whole or w_hi >= n * k_hi else _tail(k, q, n, w_hi, t)
-    log_total = n * log_z + 4 * _U * n * abs(log_z) + 1e-300   # Z^n = e^(n log Z), rounded up
+        h_exact = js * np.exp(-t * js)
+    h_err = 4 * _U * (1 + t * np.abs(js) + abs(shift))
+    h_up = h_exact * (1 + h_err)
+    computed = folded_sum[np.mod(ks, size)]
+    if lower:
+        h = h_exact * (1 - h_err)
+        body = (float(np.dot(h, computed))
+                - 2 * len(ks) * _U * float(np.dot(h_up, np.abs(computed))))
+        fp = float(np.linalg.norm(h_up)) * (1 + 1e-10) * err_l2
+        alias = 0.0
+        if not whole:
+            # every term outside [w_lo, w_hi] was folded onto one slot of the window
+            h_max = (1 / (math.e * t) if t > 0 else float(np.max(h_up))) * (1 + 1e-9)
+            alias = h_max * tilted.outside
+        inner_total = (body - fp - alias) * law.spacing * (1 - 4 * _U)
+        if not inner_total > 0:
+            return 0.0
+        log_total = n * log_z - 4 * _U * n * abs(log_z) - 1e-300
+        value = log_total + math.log(inner_total) - math.log(n)
+        return math.exp(min(value, 700.0)) * (1 - 1e-12)
+    values = np.maximum(computed, 0.0)
+    body = float(np.dot(h_up, values)) * (1 + 2 * len(ks) * _U)
+    fp = float(np.linalg.norm(h_up)) * (1 + 1e-10) * err_l2
+    tail = 0.0
+    if not (whole or w_hi >= n * k_hi):
+        # sum over K > w_hi of h(J) q^(*n)(K): h decreasing there (t (w_hi + 1 + shift) >= 1
+        # by the window's choice), else bounded by its value at the largest sum
+        j_w = w_hi + 1 + shift
+        h_w = j_w * math.exp(-t * j_w) if t > 0 else n * (k_hi + o)
+        tail = h_w * (1 + 1e-9) * _chernoff(k, q, n, w_hi + 1, above=True)
+    log_total = n * log_z + 4 * _U * n * abs(log_z) + 1e-300
     inner_total = (body + fp + tail) * law.spacing * (1 + 4 * _U)
     if inner_total <= 0:
         return 0.0
@@ -396,28 +529,23 @@ def blanket_delta_upper(law: LatticeLaw, n: int) -> float | None:
     return math.exp(log_total + math.log(inner_total) - math.log(n)) * (1 + 1e-12)
 
 
-def _tail(k: np.ndarray, q: np.ndarray, n: int, w_hi: int, t: float) -> float:
-    """``sum_(K > w_hi) K e^(-t K) q^(*n)(K)`` bounded by ``h(w_hi + 1) P(K_n > w_hi)``
-    (``h`` decreasing there: ``t (w_hi + 1) >= 1``) and Chernoff's ``P(K_n >= w) <= e^(-lam w)
-    M(lam)^n`` at the best of a few ``lam > 0``."""
-    w = w_hi + 1
-    h = w * math.exp(-t * w) if t > 0 else float(w)
-    if t <= 0:
-        # h increasing: K_n <= n max(k), charge that
-        h = n * float(np.max(k))
-    # without a useful lam: the whole mass of q^(*n), (sum q)^n -- q is rounded up, so that can
-    # be a hair above 1
+def _chernoff(k: np.ndarray, q: np.ndarray, n: int, w: int, *, above: bool) -> float:
+    """Bound on the mass of ``q^(*n)`` at ``K >= w`` (``above``) or ``K <= w``: Chernoff's
+    ``e^(-lam s w) M(s lam)^n`` (``s = +-1``) at the best of a few ``lam > 0``, else the whole
+    mass ``(sum q)^n`` (``q`` rounded up can be a hair above 1)."""
+    sign = 1.0 if above else -1.0
     total = float(np.sum(q)) * (1 + (len(q) + 2) * _U)
     best = math.exp(n * math.log(total) * (1 + 4 * _U) + 4 * _U) if total > 1 else 1.0
-    top = float(np.max(k))
-    for lam in np.geomspace(1e-8, 1.0, 60) / max(abs(top), 1.0) * 50:
-        z = lam * k
+    top = float(np.max(np.abs(k)))
+    for lam in np.geomspace(1e-8, 1.0, 60) / max(top, 1.0) * 50:
+        z = sign * lam * k
         m = float(np.max(z))
         log_m = m + math.log(float(np.sum(q * np.exp(z - m))))
-        exponent = n * log_m - lam * w + 16 * _U * (n * (abs(log_m) + abs(m) + 1) + lam * w)
+        exponent = n * log_m - sign * lam * w + 16 * _U * (n * (abs(log_m) + abs(m) + 1)
+                                                         + lam * abs(w))
         if exponent < 0:
             best = min(best, math.exp(exponent) * (1 + 1e-9))
-    return h * best
+    return best
 
 
 @dataclass
@@ -429,8 +557,8 @@ class LatticeBlanket:
 
     eps0: float
     n: int
-    law_at: object
-    sd_at: object
+    law_at: Callable[[float, float], LatticeLaw]
+    sd_at: Callable[[float], float]
 
     def delta(self, epsilon: float) -> float | None:
         if epsilon >= self.eps0:

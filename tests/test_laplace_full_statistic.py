@@ -137,7 +137,7 @@ def test_family_lower_bound_uses_it_and_stays_below_the_upper_bound(eps0, n):
     pairs = max(v for k, v in low.candidates.items() if k.startswith("dataset_"))
     upper = fam.epsilon(family, n, 1e-6).epsilon
     assert pairs <= low.epsilon <= upper
-    assert low.candidates["full_statistic"] >= pairs
+    assert low.candidates["full_statistic"] > pairs
     # the composed rounds still take a three-category pair (a dataset index, not None)
     assert fam.lower_pair_index(family, n) is not None
     # delta at the lower bound's epsilon is certified above 1e-6 by the full statistic
@@ -174,3 +174,19 @@ def test_monotone_in_epsilon_and_zero_at_eps0():
 def test_bad_input_is_refused_by_name(call, name):
     with pytest.raises(ParameterError, match=name):
         call()
+
+
+def test_near_eps0_and_few_users_memory_stays_bounded():
+    # the sweep of this module: a spacing of 1e-8 put the top cell's point at index 2e8 (a dense
+    # array of 7.6 GB); the lattice now always reaches e^eps0 within MAX_POINTS points
+    law = lf.laplace_ratio_law_lower(2.0, 1.999998, lf._spacing(2.0, 1.999998))
+    assert len(law.masses) <= lf.MAX_POINTS + 2
+    assert 0.0 <= lf.delta_lower(2.0, 2, 1.999998) <= 1.0
+    low = fam.lower_bound(fam.laplace_bounded(2.0), 2, 1e-6)
+    assert 0 <= low.epsilon <= fam.epsilon(fam.laplace_bounded(2.0), 2, 1e-6).epsilon
+
+
+def test_huge_eps0_and_n_answer_or_refuse_by_name():
+    with pytest.raises(ParameterError, match="eps0"):
+        lf.delta_lower(500.0, 10, 1.0)           # (OverflowError in the spacing before)
+    assert 0.0 <= lf.delta_lower(5.0, 2 ** 50, 2.5) <= 1.0    # (Chernoff overflowed)

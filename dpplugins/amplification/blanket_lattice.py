@@ -535,7 +535,9 @@ def _chernoff(k: np.ndarray, q: np.ndarray, n: int, w: int, *, above: bool) -> f
     mass ``(sum q)^n`` (``q`` rounded up can be a hair above 1)."""
     sign = 1.0 if above else -1.0
     total = float(np.sum(q)) * (1 + (len(q) + 2) * _U)
-    best = math.exp(n * math.log(total) * (1 + 4 * _U) + 4 * _U) if total > 1 else 1.0
+    # (capped at e^700: a bound that large charges everything either way, and n = 2^50 overflowed)
+    best = (math.exp(min(n * math.log(total) * (1 + 4 * _U) + 4 * _U, 700.0)) if total > 1
+            else 1.0)
     top = float(np.max(np.abs(k)))
     for lam in np.geomspace(1e-8, 1.0, 60) / max(top, 1.0) * 50:
         z = sign * lam * k

@@ -43,11 +43,14 @@ moving that mean *up* (``G`` down, below in the usual order) gives such a law.  
   ``(T - s/2)(T + s/2) < T^2`` -- else to ``T + s``;
 * **top**: the atom ``E`` and the density above a cut ``a``, mean ``2 sqrt(a)/gamma - a`` (mass
   ``gamma / (2 sqrt(a))``), with ``a`` solved so that the mean is the largest point below ``E -
-  s`` (at most :data:`MAX_POINTS` points; beyond that the top cell holds more of the density).
+  s``.  The lattice always reaches ``E``: the spacing is at least ``(E - 1/E) /``
+  :data:`MAX_POINTS` (so at eps0 above about 12 the positive part of ``G`` is a few points
+  or less at small n, and the bound is weak there; the pairs of
+  :mod:`~dpplugins.amplification.shuffle_model_families` answer).
 
 The cost is second order in ``s`` (``T - sqrt(T^2 - s^2/4)`` per unit mass in the middle) and
 nothing at the two atoms, whose masses are large.  Masses are rounded down; floating-point
-error in the points (at most ``8 u E``) is absorbed by computing at ``c`` lowered by ``1e-12 (E +
+error in the points (at most ``8 u E``) is absorbed by computing at ``c`` lowered by ``32 u (E +
 1)``.  The sum is bounded from below by
 :func:`~dpplugins.amplification.blanket_lattice.positive_part_lower`.
 
@@ -85,8 +88,15 @@ from dpplugins.errors import ParameterError, check_count, check_positive
 __all__ = ["laplace_ratio_law_lower", "delta_lower", "epsilon_lower", "MAX_POINTS"]
 
 _U = UNIT_ROUNDOFF
-#: the most lattice points of ``rho`` (beyond that the top of the density is one cell)
+#: the most lattice points of ``rho`` (its spacing is at least ``(E - 1/E) / MAX_POINTS``)
 MAX_POINTS = MAX_LATTICE - 16
+
+
+def _check_eps0(eps0) -> float:
+    eps0 = check_positive("eps0", eps0)
+    if eps0 > 300:
+        raise ParameterError("eps0", eps0, "<= 300 (e^eps0 within floating point)")
+    return eps0
 
 
 def _cells(lo: np.ndarray, hi: np.ndarray, gamma: float) -> np.ndarray:
@@ -121,16 +131,15 @@ def laplace_ratio_law_lower(eps0: float, epsilon: float, spacing: float) -> Latt
         >>> law.rounded, 0.999 < float(law.masses.sum()) <= 1.0
         ('down', True)
     """
-    eps0 = check_positive("eps0", eps0)
+    eps0 = _check_eps0(eps0)
     s = check_positive("spacing", spacing)
     if not math.isfinite(epsilon) or epsilon < 0:
         raise ParameterError("epsilon", epsilon, ">= 0 and finite")
-    if eps0 > 300:
-        raise ParameterError("eps0", eps0, "<= 300 (e^eps0 within floating point)")
     a0, big, gamma = math.exp(-eps0), math.exp(eps0), math.exp(-eps0 / 2)
-    if not s >= 1e-9 * big:
-        raise ParameterError("spacing", s, f">= 1e-9 e^eps0 = {1e-9 * big:.6g} (cells "
-                             "narrower than that are not resolved in floating point)")
+    if not s >= (big - a0) / MAX_POINTS:
+        raise ParameterError("spacing", s, f">= (e^eps0 - e^-eps0) / {MAX_POINTS} = "
+                             f"{(big - a0) / MAX_POINTS:.6g} (at most {MAX_POINTS:,} lattice "
+                             "points)")
     # the bottom cell: the atom 1/E and the density on (1/E, 1/E + 2s]; its mean, moved up by
     # 1e-12 of itself, is the lattice point 0 (the anchor)
     cut_lo = a0 + 2 * s
@@ -140,15 +149,14 @@ def laplace_ratio_law_lower(eps0: float, epsilon: float, spacing: float) -> Latt
     anchor = _bottom_mean(u_lo, gamma) * (1 + 1e-12)
     bottom_mass = (1 - gamma / (2 * u_lo)) * (1 - 32 * _U)
     # the top cell: the atom E and the density above a cut, its mean the lattice point
-    # ``last`` (the largest below E - s, and within MAX_POINTS)
+    # ``last`` (the largest below E - s)
+    # (the cut grows with the mean: where the largest mean allowed puts it at or below the
+    # bottom cell -- a range of a few points -- no smaller
+    # mean does better, and one cell holds everything above the bottom cell; a search down
+    # the points cost 4 million steps there)
     last = max(min(math.floor((big - s - anchor) / s), MAX_POINTS - 4), 1)
-    while True:
-        cut_hi = _top_cut(anchor + s * last, gamma) * (1 - 1e-10)
-        if cut_hi > cut_lo + s or last <= 1:
-            break
-        last -= 1
+    cut_hi = _top_cut(anchor + s * last, gamma) * (1 - 1e-10)
     if not cut_hi > cut_lo:
-        # the range is a few lattice points: one cell holds everything above the bottom cell
         cut_hi = cut_lo
     top_mean = 2 * math.sqrt(cut_hi) / gamma - cut_hi
     top_index = max(math.ceil((top_mean * (1 + 1e-12) - anchor) / s), 1)
@@ -173,7 +181,7 @@ def laplace_ratio_law_lower(eps0: float, epsilon: float, spacing: float) -> Latt
         masses = masses[:-1]
     # G = c - rho = (c - anchor) - s i: offset in [0, s), k = m - i; c lowered so that every
     # floating-point error of the points (at most 8 u E) is on the safe side
-    c = math.exp(-epsilon) * (1 - 4 * _U) - 1e-12 * (big + 1)
+    c = math.exp(-epsilon) * (1 - 4 * _U) - 32 * _U * (big + 1)
     m = math.floor((c - anchor) / s)
     offset = (c - anchor) - s * m
     masses = masses[::-1].copy()
@@ -187,7 +195,7 @@ def _spacing(eps0: float, epsilon: float) -> float:
     a0, big, gamma = math.exp(-eps0), math.exp(eps0), math.exp(-eps0 / 2)
     second = 0.5 * a0 * a0 + 0.5 * big + gamma / 6 * (big ** 1.5 - a0 ** 1.5)
     sd = math.sqrt(max(second - 1.0, 1e-300))
-    return max(min(sd / 16, (math.exp(-epsilon) - a0) / 64), 1.01e-9 * big)
+    return max(min(sd / 16, (math.exp(-epsilon) - a0) / 64), (big - a0) / (MAX_POINTS - 8))
 
 
 def delta_lower(eps0: float, n: int, epsilon: float) -> float:
@@ -200,7 +208,7 @@ def delta_lower(eps0: float, n: int, epsilon: float) -> float:
         >>> 0 < delta_lower(8.0, 10_000, 2.7) <= 1
         True
     """
-    eps0 = check_positive("eps0", eps0)
+    eps0 = _check_eps0(eps0)
     n = check_count("n", n, minimum=1)
     if not math.isfinite(epsilon) or epsilon < 0:
         raise ParameterError("epsilon", epsilon, ">= 0 and finite")
@@ -232,7 +240,7 @@ def epsilon_lower(eps0: float, n: int, delta: float, *, violated: float | None =
     to have it, or 0).  ``hi``: a known upper bound (default eps0)."""
     from dpplugins.numerics import largest_violating_epsilon
 
-    eps0 = check_positive("eps0", eps0)
+    eps0 = _check_eps0(eps0)
     n = check_count("n", n, minimum=1)
     top = eps0 if hi is None else min(float(hi), eps0)
     return largest_violating_epsilon(lambda e: delta_lower(eps0, n, e), delta, top,

@@ -614,10 +614,12 @@ def _lower_cached(family: Family, n: int, delta: float) -> ShuffleBound:
     known = max(cands.values())
     hi = _epsilon_cached(family, n, delta).epsilon
     try:   # the full likelihood ratio of one pair (laplace_full_statistic): from the best pair
-        cands["full_statistic"] = laplace_full_statistic.epsilon_lower(
+        value = laplace_full_statistic.epsilon_lower(
             family.eps0, n, delta, violated=known if 0 < known < hi else None, hi=hi)
     except _ENGINE_FAILURES:
-        pass
+        value = 0.0
+    if value > known:      # (listed only where it certifies more than the pairs)
+        cands["full_statistic"] = value
     best = max(cands, key=cands.get)
     return ShuffleBound(max(cands[best], 0.0), delta, best, family.eps0, n, "lower bound", cands)
 

@@ -67,7 +67,8 @@ from dpplugins.amplification.shuffle_model import UNIT_ROUNDOFF, fft_relative_er
 from dpplugins.errors import ParameterError, check_count, check_positive
 
 __all__ = ["LatticeLaw", "split_atoms", "laplace_blanket_law", "class_blanket_law",
-           "blanket_delta_upper", "positive_part_lower", "LatticeBlanket", "MAX_FFT_SIZE", "POINTS_PER_SD"]
+           "blanket_delta_upper", "positive_part_lower", "fft_size", "LatticeBlanket",
+           "MAX_FFT_SIZE", "POINTS_PER_SD"]
 
 _U = UNIT_ROUNDOFF
 #: the largest FFT (points) a query may use; a larger n is not computed here (None)
@@ -489,13 +490,16 @@ def _positive_part(law: LatticeLaw, n: int, *, lower: bool) -> float | None:
     # window representatives K in [k_pos, w_hi] (J > 0); index K mod size
     ks = np.arange(k_pos, w_hi + 1)
     js = ks + shift
+    # J = K + n offset/spacing is known within j_err (shift is formed from two roundings, the
+    # sum from one), so h(J) = J e^(-t J) within the factor (1 +- rel) around J +- j_err
+    j_err = 4 * _U * (1 + abs(shift) + np.abs(js))
+    rel = 4 * _U * (1 + t * (np.abs(js) + j_err))
     with np.errstate(under="ignore"):
-        h_exact = js * np.exp(-t * js)
-    h_err = 4 * _U * (1 + t * np.abs(js) + abs(shift))
-    h_up = h_exact * (1 + h_err)
+        decay = np.exp(-t * js)
+    h_up = (js + j_err) * decay * (1 + rel)
     computed = folded_sum[np.mod(ks, size)]
     if lower:
-        h = h_exact * (1 - h_err)
+        h = np.maximum(js - j_err, 0.0) * decay * (1 - rel)
         body = (float(np.dot(h, computed))
                 - 2 * len(ks) * _U * float(np.dot(h_up, np.abs(computed))))
         fp = float(np.linalg.norm(h_up)) * (1 + 1e-10) * err_l2

@@ -170,6 +170,8 @@ def test_monotone_in_epsilon_and_zero_at_eps0():
     (lambda: lf.laplace_ratio_law_lower(1.0, 0.1, 5.0), "spacing"),
     (lambda: lf.laplace_ratio_law_lower(40.0, 0.1, 1e-3), "spacing"),
     (lambda: lf.laplace_ratio_law_lower(400.0, 0.1, 1.0), "eps0"),
+    (lambda: lf.epsilon_lower(2.0, 100, -1.0), "delta"),
+    (lambda: lf.epsilon_lower(2.0, 100, 1.5), "delta"),
 ])
 def test_bad_input_is_refused_by_name(call, name):
     with pytest.raises(ParameterError, match=name):

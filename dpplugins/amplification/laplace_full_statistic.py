@@ -83,7 +83,7 @@ import numpy as np
 from dpplugins.amplification.blanket_lattice import (MAX_FFT_SIZE, MAX_LATTICE, LatticeLaw,
                                                      fft_size, positive_part_lower)
 from dpplugins.amplification.shuffle_model import UNIT_ROUNDOFF
-from dpplugins.errors import ParameterError, check_count, check_positive
+from dpplugins.errors import ParameterError, check_count, check_open_unit, check_positive
 
 __all__ = ["laplace_ratio_law_lower", "delta_lower", "epsilon_lower", "MAX_POINTS"]
 
@@ -242,6 +242,7 @@ def epsilon_lower(eps0: float, n: int, delta: float, *, violated: float | None =
 
     eps0 = _check_eps0(eps0)
     n = check_count("n", n, minimum=1)
+    delta = check_open_unit("delta", delta)    # (delta = -1 answered eps0)
     top = eps0 if hi is None else min(float(hi), eps0)
     return largest_violating_epsilon(lambda e: delta_lower(eps0, n, e), delta, top,
                                      rtol=2e-3, violated=violated)

@@ -179,17 +179,28 @@ def _newton(pair, target, lo, hi, guess, rtol, max_iterations) -> float:
         return pair(eps)[0]
     if not target > 0:
         return _bisect(fn, target, lo, hi, rtol, max_iterations)
+    return _newton_bracket(pair, target, lo, hi, guess, rtol, 0.0, max_iterations,
+                           lambda value: _at_most(value, target))[1]
+
+
+def _newton_bracket(pair, target, lo, hi, guess, rtol, atol, max_iterations,
+                    meets: Callable[[float], bool]) -> tuple[float, float]:
+    """The bracket ``(lo, hi)`` of safeguarded Newton on ``log delta`` (``target > 0``):
+    every point evaluated goes to ``hi`` where ``meets(value)``, else to ``lo``, so the ends
+    keep whatever the caller's predicate certifies; stops at ``hi - lo <= rtol hi + atol``."""
+    def fn(eps):
+        return pair(eps)[0]
     log_target = math.log(target)
     x = 0.5 * (lo + hi) if guess is None else min(max(guess, lo + 1e-3 * (hi - lo)),
                                                   lo + 0.5 * (hi - lo))
     steps = [math.inf, math.inf]
     for _ in range(max_iterations):
         value, d = pair(x)
-        if _at_most(value, target):
+        if meets(value):
             hi = x
         else:
             lo = x
-        if hi - lo <= rtol * hi:
+        if hi - lo <= rtol * hi + atol:
             break
         step = None
         if value > 0 and d < 0 and math.isfinite(value):
@@ -201,34 +212,38 @@ def _newton(pair, target, lo, hi, guess, rtol, max_iterations) -> float:
         # 585 steps and 127 s)
         slow = step is not None and abs(step - x) > 0.5 * steps[-2]
         steps.append(abs(step - x) if step is not None else hi - lo)
-        if step is None or not lo < step < hi or slow:
-            step = 0.5 * (lo + hi)
-        elif abs(step - x) < 0.25 * rtol * hi:
-            # converged: probe just above and just below to close the bracket
-            above = step * (1 + 0.5 * rtol)
-            if above < hi and _at_most(fn(above), target):
-                hi = above
-            below = step * (1 - 0.5 * rtol)
-            if below > lo and not _at_most(fn(below), target):
-                lo = below
-            if hi - lo <= rtol * hi:
+        if step is not None and not slow and abs(step - x) < 0.25 * rtol * hi:
+            # converged (x itself, now an end of the bracket, may be the root): probe just
+            # above and just below to close the bracket
+            for probe in (step * (1 + 0.5 * rtol), step * (1 - 0.5 * rtol)):
+                if lo < probe < hi:
+                    if meets(fn(probe)):
+                        hi = probe
+                    else:
+                        lo = probe
+            if hi - lo <= rtol * hi + atol:
                 break
+            step = 0.5 * (lo + hi)
+        elif step is None or not lo < step < hi or slow:
             step = 0.5 * (lo + hi)
         if not lo < step < hi:
             break
         x = step
-    return hi
+    return lo, hi
 
 
 def largest_violating_epsilon(delta_lower: Callable[[float], float], target: float, hi: float,
                               *, rtol: float = 1e-7, atol: float = 1e-12,
                               max_iterations: int = MAX_ITERATIONS,
-                              violated: float | None = None) -> float:
+                              violated: float | None = None, secant: bool = False) -> float:
     """Largest ``eps`` in ``[0, hi]`` (to ``rtol * eps + atol``, from below) at which a
     certified *lower* bound on delta is still above ``target``: a certified lower bound on
     epsilon(target).  ``0`` if the bound is already at most ``target`` at 0; ``hi`` if it is
     still above the target at ``hi``.  ``violated``: a point in ``[0, hi]`` already seen with
-    ``delta_lower > target`` (the search then starts from it, not from 0).
+    ``delta_lower > target`` (the search then starts from it, not from 0).  ``secant``: the
+    slope of ``log delta_lower`` between the last two points evaluated steers a safeguarded
+    Newton search (as in :func:`smallest_epsilon`; for bounds that cost an FFT each), else
+    bisection.
 
     The returned point was evaluated with ``delta_lower > target`` (or is 0), so the true
     profile exceeds the target there and epsilon(target) is at least that point.
@@ -241,13 +256,19 @@ def largest_violating_epsilon(delta_lower: Callable[[float], float], target: flo
         True
     """
     target = _target(target)
+    pair = _with_secant_slope(delta_lower) if secant else None
+    value_at = delta_lower if pair is None else (lambda eps: pair(eps)[0])  # (seeds the secant)
     if violated is None or not 0.0 < violated < hi:
-        if not delta_lower(0.0) > target:
+        if not value_at(0.0) > target:
             return 0.0
         violated = 0.0
-    if delta_lower(hi) > target:
+    if value_at(hi) > target:
         return hi
     lo = violated
+    if pair is not None and target > 0:
+        # NaN and values at the target go to hi: lo only ever holds a violated point
+        return _newton_bracket(pair, target, lo, hi, None, rtol, atol, max_iterations,
+                               lambda value: not value > target)[0]
     for _ in range(max_iterations):
         mid = 0.5 * (lo + hi)
         if delta_lower(mid) > target:

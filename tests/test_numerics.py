@@ -136,6 +136,49 @@ def test_largest_violating_ends():
     assert largest_violating_epsilon(lambda e: 1.0, 0.5, 10.0) == 10.0
 
 
+@pytest.mark.parametrize("target", [0.5, 1e-3, 1e-12])
+@pytest.mark.parametrize("start", [None, 0.5])
+def test_largest_violating_secant_against_closed_forms(target, start):
+    """``secant=True`` on two closed forms (e^-x and e^-(x^2)): the answer is a point seen
+    above the target, within rtol of the root, in fewer evaluations than bisection (with or
+    without a known violated point, here half the root)."""
+    for profile, root in ((lambda e: math.exp(-e), math.log(1 / target)),
+                          (lambda e: math.exp(-e * e), math.sqrt(math.log(1 / target)))):
+        seen = {}
+        counts = []
+        violated = None if start is None else start * root
+        for secant in (True, False):
+            seen.clear()
+
+            def lower(e):
+                seen[e] = profile(e)
+                return seen[e]
+            x = largest_violating_epsilon(lower, target, 100.0, rtol=1e-8, violated=violated,
+                                          secant=secant)
+            counts.append(len(seen))
+            assert (x in seen and seen[x] > target) or x == violated
+            assert root * (1 - 2e-8) - 1e-12 <= x <= root
+        assert counts[0] < counts[1]
+
+
+def test_largest_violating_secant_keeps_only_violated_points():
+    """A lower bound that is noisy, not monotone, and NaN in places: every answer is a point
+    that was evaluated above the target (or 0), whatever the steering did."""
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        wiggle, holes = rng.uniform(0, 0.5), rng.uniform(0, 0.3)
+        seen = {}
+
+        def lower(e, wiggle=wiggle, holes=holes):
+            u = math.sin(1e3 * e) ** 2
+            value = math.nan if u < holes else math.exp(-e) * (1 + wiggle * math.cos(37 * e))
+            seen[e] = value
+            return value
+        target = 10 ** rng.uniform(-8, -0.5)
+        x = largest_violating_epsilon(lower, target, 30.0, rtol=1e-6, secant=True)
+        assert x == 0.0 or (x in seen and seen[x] > target)
+
+
 # -- the Gaussian profile and its inverse ---------------------------------------------------------
 @pytest.mark.parametrize("mu", [0.1, 1.0, 3.0, 10.0])
 def test_gaussian_delta_matches_scipy_norm(mu):

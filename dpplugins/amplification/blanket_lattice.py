@@ -67,7 +67,8 @@ from dpplugins.amplification.shuffle_model import UNIT_ROUNDOFF, fft_relative_er
 from dpplugins.errors import ParameterError, check_count, check_positive
 
 __all__ = ["LatticeLaw", "split_atoms", "laplace_blanket_law", "class_blanket_law",
-           "blanket_delta_upper", "positive_part_lower", "fft_size", "LatticeBlanket",
+           "blanket_delta_upper", "positive_part_lower", "positive_part_lower_fitted",
+           "fft_size", "LatticeBlanket",
            "MAX_FFT_SIZE", "POINTS_PER_SD"]
 
 _U = UNIT_ROUNDOFF
@@ -332,7 +333,8 @@ def blanket_delta_upper(law: LatticeLaw, n: int) -> float | None:
     lattice law ``law`` (module docstring; not capped at 1 -- :class:`LatticeBlanket` caps its
     deltas); ``None`` when the FFT would need more than :data:`MAX_FFT_SIZE` points."""
     _check_law(law, "up")
-    return _positive_part(law, check_count("n", n, minimum=1), lower=False)
+    n = check_count("n", n, minimum=1)
+    return _positive_part(law, n, _tilt(law, n, False), lower=False)
 
 
 def positive_part_lower(law: LatticeLaw, n: int) -> float | None:
@@ -358,7 +360,36 @@ def positive_part_lower(law: LatticeLaw, n: int) -> float | None:
         True
     """
     _check_law(law, "down")
-    return _positive_part(law, check_count("n", n, minimum=1), lower=True)
+    n = check_count("n", n, minimum=1)
+    return _positive_part(law, n, _tilt(law, n, True), lower=True)
+
+
+def positive_part_lower_fitted(law_at: Callable[[float], LatticeLaw], n: int, spacing: float,
+                               *, attempts: int = 6) -> float | None:
+    """:func:`positive_part_lower` of ``law_at(s)`` at the finest spacing ``s >= spacing``
+    whose FFT fits :data:`MAX_FFT_SIZE`: the FFT size scales about as ``1 / s``, so each
+    attempt coarsens ``s`` by the factor it was over (5 % more); ``None`` when no attempt
+    fits.  Any spacing gives a valid lower bound; a coarser one only gives away second-order
+    terms.  The tilt and window of each attempt are computed once.
+
+    Example (the binary law of :func:`positive_part_lower`, scaled by the spacing)::
+
+        >>> def law_at(s):
+        ...     return LatticeLaw(s, -1, np.array([0.25, 0.5, 0.25]), rounded="down")
+        >>> 0.0281742 < positive_part_lower_fitted(law_at, 100, 1.0) <= 0.02817424
+        True
+    """
+    n = check_count("n", n, minimum=1)
+    s = check_positive("spacing", spacing)
+    for _ in range(attempts):
+        law = law_at(s)
+        _check_law(law, "down")
+        tilted = _tilt(law, n, True)
+        size = 16 if tilted is None else tilted.size
+        if size <= MAX_FFT_SIZE:
+            return _positive_part(law, n, tilted, lower=True)
+        s *= 1.05 * size / MAX_FFT_SIZE
+    return None
 
 
 @dataclass(frozen=True)
@@ -372,8 +403,7 @@ class _Tilted:
     o: float               # offset / spacing
     shift: float           # J = K + shift
     k_pos: int             # the smallest K with J > 0
-    w_lo: int
-    w_hi: int
+    w_hi: int              # the window is [w_hi - size + 1, w_hi]
     whole: bool            # the whole support is in the window (nothing folded)
     size: int              # FFT points
     outside: float         # lower bounds: mass of q^(*n) outside the window, at most
@@ -436,8 +466,7 @@ def _tilt(law: LatticeLaw, n: int, lower: bool) -> _Tilted | None:
         whole_size = 1 << max(int(n * (k_hi - k_lo)).bit_length(), 4)
         if outside > 1e-9 and whole_size <= MAX_FFT_SIZE:
             w_hi, size, whole, outside = max(n * k_hi, k_pos), whole_size, True, 0.0
-    return _Tilted(k, q, t, log_z, o, shift, k_pos, w_hi - size + 1, w_hi, whole, size,
-                   outside)
+    return _Tilted(k, q, t, log_z, o, shift, k_pos, w_hi, whole, size, outside)
 
 
 def fft_size(law: LatticeLaw, n: int) -> int:
@@ -448,12 +477,13 @@ def fft_size(law: LatticeLaw, n: int) -> int:
     return 16 if tilted is None else tilted.size
 
 
-def _positive_part(law: LatticeLaw, n: int, *, lower: bool) -> float | None:
+def _positive_part(law: LatticeLaw, n: int, tilted: _Tilted | None, *,
+                   lower: bool) -> float | None:
     """The common computation of :func:`blanket_delta_upper` and :func:`positive_part_lower`
     (module docstring): values ``v = k + o`` in lattice units (``o = offset / spacing``), sums
-    ``J = K + n o`` for the integer ``K``, positive where ``J > 0``."""
+    ``J = K + n o`` for the integer ``K``, positive where ``J > 0``; ``tilted`` is
+    ``_tilt(law, n, lower)``."""
     down = -1.0 if lower else 1.0      # the direction every rounding takes
-    tilted = _tilt(law, n, lower)
     if tilted is None:
         return 0.0
     k, q, t, log_z, o, shift = tilted.k, tilted.q, tilted.t, tilted.log_z, tilted.o, tilted.shift
@@ -505,7 +535,7 @@ def _positive_part(law: LatticeLaw, n: int, *, lower: bool) -> float | None:
         fp = float(np.linalg.norm(h_up)) * (1 + 1e-10) * err_l2
         alias = 0.0
         if not whole:
-            # every term outside [w_lo, w_hi] was folded onto one slot of the window
+            # every term outside [w_hi - size + 1, w_hi] was folded onto one slot of it
             h_max = (1 / (math.e * t) if t > 0 else float(np.max(h_up))) * (1 + 1e-9)
             alias = h_max * tilted.outside
         inner_total = (body - fp - alias) * law.spacing * (1 - 4 * _U)

@@ -80,8 +80,8 @@ import math
 
 import numpy as np
 
-from dpplugins.amplification.blanket_lattice import (MAX_FFT_SIZE, MAX_LATTICE, LatticeLaw,
-                                                     fft_size, positive_part_lower)
+from dpplugins.amplification.blanket_lattice import (MAX_LATTICE, LatticeLaw,
+                                                     positive_part_lower_fitted)
 from dpplugins.amplification.shuffle_model import UNIT_ROUNDOFF
 from dpplugins.errors import ParameterError, check_count, check_open_unit, check_positive
 
@@ -214,22 +214,15 @@ def delta_lower(eps0: float, n: int, epsilon: float) -> float:
         raise ParameterError("epsilon", epsilon, ">= 0 and finite")
     if epsilon >= eps0 or math.exp(-epsilon) <= math.exp(-eps0) * (1 + 1e-9):
         return 0.0
-    s = _spacing(eps0, epsilon)
-    for _ in range(6):
-        # a lattice that fits the FFT: its size scales about as 1/s (a coarser lattice costs
-        # second-order terms only, module docstring)
-        try:
-            law = laplace_ratio_law_lower(eps0, epsilon, s)
-        except ParameterError:
-            return 0.0
-        size = fft_size(law, n)
-        if size <= MAX_FFT_SIZE:
-            value = positive_part_lower(law, n)
-            if value is None:
-                return 0.0
-            return min(math.exp(epsilon) * (1 - 4 * _U) * value, 1.0)
-        s *= 1.05 * size / MAX_FFT_SIZE
-    return 0.0
+    try:   # the finest lattice that fits the FFT (a coarser one costs second-order terms only,
+        # module docstring)
+        value = positive_part_lower_fitted(
+            lambda s: laplace_ratio_law_lower(eps0, epsilon, s), n, _spacing(eps0, epsilon))
+    except ParameterError:     # no lattice law at any spacing tried: nothing certified
+        return 0.0
+    if value is None:
+        return 0.0
+    return min(math.exp(epsilon) * (1 - 4 * _U) * value, 1.0)
 
 
 def epsilon_lower(eps0: float, n: int, delta: float, *, violated: float | None = None,
@@ -245,4 +238,4 @@ def epsilon_lower(eps0: float, n: int, delta: float, *, violated: float | None =
     delta = check_open_unit("delta", delta)    # (delta = -1 answered eps0)
     top = eps0 if hi is None else min(float(hi), eps0)
     return largest_violating_epsilon(lambda e: delta_lower(eps0, n, e), delta, top,
-                                     rtol=2e-3, violated=violated)
+                                     rtol=2e-3, violated=violated, secant=True)

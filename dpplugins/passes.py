@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
+from dpplugins.errors import check_count
 from dpplugins.events import Event, ProtocolEvent, leaves
 
 __all__ = ["Pass", "cut_passes", "extend_run"]
@@ -81,6 +82,7 @@ def cut_passes(runs: Iterable[tuple[ProtocolEvent, int]]) -> list[tuple[Pass, in
     for event, count in runs:
         if not isinstance(event, ProtocolEvent):
             raise TypeError(f"cut_passes takes protocol events, got {type(event).__name__}")
+        count = check_count("count", count, minimum=0)   # (-1 made a pass of -4 steps)
         if event.protocol_key() != key:
             if open_segments:
                 emit(open_segments, False)

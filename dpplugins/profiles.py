@@ -24,7 +24,7 @@ from typing import Callable
 
 import numpy as np
 
-from dpplugins.errors import check_positive
+from dpplugins.errors import ParameterError, check_positive
 from dpplugins.numerics import smallest_epsilon
 from dpplugins.pld import PrivacyLossDistribution
 
@@ -36,6 +36,36 @@ _MIN_H, _MAX_H = 2e-5, 1e-3
 _MAX_EPS, _MAX_GRID_POINTS = 2.0 ** 14, 200_000
 #: profile evaluations per run (the PLD module's convex hull slows down on much longer inputs)
 _MAX_PROFILE_POINTS = 4000
+
+
+def _checked(profile: Profile) -> Profile:
+    """``profile`` with its answers checked: an array of the argument's shape, no NaN, no
+    negative value (a scalar answer raised TypeError deep inside, NaN a plain ValueError, and
+    a negative profile was clipped to 0 and certified epsilon 0)."""
+    if not callable(profile):
+        raise ParameterError("profile", type(profile).__name__, "a callable eps -> delta")
+
+    def evaluate(eps):
+        eps = np.asarray(eps, dtype=float)
+        try:
+            values = np.asarray(profile(eps), dtype=float)
+        except (TypeError, ValueError) as error:
+            raise ParameterError("profile", getattr(profile, "__name__", profile),
+                                 "a callable taking an array of epsilons and returning an "
+                                 f"array of deltas (it raised {error!r})") from None
+        if values.shape != eps.shape:
+            raise ParameterError("profile", getattr(profile, "__name__", profile),
+                                 f"a callable returning one delta per epsilon (shape "
+                                 f"{eps.shape}, got {values.shape})")
+        bad = np.isnan(values) | (values < 0)
+        if np.any(bad):
+            where = int(np.argmax(bad))
+            raise ParameterError("profile", getattr(profile, "__name__", profile),
+                                 f"a privacy profile with deltas in [0, 1] (at eps = "
+                                 f"{float(eps.flat[where])!r} it returned "
+                                 f"{float(values.flat[where])!r})")
+        return values
+    return evaluate
 
 
 def _profile_epsilon_max(profile: Profile) -> float:
@@ -76,7 +106,9 @@ def profile_grid(profiles, value_discretization_interval: float | None = None
         >>> h, eps_max
         (0.001, 1.0)
     """
-    profiles = list(profiles)
+    profiles = [_checked(p) for p in profiles]
+    if not profiles:
+        raise ParameterError("profiles", [], "at least one privacy profile")
     eps_max = max(_profile_epsilon_max(p) for p in profiles)
     if value_discretization_interval is not None:
         return check_positive("value_discretization_interval", value_discretization_interval), \
@@ -101,5 +133,5 @@ def pld_from_profile(profile: Profile, h: float, epsilon_max: float, *,
         1.0
     """
     return PrivacyLossDistribution.from_privacy_profile(
-        profile, epsilon_max=epsilon_max, value_discretization_interval=h,
+        _checked(profile), epsilon_max=epsilon_max, value_discretization_interval=h,
         profile_step=max(h, epsilon_max / _MAX_PROFILE_POINTS), description=description)

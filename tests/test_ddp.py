@@ -167,7 +167,7 @@ def test_ranks_whose_samplers_disagree_are_refused_at_set_up(tmp_path):
     outcomes = records(tmp_path, 2)
     assert outcomes[0].keys() == outcomes[1].keys()
     expected = {"ours_seeded": "accepted", "torch_seeded": "accepted",
-                "ours_unseeded": "rng=None is invalid: must be a seed shared by every rank",
+                "ours_unseeded": "rng=None is invalid: must be an int seed shared by every rank",
                 "ours_built_before_init": "num_replicas=1 in a process group of 2",
                 # a plain shuffled DataLoader on each rank: every rank draws from the whole
                 # dataset, so a global step can hold an example twice (was accepted, accounted

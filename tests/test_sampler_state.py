@@ -95,7 +95,34 @@ def test_bad_ranks_are_refused():
     # DPDDP each rank drew its own permutation)
     for make in (lambda: ShuffledEpochs(10, 2, num_replicas=2, rank=0),
                  lambda: balls_and_bins(10, 2, num_replicas=2, rank=1)):
-        with pytest.raises(ParameterError, match="rng=None is invalid: must be a seed shared"):
+        with pytest.raises(ParameterError, match="rng=None is invalid: must be an int seed "
+                                                 "shared"):
             make()
     ShuffledEpochs(10, 2, rng=0, num_replicas=2, rank=1)
+
+
+def test_sharding_takes_only_an_int_seed():
+    """From a hostile sweep: an unseeded Generator on each rank passed the guard, and each rank
+    drew its own schedule (example 6 twice in one global step, 8 of 10 examples in the pass).
+    A Generator or SeedSequence cannot show whether it was seeded, so sharding takes an int."""
+    union = [[], [], []]
+    for rank in (0, 1):
+        with pytest.raises(ParameterError, match="rng='Generator' is invalid: must be an int"):
+            ShuffledEpochs(10, 4, rng=np.random.default_rng(), num_replicas=2, rank=rank)
+        with pytest.raises(ParameterError, match="rng='SeedSequence' is invalid"):
+            ShuffledEpochs(10, 4, rng=np.random.SeedSequence(), num_replicas=2, rank=rank)
+        for step, part in enumerate(ShuffledEpochs(10, 4, rng=np.int64(5), num_replicas=2,
+                                                   rank=rank)):
+            union[step].extend(int(i) for i in part)
+    assert sorted(i for step in union for i in step) == list(range(10))
+    ShuffledEpochs(10, 4, rng=np.random.default_rng(), num_replicas=1)    # one rank: any rng
+
+
+def test_load_state_dict_without_a_key_is_a_parameter_error():
+    sampler = ShuffledEpochs(10, 4, rng=1)
+    state = sampler.state_dict()
+    for key in ("seed", "epoch", "position"):
+        broken = {k: v for k, v in state.items() if k != key}
+        with pytest.raises(ParameterError, match=f"without \\['{key}'\\]"):
+            sampler.load_state_dict(broken)
     ShuffledEpochs(10, 2, num_replicas=1, rank=0)

@@ -79,11 +79,15 @@ class SeededSampler:
         if self.rank >= self.num_replicas:
             raise ParameterError("rank", rank, f"in [0, num_replicas - 1] = [0, "
                                  f"{self.num_replicas - 1}]")
-        if rng is None and self.num_replicas > 1:
+        if self.num_replicas > 1 and not (isinstance(rng, (int, np.integer))
+                                          and not isinstance(rng, bool)):
             # every rank deals its shard of one global schedule drawn from the seed: fresh
             # entropy differs per process (under DPDDP each rank drew its own permutation, an
-            # example twice in one global step and others never)
-            raise ParameterError("rng", None, f"a seed shared by every rank (num_replicas="
+            # example twice in one global step and others never).  A Generator or SeedSequence
+            # cannot show whether it was seeded (default_rng() on each rank passed and drew a
+            # different schedule per rank), so only an int seed is taken
+            raise ParameterError("rng", rng if rng is None else type(rng).__name__,
+                                 f"an int seed shared by every rank (num_replicas="
                                  f"{self.num_replicas})", "pass the same rng=<int> on every "
                                  "rank, so that all ranks draw one global schedule")
         self._stream = np.random.default_rng(np.random.SeedSequence(self.seed,
@@ -136,8 +140,11 @@ class SeededSampler:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue the schedule saved by :meth:`state_dict` (same parameters required)."""
-        if not isinstance(state, dict) or "seed" not in state:
-            raise ParameterError("state", type(state).__name__,
+        missing = ([] if not isinstance(state, dict) else
+                   [key for key in ("seed", "epoch", "position") if key not in state])
+        if not isinstance(state, dict) or missing:   # (a missing 'epoch' raised KeyError)
+            raise ParameterError("state", type(state).__name__ if not isinstance(state, dict)
+                                 else f"a dict without {missing}",
                                  "a dict produced by sampler.state_dict()")
         if state.get("scheme") != self.scheme or state.get("params") != self._params():
             raise ParameterError("state['params']", state.get("params"),

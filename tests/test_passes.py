@@ -1,0 +1,60 @@
+"""The pass cutter (dpplugins.passes) against a brute-force cutter that walks the steps one by
+one, and its input checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpplugins.errors import ParameterError
+from dpplugins.events import GaussianEvent, RandomAllocationEvent, ShuffledEpochsEvent
+from dpplugins.passes import cut_passes
+
+
+def _step_by_step(runs):
+    """Passes as (protocol key, [inner event of each step], complete), one step at a time: a
+    pass ends after steps_per_epoch steps or where another protocol's event comes (even one
+    run zero times: the module's "anything else starts a new run")."""
+    passes, key, current, per = [], None, [], 0
+    for event, count in runs:
+        if event.protocol_key() != key:
+            if current:
+                passes.append((key, current, len(current) == per))
+            key, current, per = event.protocol_key(), [], event.steps_per_epoch
+        for _ in range(event.steps * count):
+            if len(current) == per:
+                passes.append((key, current, True))
+                current = []
+            current.append(event.event)
+    if current:
+        passes.append((key, current, len(current) == per))
+    return passes
+
+
+def _expand(cut):
+    out = []
+    for p, number in cut:
+        steps = [event for event, s in p.segments for _ in range(s)]
+        out.extend([(p.protocol.protocol_key(), steps, p.complete)] * number)
+    return out
+
+
+def test_cut_passes_matches_the_step_by_step_cutter():
+    rng = np.random.default_rng(3)
+    protocols = [lambda inner, s: ShuffledEpochsEvent(20, 5, 1, inner).with_steps(s),
+                 lambda inner, s: ShuffledEpochsEvent(21, 7, 1, inner).with_steps(s),
+                 lambda inner, s: RandomAllocationEvent(6, 1, inner).with_steps(s)]
+    for _ in range(300):
+        runs = []
+        for _ in range(int(rng.integers(1, 6))):
+            make = protocols[int(rng.integers(len(protocols)))]
+            inner = GaussianEvent(float(rng.choice([0.8, 1.0, 2.0])))
+            runs.append((make(inner, int(rng.integers(1, 15))), int(rng.integers(0, 4))))
+        assert _expand(cut_passes(runs)) == _step_by_step(runs)
+
+
+def test_cut_passes_refuses_a_negative_count():
+    step = ShuffledEpochsEvent(20, 5, 1, GaussianEvent(1.0)).with_steps(1)
+    with pytest.raises(ParameterError, match="count=-1"):
+        cut_passes([(step, -1)])
+    assert cut_passes([(step, 0)]) == []

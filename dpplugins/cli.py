@@ -333,7 +333,7 @@ def _run_epsilon(args) -> int:
     _out(f"accountant {args.accountant} ({row.bound_type}{neighbouring})")
     # rounded outward: the printed interval holds the certified one
     lower = "-" if row.lower is None else lower_text(row.lower)
-    _out(f"epsilon in [{lower}, {upper_text(row.epsilon)}] at delta={config.delta:g}")
+    _out(f"epsilon in [{lower}, {upper_text(row.epsilon)}] at delta={config.delta!r}")
     _out(config.describe())
     return 0
 
@@ -359,8 +359,8 @@ def _run_noise(args) -> int:
                          "steps": config.steps}, indent=2, allow_nan=False))
         return 0
     # rounded up: a noise multiplier printed below the one found may miss the target
-    _out(f"noise multiplier {upper_text(sigma)} (epsilon <= {args.target_epsilon:g} at "
-         f"delta={config.delta:g}, accountant {name}, sampler {config.sampler}, "
+    _out(f"noise multiplier {upper_text(sigma)} (epsilon <= {args.target_epsilon!r} at "
+         f"delta={config.delta!r}, accountant {name}, sampler {config.sampler}, "
          f"{config.steps} steps)")
     return 0
 

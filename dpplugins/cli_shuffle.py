@@ -312,7 +312,7 @@ def to_text(report: dict) -> str:
     if "groups" in report:
         params += ", groups=" + ",".join(f"{eps:g}:{users}" for eps, users in report["groups"])
     head = (f"shuffle model: n={report['n']}, eps0={report['eps0']:g}, "
-            f"delta={report['delta']:g}, randomizer={report['randomizer']}{params} "
+            f"delta={report['delta']!r}, randomizer={report['randomizer']}{params} "
             f"(neighbouring: replace one)")
     lines = [head, f"{'bound':40s} {'kind':>13s} {'epsilon':>12s}  method"]
     for row in report["rows"]:

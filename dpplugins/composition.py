@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 from scipy.special import gammaln, logsumexp
@@ -197,13 +198,18 @@ def _kov_delta(epsilon: float, e: float, d: float, k: int) -> float:
                                               + 16 * _U_ROUND * magnitude[finite])
                                     + 2 * (len(lk) + 1) * _U_ROUND))
     pure = min(1.0, pure + outside)
-    if d > 0:
-        log_survive = k * math.log1p(-d)
-        lost = min(1.0, -math.expm1(log_survive) * (1 + 8 * _U_ROUND))
-        survive = min(1.0, math.exp(log_survive) * (1 + 8 * _U_ROUND))
-    else:
-        lost, survive = 0.0, 1.0
+    lost, survive = _delta_step_parts(d, k)
     return min(1.0, (lost + survive * pure) * _UP + 1e-300)
+
+
+def _delta_step_parts(d: float, k: int) -> tuple[float, float]:
+    """``1 - (1 - d)^k`` and ``(1 - d)^k``, each rounded up (``-expm1`` and ``exp`` of
+    ``k log1p(-d)``: a few ulps each, charged as 8u)."""
+    if d <= 0:
+        return 0.0, 1.0
+    log_survive = k * math.log1p(-d)
+    return (min(1.0, -math.expm1(log_survive) * (1 + 8 * _U_ROUND)),
+            min(1.0, math.exp(log_survive) * (1 + 8 * _U_ROUND)))
 
 
 def optimal_composition_epsilon(delta: float, eps_step: float, delta_step: float, k: int) -> float:
@@ -221,9 +227,15 @@ def optimal_composition_epsilon(delta: float, eps_step: float, delta_step: float
     e, d, k = _check_step_guarantee(eps_step, delta_step, k)
     if _kov_delta(0.0, e, d, k) <= delta:
         return 0.0
-    hi = k * e * (1 + 8 * _U_ROUND)   # above k e itself (fl(k e) can be below it): delta there
-    if _kov_delta(hi, e, d, k) > delta:       # is the delta_step part alone
-        return math.inf
+    # the smallest float >= k e (fl(k e) can be below it): at and above it every term of the
+    # sum is 0 in exact arithmetic, and delta is the delta_step part 1 - (1 - d)^k alone
+    hi = k * e
+    if math.isfinite(hi) and Fraction(hi) < k * Fraction(e):
+        hi = math.nextafter(hi, math.inf)
+    if _kov_delta(hi, e, d, k) > delta:
+        # (the rounded sum keeps a hair of the last term at hi; the exact value is the
+        # delta_step part)
+        return hi if min(1.0, _delta_step_parts(d, k)[0] * _UP + 1e-300) <= delta else math.inf
     return smallest_epsilon(lambda eps: _kov_delta(eps, e, d, k), delta, hi=hi, rtol=1e-10)
 
 

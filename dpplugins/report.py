@@ -355,7 +355,7 @@ class TrainingConfig:
         what = "projected noisy SGD, " if self.is_pnsgd else ""
         text = (f"sampler {self.sampler} ({what}{_count_text(self.steps)} steps, "
                 f"{_count_text(self.steps_per_epoch)} per epoch), noise multiplier "
-                f"{self.noise_multiplier:g}, delta {self.delta:g}")
+                f"{self.noise_multiplier:g}, delta {self.delta!r}")
         if self.sampler != "poisson" or self.is_pnsgd:
             text += (f"; Poisson numbers: sample rate {self.sample_rate:.6g}, "
                      f"{_count_text(self.poisson_steps)} steps")

@@ -317,3 +317,14 @@ def test_a_failing_reference_is_named_as_the_other_librarys_failure(monkeypatch)
                                              r"failed: ValueError: cannot convert") as raised:
         report.evaluate(config, "opacus.prv", catch=False)
     assert "e.g. pld" in str(raised.value)
+
+
+def test_the_delta_and_target_are_echoed_exactly():
+    """From a hostile sweep: `:g` echoed --delta 1.0000004e-5 as delta=1e-05 (a pair at a
+    smaller delta than the one certified) and --target-epsilon 3.0000004 as epsilon <= 3."""
+    out = run("epsilon", "--noise-multiplier", "1", "--sample-rate", "0.01", "--steps", "100",
+              "--delta", "1.0000004e-5").stdout
+    assert "at delta=1.0000004e-05" in out
+    out = run("noise", "--target-epsilon", "3.0000004", "--delta", "1e-5", "--sample-rate",
+              "0.01", "--steps", "100").stdout
+    assert "epsilon <= 3.0000004 at delta=1e-05" in out

@@ -395,10 +395,15 @@ def _end_weights(s: float, edges: np.ndarray, mass: np.ndarray, partial: np.ndar
         left, wid = lo_e[smooth], width[smooth]
         y = left[:, None] + wid[:, None] * u[None, :]
         log_f = -0.5 * (np.log(y) / s) ** 2 - np.log(y * s * math.sqrt(2 * math.pi))
-        # w_k = wid * int_0^1 u f(left + wid u) du
-        w_quad = wid * 0.5 * np.sum(_GL_WEIGHTS[None, :] * u[None, :] * np.exp(log_f), axis=1)
+        # w_k = wid * int_0^1 u f(left + wid u) du, with wid inside the exponential: f alone
+        # underflows where the cell is wide (sigma = 0.05: log y = 480 gives f = e^-768 and a
+        # width of e^480, so w was 0 where the cell's mass is 1e-125 and its P-mass 1e-5 --
+        # the upper bound lost that P-mass and fell below the truth)
+        log_wid = np.log(wid)
+        log_terms = log_f + log_wid[:, None]
+        w_quad = 0.5 * np.sum(_GL_WEIGHTS[None, :] * u[None, :] * np.exp(log_terms), axis=1)
         w[smooth] = np.clip(w_quad, 0.0, mass[smooth])
-        exp_error = 8 * _U * (np.max(np.abs(log_f), axis=1) + 1.0)
+        exp_error = 8 * _U * (np.max(np.abs(log_f), axis=1) + np.abs(log_wid) + 1.0)
         error[smooth] = (2 * r[smooth] + exp_error) * mass[smooth]
     cap = mass * (1 + 2 * r)
     upper = np.minimum(w + error, cap) * (1 + 4 * _U)
@@ -589,7 +594,12 @@ def _weighted(weights: np.ndarray, l1: float, l2: float) -> float:
     """Bound on ``sum_i w_i |e_i|`` for ``w >= 0`` and an error vector with ``||e||_1 <= l1``,
     ``||e||_2 <= l2``: the smaller of ``max(w) l1`` and ``||w||_2 l2`` (Cauchy-Schwarz)."""
     w = np.asarray(weights, dtype=float)
-    return min(float(np.max(w)) * l1, float(np.sqrt(np.sum(w * w))) * l2) * (1 + 1e-9)
+    top = float(np.max(w))
+    if not top > 0:
+        return 0.0
+    # ||w||_2 scaled by its largest entry (w * w overflowed for weights above 1e154)
+    norm = top * float(np.sqrt(np.sum((w / top) ** 2)))
+    return min(top * l1, norm * l2) * (1 + 1e-9)
 
 
 def _window_of(x: np.ndarray, w_lo: int) -> np.ndarray:
@@ -1023,6 +1033,13 @@ def _geometric_base(s: float, t: int, cells: int, log_y_max: float
     single = extra <= 4 * cells
     if not single:
         extra = 2 * t.bit_length() + 3
+    top = log_y_lo + r * (cells + extra - 1) + (0.0 if single else math.log(t))
+    if top > 709.0:
+        # (the grid's last points overflowed to inf and the bounds came out NaN: sigma =
+        # 0.044, t = 100, geometric_cells = 1000)
+        raise NumericalError(f"random allocation's geometric grid of {cells} cells reaches "
+                             f"e^{top:.0f}, beyond double precision",
+                             "use more geometric_cells (default 2000) or method='fft'")
     logs = log_y_lo + r * np.arange(cells + extra)
     return np.concatenate([[0.0], np.exp(logs)]), single, log_y_lo, r
 
@@ -1669,7 +1686,7 @@ class AllocationPLD:
     def __init__(self, plds: dict | None, upper_slack: dict | None, lower_slack: dict | None, *,
                  has_lower: bool = True, gaussian_mu2: float | None = 0.0, log_t: float = 0.0,
                  engine: bool | None = None, lazy: "_Lazy | None" = None,
-                 log_weight: float = 0.0) -> None:
+                 log_weight: float = 0.0, has_upper: bool = True) -> None:
         #: the parts ``(plds, upper_slack, lower_slack)``, built on first use
         self._parts = lazy if lazy is not None else _Lazy(lambda: (plds, upper_slack,
                                                                     lower_slack))
@@ -1677,6 +1694,9 @@ class AllocationPLD:
         self.engine = (plds is not None) if engine is None else engine
         #: False when the PLDs were built from the dominating pair only (lower bounds are 0)
         self.has_lower = has_lower
+        #: False for a dominated construction (only its lower bounds mean anything: its upper
+        #: slots hold the dominated pair, :mod:`~dpplugins.amplification.allocation_participations`)
+        self.has_upper = has_upper
         self.gaussian_mu2 = gaussian_mu2
         self.log_t = log_t
         self.log_weight = log_weight
@@ -1706,7 +1726,8 @@ class AllocationPLD:
                              gaussian_mu2=mu2,
                              log_t=count * self.log_t + (other.log_t if other is not None else 0.0),
                              log_weight=count * self.log_weight
-                             + (other.log_weight if other is not None else 0.0))
+                             + (other.log_weight if other is not None else 0.0),
+                             has_upper=self.has_upper and (other is None or other.has_upper))
 
     def compose(self, other: "AllocationPLD") -> "AllocationPLD":
         """Both compositions, certificates added."""
@@ -1842,7 +1863,7 @@ class AllocationPLD:
         per = [self._delta(d, epsilon) for d in self.plds]
         upper = min(max(b.upper for b in per), cheap)
         lower = max(max(b.lower for b in per), gauss.lower)
-        return Bounds(min(lower, upper), upper)
+        return _consistent(lower, upper, "delta", epsilon, self.has_upper)
 
     def _epsilon_upper(self, direction: str, delta: float) -> float:
         cert = self.upper_slack[direction]
@@ -1852,6 +1873,11 @@ class AllocationPLD:
                 f"the certified numerical slack ({extra:.3g}) is not small next to "
                 f"delta={delta:g}", "ask for a larger delta, or refine the grids")
         target = (delta - extra) / _exp(cert.log_factor) * (1 - 8 * _U)
+        if target >= 1.0:
+            # exp(L) H + A <= exp(L) + A <= delta for every epsilon (H <= 1): 0 is certified
+            # (the engine refused the rescaled target, named "delta", as above 1: delta =
+            # 0.9999 on 3-out-of-10 at sigma = 0.05 answered "delta=1.0000948 is invalid")
+            return 0.0
         found = self.plds[direction].epsilon_for_delta(target, lower=False).upper
         return max(0.0, found - cert.shift)
 
@@ -1895,7 +1921,23 @@ class AllocationPLD:
             return gauss
         upper = min(upper, gauss.upper)
         lower = max(max(self._epsilon_lower(d, delta) for d in self.plds), gauss.lower)
-        return Bounds(min(lower, upper), upper)
+        return _consistent(lower, upper, "epsilon", delta, self.has_upper)
+
+
+def _consistent(lower: float, upper: float, what: str, at: float,
+                has_upper: bool = True) -> Bounds:
+    """``Bounds(lower, upper)`` of two certified bounds, ``lower`` capped at ``upper`` where they
+    cross by rounding; a crossing beyond rounding (relative 1e-6) means one of them is not
+    certified, and raises instead of hiding it (a grid that lost P-mass reported lower = upper =
+    1.39e-4 where the truth is 1.71e-4).  Without a meaningful upper bound (``has_upper``
+    False: a dominated construction) the lower bound is returned whole (it was capped by the
+    dominated pair's own value: 1.0e-5 where 7.9e-3 is certified)."""
+    if not has_upper:
+        return Bounds(lower, max(lower, upper))
+    if lower > upper * (1 + 1e-6) + 1e-300:
+        raise RuntimeError(f"internal: the certified lower bound on {what} ({lower!r}) is above "
+                           f"the upper bound ({upper!r}) at {at!r} (report this as a bug)")
+    return Bounds(min(lower, upper), upper)
 
 
 def _gaussian_epoch(sigma: float, t: int, h_loss: float, *, tail_mass: float, memory_limit: int,

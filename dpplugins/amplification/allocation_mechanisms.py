@@ -589,7 +589,7 @@ def _sum_observation_epoch(event: Event, t: int, k: int, h_loss: float, *, check
         return dominated_parts(pair, description, h_loss, tail_mass=tail_mass,
                                memory_limit=memory_limit)
     return AllocationPLD(None, None, None, lazy=_Lazy(build), engine=True, has_lower=True,
-                         gaussian_mu2=None)
+                         gaussian_mu2=None, has_upper=False)
 
 
 def mechanism_k_loss_step(event: Event, steps_per_epoch: int, participations: int,

@@ -88,7 +88,7 @@ import threading
 import numpy as np
 
 from dpplugins.amplification.allocation import (AllocationPLD, _Cert, _EXACT, _Lazy, _NONE,
-                                                _gaussian_accounted, _gaussian_grid_fits,
+                                                _consistent, _gaussian_accounted, _gaussian_grid_fits,
                                                 _inv_sq, _log_y_max, default_loss_step,
                                                 default_summand_step, random_allocation_pld,
                                                 sum_observation_lower_pair)
@@ -161,7 +161,7 @@ class BracketedPLD:
                 lower = float(getattr(self.lower, name)(value).lower)
             except NumericalError:
                 lower = 0.0  # the dominated construction cannot certify here: 0 is a lower bound
-        return Bounds(min(lower, up.upper), up.upper)
+        return _consistent(lower, up.upper, name, value)
 
     def epsilon_for_delta(self, delta: float) -> Bounds:
         """Certified ``[lower, upper]`` on epsilon at ``delta``."""
@@ -304,7 +304,8 @@ def _lower_epoch(sigma: float, t: int, k: int, h_loss: float, *, tail_mass: floa
 
     engine = not gaussian_only or (mu2 / 2 + 10 * math.sqrt(mu2) <= 550.0 and gaussian_fits)
     return AllocationPLD(None, None, None, lazy=_Lazy(build), engine=engine, has_lower=True,
-                         gaussian_mu2=mu2, log_t=log_c - log_p, log_weight=log_p)
+                         gaussian_mu2=mu2, log_t=log_c - log_p, log_weight=log_p,
+                         has_upper=False)
 
 
 #: points at which the p = 1 epoch's certified profile is evaluated for a p < 1 epoch

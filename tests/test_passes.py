@@ -58,3 +58,21 @@ def test_cut_passes_refuses_a_negative_count():
     with pytest.raises(ParameterError, match="count=-1"):
         cut_passes([(step, -1)])
     assert cut_passes([(step, 0)]) == []
+
+
+def test_partial_shuffled_epochs_certify_no_lower_bound():
+    """From an audit of hidden crossings: the Chua et al. pair of a partial epoch certified more
+    than the epoch's upper bound (swap, n = 2, half an epoch at sigma = 1, delta = 1e-12: 11.95
+    against 7.24, reported as 7.24; amplification by subsampling bounds the truth by 6.45).  A
+    partial epoch is now left out of the lower bound (dropping a mechanism from a composition
+    cannot increase the privacy loss); full epochs keep theirs."""
+    from fractions import Fraction
+
+    from dpplugins.accountants import create
+    low, up = create("swap").compose(
+        ShuffledEpochsEvent(2, 1, Fraction(1, 2), GaussianEvent(1.0))).get_epsilon_bounds(1e-12)
+    assert low == 0.0 and up > 0
+    full = create("shuffle").compose(ShuffledEpochsEvent(1000, 10, 3, GaussianEvent(1.0)))
+    more = create("shuffle").compose(ShuffledEpochsEvent(1000, 10, Fraction(35, 10),
+                                                         GaussianEvent(1.0)))
+    assert 0 < full.get_epsilon_bounds(1e-5).lower <= more.get_epsilon_bounds(1e-5).lower

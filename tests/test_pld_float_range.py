@@ -113,3 +113,40 @@ def test_poisson_pld_query_stays_finite_at_the_largest_grid_step():
             bounds = rr.get_delta_bounds(eps)
             assert bounds.lower <= exact <= bounds.upper, (eps, bounds, exact)
     assert 0.0 <= lower <= upper < math.inf
+
+
+def _subsampled_gaussian_remove_epsilon(q: float, sigma: float, delta: float) -> float:
+    """The remove direction's exact epsilon of one Poisson-subsampled Gaussian step (80
+    digits): delta(eps) = P(x > x_eps) - e^eps Q(x > x_eps) with the loss threshold x_eps =
+    1/2 + sigma^2 log((e^eps - 1 + q) / q), P = (1 - q) N(0, s^2) + q N(1, s^2), Q = N(0, s^2)."""
+    import mpmath
+    with mpmath.workdps(80):
+        q_, s_ = mpmath.mpf(q), mpmath.mpf(sigma)
+
+        def log_delta(eps):
+            x = mpmath.mpf(1) / 2 + s_ ** 2 * mpmath.log((mpmath.exp(eps) - 1 + q_) / q_)
+            p = (1 - q_) * mpmath.ncdf(-x / s_) + q_ * mpmath.ncdf(-(x - 1) / s_)
+            return mpmath.log(p - mpmath.exp(eps) * mpmath.ncdf(-x / s_))
+        guess = 1 / (2 * sigma ** 2) + math.sqrt(2 * math.log(1 / delta)) / sigma
+        return float(mpmath.findroot(lambda e: log_delta(e) - mpmath.log(delta), guess))
+
+
+@pytest.mark.parametrize("q,sigma,delta", [(1e-6, 0.05, 1e-100), (1e-6, 0.05, 1e-80),
+                                           (0.1, 0.1, 1e-200), (1e-6, 0.3, 1e-300),
+                                           (0.01, 1.0, 1e-5)])
+def test_crossing_bounds_refuse_instead_of_hiding(q, sigma, delta):
+    """From an audit of hidden crossings: one Poisson-subsampled Gaussian step at small noise
+    and tiny delta had its lower bound above the upper (sigma = 0.05, q = 1e-6, delta = 1e-100:
+    598.45 against 597.82, true 597.80; at 1e-80 the upper 550.5100 was below the true
+    550.5112 too); min(lower, upper) reported lower = upper.  Now such a query raises
+    NumericalError; every answer brackets the exact value (mpmath; the add direction is below
+    the remove direction's here)."""
+    exact = _subsampled_gaussian_remove_epsilon(q, sigma, delta)
+    for name in ("pld", "fdp"):
+        acc = create(name).compose(PoissonSampledEvent(q, GaussianEvent(sigma)))
+        try:
+            low, up = acc.get_epsilon_bounds(delta)
+        except NumericalError:
+            assert delta < 1e-50     # only the far tail may refuse
+            continue
+        assert low <= exact * (1 + 1e-12) and up >= exact * (1 - 1e-12)

@@ -88,7 +88,7 @@ import threading
 import numpy as np
 
 from dpplugins.amplification.allocation import (AllocationPLD, _Cert, _EXACT, _Lazy, _NONE,
-                                                _consistent, _gaussian_accounted, _gaussian_grid_fits,
+                                                _gaussian_accounted, _gaussian_grid_fits,
                                                 _inv_sq, _log_y_max, default_loss_step,
                                                 default_summand_step, random_allocation_pld,
                                                 sum_observation_lower_pair)
@@ -161,7 +161,12 @@ class BracketedPLD:
                 lower = float(getattr(self.lower, name)(value).lower)
             except NumericalError:
                 lower = 0.0  # the dominated construction cannot certify here: 0 is a lower bound
-        return _consistent(lower, up.upper, name, value)
+        if lower > up.upper * (1 + 1e-6) + 1e-300:
+            # the dominated construction crossed the certified upper bound, so its value is not
+            # a lower bound here (2-out-of-4 at sigma = 0.7: a constant 0.1698 for delta from
+            # 0.53 to 0.594, where Monte Carlo puts epsilon below it); 0 is one
+            lower = 0.0
+        return Bounds(min(lower, up.upper), up.upper)
 
     def epsilon_for_delta(self, delta: float) -> Bounds:
         """Certified ``[lower, upper]`` on epsilon at ``delta``."""

@@ -1090,6 +1090,15 @@ class PrivacyLossDistribution:
                                                              lower_rtol)
             floor += lower_floor
         self.last_floor = floor
+        if low > uppers[dominant] * (1 + 1e-6) + 1e-300:
+            # two certified bounds cannot cross beyond rounding: one of them is wrong here (a
+            # Poisson-subsampled Gaussian at sigma = 0.05, q = 1e-6, delta = 1e-100: lower
+            # 598.45, upper 597.82, true 597.80; at delta = 1e-80 the upper was below the
+            # truth too), so nothing is certified at this delta
+            raise NumericalError(
+                f"the PLD grid's lower ({low!r}) and upper ({uppers[dominant]!r}) bounds on "
+                f"epsilon cross at delta={delta!r}: this grid cannot certify that delta",
+                "ask for a larger delta")
         return Bounds(min(low, uppers[dominant]), uppers[dominant])
 
     def _epsilon_upper_certified(self, direction: str, delta: float) -> tuple[float, float]:

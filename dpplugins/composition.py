@@ -130,6 +130,8 @@ def _binomial_tail_above(k: int, p: float, b: float) -> float:
     1963, Thm 1), rounded up; 1 otherwise."""
     if not b > k * p:
         return 1.0
+    if p <= 0.0:      # Bin(k, 0) is 0: nothing at b > 0 (t / p divided by zero at eps_step = 800)
+        return 0.0
     return min(1.0, math.exp(-k * _kl_bernoulli_lower(min(b / k, 1.0), p)) * (1 + 1e-9))
 
 
@@ -163,7 +165,8 @@ def _kov_delta(epsilon: float, e: float, d: float, k: int) -> float:
     ``1 - (1 - d)^k`` is ``-expm1(k log1p(-d))`` (``1 - exp(...)`` lost ``d`` below 1e-16 to
     cancellation and answered 1e-300 for one step of delta 1e-17), raised by ``8u``
     relatively, and ``(1 - d)^k`` is raised the same way."""
-    p = 1.0 / (1.0 + math.exp(e)) if e < 709.0 else 0.0      # P(one step takes its "l" side)
+    tiny = math.exp(-e)
+    p = tiny / (1.0 + tiny)      # 1 / (1 + e^e): P(one step takes its "l" side); 0 past e = 745
     mean, sd = k * p, math.sqrt(k * p * (1 - p))
     half = min(40.0 * sd + 40.0, MAX_TERMS / 2.0)
     lo = max(0, math.floor(mean - half))

@@ -95,6 +95,10 @@ def test_optimal_composition_of_huge_steps_answers_without_overflow():
         # one step below its eps0: delta = (e^e0 - e^eps) / (1 + e^e0), which rounds to 1
         assert composition.optimal_composition_delta(1.0, 1e300, 0.0, 1) == 1.0
         assert composition.optimal_composition_delta(3e300, 1e300, 0.0, 2) <= 1e-300
+        # more than 40 huge steps: the window's tail had p = 0 and divided by zero
+        for e0 in (708.0, 745.0, 800.0, 1e300):
+            assert composition.optimal_composition_delta(1.0, e0, 0.0, 100) == 1.0
+            assert composition.optimal_composition_epsilon(1e-6, e0, 0.0, 100) >= 100 * e0 * (1 - 1e-9)
 
 
 def test_optimal_composition_epsilon_ends():

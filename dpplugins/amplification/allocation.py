@@ -183,8 +183,9 @@ from dpplugins.mechanisms.distributions import Gaussian
 from dpplugins.mechanisms.pairs import DiscretePair
 from dpplugins.mechanisms.types import MechanismPairs
 from dpplugins.mechanisms.gaussian import gaussian as _gaussian_pairs
-from dpplugins.pld.distribution import (Bounds, PrivacyLossDistribution, component_bin_limit,
-                                        component_bins, grid_noise_multiplier)
+from dpplugins.pld.distribution import (Bounds, PrivacyLossDistribution, bounds_cross,
+                                        component_bin_limit, component_bins,
+                                        grid_noise_multiplier)
 from dpplugins.pld.spectra import from_log_polar, log_polar, power_rounding
 
 __all__ = ["AllocationPair", "AllocationPLD", "allocation_pairs", "random_allocation_pld",
@@ -1947,7 +1948,7 @@ def _consistent(lower: float, upper: float, what: str, at: float,
     dominated pair's own value: 1.0e-5 where 7.9e-3 is certified)."""
     if not has_upper:
         return Bounds(lower, max(lower, upper))
-    if lower > upper * (1 + 1e-6) + 1e-300:
+    if bounds_cross(lower, upper):
         raise RuntimeError(f"internal: the certified lower bound on {what} ({lower!r}) is above "
                            f"the upper bound ({upper!r}) at {at!r} (report this as a bug)")
     return Bounds(min(lower, upper), upper)

@@ -94,7 +94,8 @@ from dpplugins.amplification.allocation import (AllocationPLD, _Cert, _EXACT, _L
                                                 sum_observation_lower_pair)
 from dpplugins.errors import (NumericalError, ParameterError, check_count, check_positive,
                               check_probability)
-from dpplugins.pld.distribution import Bounds, PrivacyLossDistribution, component_bin_limit
+from dpplugins.pld.distribution import (Bounds, PrivacyLossDistribution, bounds_cross,
+                                        component_bin_limit)
 
 __all__ = ["BracketedPLD", "participation_blocks", "k_out_of_t_pld", "k_out_of_t_loss_step",
            "checkin_profile_epoch"]
@@ -161,7 +162,7 @@ class BracketedPLD:
                 lower = float(getattr(self.lower, name)(value).lower)
             except NumericalError:
                 lower = 0.0  # the dominated construction cannot certify here: 0 is a lower bound
-        if lower > up.upper * (1 + 1e-6) + 1e-300:
+        if bounds_cross(lower, up.upper):
             # the dominated construction crossed the certified upper bound, so its value is not
             # a lower bound here (2-out-of-4 at sigma = 0.7: a constant 0.1698 for delta from
             # 0.53 to 0.594, where Monte Carlo puts epsilon below it); 0 is one

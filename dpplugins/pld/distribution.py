@@ -37,7 +37,7 @@ from dpplugins.pld.compose import (BYTES_PER_WINDOW_BIN, LAMBDA_GRID, ComposedPL
 from dpplugins.pld.grid import (GridPMF, optimistic_from_bins, pessimistic_from_bins,
                                 pessimistic_from_profile)
 
-__all__ = ["Bounds", "PrivacyLossDistribution", "DIRECTIONS", "AccuracyWarning",
+__all__ = ["Bounds", "bounds_cross", "PrivacyLossDistribution", "DIRECTIONS", "AccuracyWarning",
            "within_window_budget", "FIRST_WINDOW_BINS"]
 
 DIRECTIONS = ("remove", "add")
@@ -139,6 +139,19 @@ class Bounds(NamedTuple):
 
     lower: float
     upper: float
+
+
+def bounds_cross(lower: float, upper: float) -> bool:
+    """Whether a certified lower bound is above a certified upper bound by more than rounding
+    (relative 1e-6): then one of them is not certified, and the caller must not hide it by
+    clipping (``Bounds(min(lower, upper), upper)``).
+
+    Example::
+
+        >>> bounds_cross(1.0 + 1e-9, 1.0), bounds_cross(1.1, 1.0)
+        (False, True)
+    """
+    return lower > upper * (1 + 1e-6) + 1e-300
 
 
 class _Component:
@@ -1090,7 +1103,7 @@ class PrivacyLossDistribution:
                                                              lower_rtol)
             floor += lower_floor
         self.last_floor = floor
-        if low > uppers[dominant] * (1 + 1e-6) + 1e-300:
+        if bounds_cross(low, uppers[dominant]):
             # two certified bounds cannot cross beyond rounding: one of them is wrong here (a
             # Poisson-subsampled Gaussian at sigma = 0.05, q = 1e-6, delta = 1e-100: lower
             # 598.45, upper 597.82, true 597.80; at delta = 1e-80 the upper was below the

@@ -28,7 +28,7 @@ from typing import Iterable
 from dpplugins import fdp
 from dpplugins.mechanisms.gaussian import gaussian_delta_upper
 from dpplugins.numerics import largest_violating_epsilon
-from dpplugins.pld.distribution import Bounds
+from dpplugins.pld.distribution import Bounds, certified_bounds
 
 #: relative bracket around the summed ``mu`` (far above the rounding of the sum)
 _MU_RTOL = 1e-12
@@ -132,9 +132,9 @@ def full_batch_epsilon_bounds(mus: tuple[float, float], delta: float) -> Bounds:
         # the shared bisection keeps its point where the lower bound exceeds delta (0 if none)
         lower = largest_violating_epsilon(lambda e: small_mu_delta_lower(e, mus[0]), delta,
                                           upper, rtol=1e-12, atol=0.0)
-        return Bounds(min(lower, upper), upper)
+        return certified_bounds(lower, upper, f"epsilon at delta={delta!r}")
     lower = fdp.gdp_epsilon_for_delta(mus[0], min(delta * (1 + _DELTA_RTOL), 0.5 + delta / 2))
-    return Bounds(min(lower * (1 - 1e-9), upper), upper)
+    return certified_bounds(lower * (1 - 1e-9), upper, f"epsilon at delta={delta!r}")
 
 
 def full_batch_delta_bounds(mus: tuple[float, float], epsilon: float) -> Bounds:
@@ -147,4 +147,4 @@ def full_batch_delta_bounds(mus: tuple[float, float], epsilon: float) -> Bounds:
         lower = small_mu_delta_lower(epsilon, mus[0])
     else:
         lower = max(0.0, float(fdp.gdp_delta_for_epsilon(mus[0], epsilon)) * (1 - _DELTA_RTOL))
-    return Bounds(min(lower, upper), upper)
+    return certified_bounds(lower, upper, f"delta at epsilon={epsilon!r}")

@@ -82,7 +82,7 @@ from dpplugins.events import (Event, GaussianEvent, LaplaceEvent, RandomAllocati
                               steps_per_epoch_for_rate)
 from dpplugins.numerics import epsilon_lower_from_larger_delta
 from dpplugins.passes import cut_passes
-from dpplugins.pld import AccuracyWarning, Bounds
+from dpplugins.pld import AccuracyWarning, Bounds, certified_bounds
 from dpplugins.pld.distribution import FIRST_WINDOW_BINS, within_window_budget
 
 __all__ = ["RandomAllocationAccountant", "steps_per_epoch_from_rate", "epochs_of_history",
@@ -214,7 +214,7 @@ def _lower_at_a_larger_delta(composed, bounds: Bounds, delta: float, slack: floa
     lower, larger = epsilon_lower_from_larger_delta(
         lambda d: composed.epsilon_for_delta(d).lower, delta, 10.0 * slack, ratio=10.0)
     if lower > bounds.lower:
-        return Bounds(min(lower, bounds.upper), bounds.upper), larger
+        return certified_bounds(lower, bounds.upper, f"epsilon at delta={delta!r}"), larger
     return bounds, None
 
 
@@ -385,7 +385,7 @@ class RandomAllocationAccountant(Accountant):
             if best is not None:  # every grid certifies: intersect
                 upper = min(upper, best.upper)
                 lower, full_lower = max(lower, best.lower), max(full_lower, best.lower)
-            bounds = Bounds(min(lower, upper), upper)
+            bounds = certified_bounds(lower, upper, "the queried value")
             best = bounds
             if only_partial:
                 if upper <= 0.0:
@@ -470,7 +470,7 @@ class RandomAllocationAccountant(Accountant):
             except NumericalError:
                 continue
             if one > best.lower:
-                best = Bounds(min(one, best.upper), best.upper)
+                best = certified_bounds(one, best.upper, "the queried value")
         return best
 
     def _epsilon_bounds(self, history, delta: float) -> Bounds:

@@ -40,7 +40,7 @@ from dpplugins.errors import (NumericalError, ParameterError, check_choice, chec
 from dpplugins.events import (Event, GaussianEvent, NonPrivateEvent, PoissonSampledEvent,
                               SelfComposedEvent, UnsupportedEvent, from_dict, leaves)
 from dpplugins.numerics import epsilon_lower_from_larger_delta
-from dpplugins.pld import AccuracyWarning, Bounds
+from dpplugins.pld import AccuracyWarning, Bounds, certified_bounds
 
 __all__ = ["Accountant", "UnsupportedEventError", "validate_history", "is_non_private",
            "private_leaves", "leaves_to_check", "MAX_COMPOSITIONS", "compositions"]
@@ -424,7 +424,8 @@ class Accountant:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             bounds = compute()
-        capped = Bounds(min(bounds.lower, cap), min(bounds.upper, cap))
+        capped = certified_bounds(bounds.lower, min(bounds.upper, cap),
+                                  f"the queried value (capped: {reason})")
         changed = capped != bounds
         for item in caught:
             if not (changed and issubclass(item.category, AccuracyWarning)):
@@ -476,7 +477,7 @@ class Accountant:
                 warnings.simplefilter("ignore", AccuracyWarning)
                 return self._epsilon_bounds(history, larger).lower
         lower, _ = epsilon_lower_from_larger_delta(lower_at, delta, 100.0 * delta)
-        return Bounds(min(lower, bounds.upper), bounds.upper)
+        return certified_bounds(lower, bounds.upper, f"epsilon at delta={delta!r}")
 
     def get_epsilon(self, delta: float) -> float:
         """Epsilon at ``delta``: a certified upper bound (see ``bound_type``)."""
@@ -509,7 +510,7 @@ class Accountant:
             if (len(key) == 3 and key[0] == history and key[1] == "eps" and key[2] > 0
                     and answer.upper <= epsilon):
                 upper = min(upper, float(key[2]))
-        return Bounds(min(lower, upper), upper)
+        return certified_bounds(lower, upper, f"delta at epsilon={epsilon!r}")
 
     def get_delta(self, epsilon: float) -> float:
         """Delta at ``epsilon``: a certified upper bound."""

@@ -19,7 +19,7 @@ from dpplugins.events import (EpsilonDeltaEvent, Event, GaussianEvent, LaplaceEv
 from dpplugins.full_batch import full_batch_delta_bounds, full_batch_epsilon_bounds, full_batch_mu
 from dpplugins.mechanisms.pairs import DiscretePair
 from dpplugins.mechanisms.randomized_response import zero_out_randomized_response, zero_out_rr_pair
-from dpplugins.pld import AccuracyWarning, Bounds, PrivacyLossDistribution
+from dpplugins.pld import AccuracyWarning, Bounds, PrivacyLossDistribution, certified_bounds
 from dpplugins.pld.compose import window_limit
 from dpplugins.pld.distribution import (NOISE_RANGE, SINGLE_TAIL, atom_grid_step,
                                         component_bin_limit, component_bins,
@@ -643,8 +643,9 @@ class PLDAccountant(Accountant):
                     break
                 raise
             if best is not None:
-                bounds = Bounds(max(bounds.lower, best.lower), min(bounds.upper, best.upper))
-                bounds = Bounds(min(bounds.lower, bounds.upper), bounds.upper)
+                # every grid certifies: intersect (a crossing between grids raises)
+                bounds = certified_bounds(max(bounds.lower, best.lower),
+                                          min(bounds.upper, best.upper), "the queried value")
                 gap = (bounds.upper - bounds.lower) / bounds.upper if bounds.upper > 0 else 0.0
             best = bounds
             if self.value_discretization_interval is not None or lattice is not None or bonus:
@@ -813,9 +814,10 @@ class PLDAccountant(Accountant):
                 reason = f"a finer grid could not be evaluated ({getattr(error, 'what', error)})"
                 break
             floor = float(getattr(pld, "last_floor", 0.0))
-            best = bounds if best is None else Bounds(max(best.lower, bounds.lower),
-                                                      min(best.upper, bounds.upper))
-            best = Bounds(min(best.lower, best.upper), best.upper)
+            best = certified_bounds(bounds.lower, bounds.upper, "the queried value") \
+                if best is None else certified_bounds(max(best.lower, bounds.lower),
+                                                      min(best.upper, bounds.upper),
+                                                      "the queried value")
             gap = best.upper - best.lower
             if fixed or not math.isfinite(best.upper) or gap <= tolerance * best.upper:
                 if not fixed and math.isfinite(bounds.upper) and bounds.upper > 0:
@@ -1011,7 +1013,7 @@ class PLDAccountant(Accountant):
             cached = pld.cached_delta_bounds(epsilon)
             if cached is not None:
                 lower, upper = max(lower, cached.lower), min(upper, cached.upper)
-        return Bounds(min(lower, upper), upper)
+        return certified_bounds(lower, upper, f"delta at epsilon={epsilon!r}")
 
     def epsilon_upper_fast(self, delta: float, history=None, *, coarsen: float = 1.0) -> float:
         """Certified upper bound on one grid (no accuracy loop); used by calibration.

@@ -77,7 +77,7 @@ from dpplugins.events import (Event, GaussianEvent, ProtocolEvent, ShuffledEpoch
 from dpplugins.passes import cut_passes
 from dpplugins.mechanisms.gaussian import gaussian_delta, gaussian_delta_upper
 from dpplugins.mechanisms.gaussian import gaussian_epsilon as _gaussian_epsilon
-from dpplugins.pld import Bounds, PrivacyLossDistribution
+from dpplugins.pld import Bounds, PrivacyLossDistribution, certified_bounds
 
 __all__ = ["ShuffleAccountant", "EpochPlan", "epoch_plan", "gaussian_epsilon"]
 
@@ -502,7 +502,7 @@ class ShuffleAccountant(Accountant):
         if plan is None:   # shuffle-model rounds (or nothing to cut into epochs)
             return found
         single = self._single_epoch_lower(plan, lambda pld: pld.epsilon_for_delta(delta).lower)
-        return Bounds(min(max(found.lower, single), found.upper), found.upper)
+        return certified_bounds(max(found.lower, single), found.upper, f"epsilon at delta={delta!r}")
 
     # -- the contract ---------------------------------------------------------------------------
     def _epsilon_bounds(self, history, delta: float) -> Bounds:
@@ -514,14 +514,14 @@ class ShuffleAccountant(Accountant):
             lower = max(lower, self._single_epoch_lower(plan, query))
         # else 0: the base class's far-tail step (_lower_from_larger_delta) certifies the run
         # at larger deltas and adds the single epoch
-        return Bounds(min(lower, upper), upper)
+        return certified_bounds(lower, upper, f"epsilon at delta={delta!r}")
 
     def _delta_bounds(self, history, epsilon: float) -> Bounds:
         plan = self.plan(history)
         upper = self._upper_delta(plan, epsilon)
         query = lambda pld: pld.delta_for_epsilon(epsilon).lower  # noqa: E731
         lower = max(self._lower(plan, query), self._single_epoch_lower(plan, query))
-        return Bounds(min(lower, upper), upper)
+        return certified_bounds(lower, upper, f"delta at epsilon={epsilon!r}")
 
     def no_amplification_epsilon(self, delta: float) -> float:
         """Epsilon without any amplification (Gaussian DP composition of one step per epoch;
@@ -709,10 +709,10 @@ class ShuffleAccountant(Accountant):
                 lower = _single_round_lower(rounds, delta)
             else:
                 lower = 0.0
-            return Bounds(min(lower, cap), cap)
+            return certified_bounds(lower, cap, f"epsilon at delta={delta!r}")
         upper = min(bounds.upper, cap)
         lower = self._uncapped_lower(history, delta=delta) if capped else bounds.lower
-        return Bounds(min(lower, upper), upper)
+        return certified_bounds(lower, upper, f"epsilon at delta={delta!r}")
 
     def _uncapped_lower(self, history: tuple, *, delta: float | None = None,
                         epsilon: float | None = None) -> float:
@@ -782,13 +782,14 @@ class ShuffleAccountant(Accountant):
             if self.lower_bound:
                 lower = (self._uncapped_lower(history, epsilon=epsilon) if capped
                          else _single_round_delta_lower(rounds, epsilon))
-            found = Bounds(min(lower, cap), cap)
+            found = certified_bounds(lower, cap, f"delta at epsilon={epsilon!r}")
         if not self.lower_bound:
             return Bounds(0.0, found.upper)
         lower = self._uncapped_lower(history, epsilon=epsilon) if capped else found.lower
         # a round's randomizer may publish its input with probability delta0, whatever the
         # number of users: delta >= delta0
-        return Bounds(min(max(lower, _published(rounds)), found.upper), found.upper)
+        return certified_bounds(max(lower, _published(rounds)), found.upper,
+                                f"delta at epsilon={epsilon!r}")
 
     def _rounds_delta_bounds(self, rounds, epsilon: float, lower: bool) -> Bounds:
         from dpplugins.amplification import shuffle_model, shuffle_model_heterogeneous

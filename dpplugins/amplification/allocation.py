@@ -183,7 +183,7 @@ from dpplugins.mechanisms.distributions import Gaussian
 from dpplugins.mechanisms.pairs import DiscretePair
 from dpplugins.mechanisms.types import MechanismPairs
 from dpplugins.mechanisms.gaussian import gaussian as _gaussian_pairs
-from dpplugins.pld.distribution import (Bounds, PrivacyLossDistribution, bounds_cross,
+from dpplugins.pld.distribution import (Bounds, PrivacyLossDistribution, certified_bounds,
                                         component_bin_limit, component_bins,
                                         grid_noise_multiplier)
 from dpplugins.pld.spectra import from_log_polar, log_polar, power_rounding
@@ -1603,7 +1603,7 @@ def _gaussian_epsilon_bounds(mu: float, delta: float, shift: float,
     if _gaussian_delta_lower(mu, 0.0) <= target:
         return Bounds(0.0, upper)
     lo = _largest_violating(mu, target, max(upper, 1e-300))
-    return Bounds(min(max(0.0, lo - shift), upper), upper)
+    return certified_bounds(max(0.0, lo - shift), upper, f"epsilon at delta={delta!r}")
 
 
 def _largest_violating(mu: float, target: float, hi: float) -> float:
@@ -1815,7 +1815,7 @@ class AllocationPLD:
         if self.has_lower and pld.has_lower_bound and lo.log_factor > -math.inf:
             raw = pld.delta_for_epsilon(max(0.0, epsilon + lo.shift)).lower
             lower = max(0.0, (_exp(lo.log_factor) * raw) * (1 - 8 * _U) - lo.extra())
-        return Bounds(min(lower, upper), upper)
+        return certified_bounds(lower, upper, f"delta at epsilon={epsilon!r}")
 
     def _gaussian_delta(self, epsilon: float) -> Bounds:
         if self.gaussian_mu2 is None:
@@ -1824,7 +1824,7 @@ class AllocationPLD:
         upper = _gaussian_delta_upper(mu, epsilon)
         lower = (_exp(self.log_weight) * _gaussian_delta_lower(mu, epsilon + self.log_t)
                  * (1 - 8 * _U) if self.has_lower else 0.0)
-        return Bounds(min(lower, upper), upper)
+        return certified_bounds(lower, upper, f"delta at epsilon={epsilon!r}")
 
     def _chernoff_upper(self, epsilon: float) -> float:
         """Certified upper bound on ``delta(epsilon)`` without any FFT composition: per
@@ -1873,7 +1873,7 @@ class AllocationPLD:
             return gauss
         cheap = min(gauss.upper, self._chernoff_upper(epsilon))
         if self._engine_cannot_improve(cheap):
-            return Bounds(min(gauss.lower, cheap), cheap)
+            return certified_bounds(gauss.lower, cheap, f"delta at epsilon={epsilon!r}")
         per = [self._delta(d, epsilon) for d in self.plds]
         upper = min(max(b.upper for b in per), cheap)
         lower = max(max(b.lower for b in per), gauss.lower)
@@ -1942,16 +1942,14 @@ def _consistent(lower: float, upper: float, what: str, at: float,
                 has_upper: bool = True) -> Bounds:
     """``Bounds(lower, upper)`` of two certified bounds, ``lower`` capped at ``upper`` where they
     cross by rounding; a crossing beyond rounding (relative 1e-6) means one of them is not
-    certified, and raises instead of hiding it (a grid that lost P-mass reported lower = upper =
-    1.39e-4 where the truth is 1.71e-4).  Without a meaningful upper bound (``has_upper``
+    certified, and raises :class:`~dpplugins.errors.NumericalError` instead of hiding it
+    (:func:`~dpplugins.pld.certified_bounds`).  Without a meaningful upper bound (``has_upper``
     False: a dominated construction) the lower bound is returned whole (it was capped by the
     dominated pair's own value: 1.0e-5 where 7.9e-3 is certified)."""
     if not has_upper:
         return Bounds(lower, max(lower, upper))
-    if bounds_cross(lower, upper):
-        raise RuntimeError(f"internal: the certified lower bound on {what} ({lower!r}) is above "
-                           f"the upper bound ({upper!r}) at {at!r} (report this as a bug)")
-    return Bounds(min(lower, upper), upper)
+    where = "delta at epsilon" if what == "delta" else "epsilon at delta"
+    return certified_bounds(lower, upper, f"{where}={at!r}")
 
 
 def _gaussian_epoch(sigma: float, t: int, h_loss: float, *, tail_mass: float, memory_limit: int,

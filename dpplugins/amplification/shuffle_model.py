@@ -221,7 +221,7 @@ from dpplugins.amplification.count_pair import count_pair_pmfs as _count_pair_pm
 from dpplugins.amplification.shuffle import ShuffleBound
 from dpplugins.errors import (NumericalError, ParameterError, check_count, check_nonnegative,
                               check_open_unit, check_positive)
-from dpplugins.pld import Bounds, PrivacyLossDistribution
+from dpplugins.pld import Bounds, PrivacyLossDistribution, certified_bounds
 
 #: category laws ``(pi, v0, v1)`` of a count pair: the others' law, the differing user's on X0
 #: and on X1, each over the categories (A, B, C)
@@ -611,7 +611,7 @@ class BinaryRRWorstCase:
             # (then _search leaves it; at delta = 1e-15 the FFT-convolved cores are all there)
             return up, -math.inf, core.epsilon_lower(delta, up) if up >= cap else math.inf
         up, low, blocks = self._search(score, cap)
-        return Bounds(min(max(low, 0.0), up), up), blocks
+        return certified_bounds(max(low, 0.0), up, f"epsilon at delta={delta!r}"), blocks
 
     def delta(self, epsilon: float) -> tuple[Bounds, list[_Block]]:
         """Certified bounds on delta(epsilon) over all neighbouring datasets (memoised)."""
@@ -628,7 +628,7 @@ class BinaryRRWorstCase:
             b = self._core(lo, hi).delta(epsilon)
             return b.upper, (b.lower if lo == hi else -math.inf), b.lower
         up, low, blocks = self._search(score)
-        return Bounds(min(max(low, 0.0), up), up), blocks
+        return certified_bounds(max(low, 0.0), up, f"delta at epsilon={epsilon!r}"), blocks
 
     def profile(self, blocks: Sequence[_Block]) -> Callable[[np.ndarray], np.ndarray]:
         """Upper privacy profile ``max over blocks of the core's delta(eps)`` for a partition of
@@ -1141,7 +1141,7 @@ def lower_bound(spec, n: int, delta: float) -> ShuffleBound:
 def epsilon_bounds(spec, n: int, delta: float) -> Bounds:
     """``(lower_bound, epsilon)`` of one round."""
     up = epsilon(spec, n, delta).epsilon
-    return Bounds(min(lower_bound(spec, n, delta).epsilon, up), up)
+    return certified_bounds(lower_bound(spec, n, delta).epsilon, up, f"epsilon at delta={delta!r}")
 
 
 def _single_user_profile(r: Randomizer) -> Callable[[np.ndarray], np.ndarray]:
@@ -1191,7 +1191,7 @@ def delta_bounds(spec, n: int, epsilon_: float) -> Bounds:
     low = fixed_dataset_delta_lower(r, n, eps) if r.eps0 > 0 else r.delta0
     if r.kind == "krr" and r.k == 2 and n <= _MAX_EXACT_BINARY_N and eps < r.eps0:
         low = max(low, _binary_worst_case(r.eps0, n).delta(eps)[0].lower)
-    return Bounds(min(low, upper), upper)
+    return certified_bounds(low, upper, f"delta at epsilon={eps!r}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1538,7 +1538,7 @@ def composed_epsilon_bounds(rounds: Sequence, delta: float, *,
                 low = 0.0
         low = max(low, best_single_round_lower(
             rs, lambda spec, n: fixed_dataset_epsilon_lower(spec, n, delta)))
-    return Bounds(min(low, up), up)
+    return certified_bounds(low, up, f"epsilon at delta={delta!r}")
 
 
 def composed_delta_bounds(rounds: Sequence, epsilon_: float, *,
@@ -1566,7 +1566,7 @@ def composed_delta_bounds(rounds: Sequence, epsilon_: float, *,
             low = 0.0
         low = max(low, best_single_round_lower(
             rs, lambda spec, n: fixed_dataset_delta_lower(spec, n, eps)))
-    return Bounds(min(low, up), up)
+    return certified_bounds(low, up, f"delta at epsilon={eps!r}")
 
 
 def best_single_round_lower(rounds, one_round: Callable[[object, int], float]) -> float:

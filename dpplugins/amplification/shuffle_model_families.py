@@ -238,7 +238,7 @@ from dpplugins.amplification.shuffle_model_errata import (decomposition_for_tota
 from dpplugins.amplification.shuffle_model_four_class import FourClassBlanket
 from dpplugins.errors import (NumericalError, ParameterError, check_count, check_nonnegative,
                               check_open_unit)
-from dpplugins.pld import Bounds, PrivacyLossDistribution
+from dpplugins.pld import Bounds, PrivacyLossDistribution, certified_bounds
 
 __all__ = ["Family", "unary_encoding", "subset_selection", "local_hashing", "laplace_bounded",
            "epsilon", "lower_bound", "epsilon_bounds", "delta_bounds", "upper_profile",
@@ -696,13 +696,13 @@ def delta_bounds(family: Family, n: int, epsilon_: float) -> Bounds:
                 lower = max(lower, _sm.CountPair(n, *laws).delta(eps).lower)
             except _ENGINE_FAILURES:
                 continue
-    return Bounds(min(lower, upper), upper)
+    return certified_bounds(lower, upper, f"delta at epsilon={eps!r}")
 
 
 def epsilon_bounds(family: Family, n: int, delta: float) -> Bounds:
     """``(lower_bound, epsilon)`` of one round."""
     up = epsilon(family, n, delta).epsilon
-    return Bounds(min(lower_bound(family, n, delta).epsilon, up), up)
+    return certified_bounds(lower_bound(family, n, delta).epsilon, up, f"epsilon at delta={delta!r}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1022,7 +1022,7 @@ def composed_rounds_epsilon_bounds(rounds, delta: float, *,
                 low = 0.0
         # a round's own (three-category) bound can beat a composition of count pairs
         low = max(low, single_round_epsilon_lower(rs, delta))
-    return Bounds(min(max(low, 0.0), up), up)
+    return certified_bounds(max(low, 0.0), up, f"epsilon at delta={delta!r}")
 
 
 def single_round_epsilon_lower(rounds, delta: float) -> float:
@@ -1085,4 +1085,4 @@ def composed_rounds_delta_bounds(rounds, epsilon_: float, *,
             except NumericalError:
                 low = 0.0
         low = max(low, single_round_delta_lower(rs, eps))
-    return Bounds(min(low, up), up)
+    return certified_bounds(low, up, f"delta at epsilon={eps!r}")

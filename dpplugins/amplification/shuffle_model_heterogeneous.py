@@ -57,7 +57,7 @@ import numpy as np
 from dpplugins.amplification import shuffle as _shuffle
 from dpplugins.amplification import shuffle_model as _sm
 from dpplugins.errors import ParameterError, check_count, check_nonnegative, check_open_unit
-from dpplugins.pld import Bounds, PrivacyLossDistribution
+from dpplugins.pld import Bounds, PrivacyLossDistribution, certified_bounds
 
 __all__ = ["GroupedKRR", "capped_groups", "epsilon_bounds", "delta_bounds", "upper_blankets", "count_pairs",
            "upper_profile", "round_pld", "lower_round_pld", "grid_step"]
@@ -269,7 +269,7 @@ def epsilon_bounds(groups: Sequence[tuple[float, int]], k: int, delta: float) ->
     top = max(eps for eps, _ in g)
     lower = _sm._lower_epsilon(lambda e: _delta_lower(pairs, e), delta, top, upper) \
         if upper > 0 else 0.0
-    return Bounds(min(lower, upper), upper)
+    return certified_bounds(lower, upper, f"epsilon at delta={delta!r}")
 
 
 def delta_bounds(groups: Sequence[tuple[float, int]], k: int, epsilon_: float) -> Bounds:
@@ -288,7 +288,7 @@ def delta_bounds(groups: Sequence[tuple[float, int]], k: int, epsilon_: float) -
         return _sm.delta_bounds(("krr", g[0][0], k), g[0][1], eps)
     upper = min(_delta_upper(upper_blankets(g, k), eps), 1.0)
     lower = _delta_lower(count_pairs(g, k), eps) if upper > 0 else 0.0
-    return Bounds(min(max(lower, 0.0), upper), upper)
+    return certified_bounds(max(lower, 0.0), upper, f"delta at epsilon={eps!r}")
 
 
 # --------------------------------------------------------------------------------------------

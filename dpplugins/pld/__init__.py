@@ -4,6 +4,7 @@ See :class:`PrivacyLossDistribution`; the constructions are in :mod:`dpplugins.p
 FFT composition with its error terms in :mod:`dpplugins.pld.compose`.
 """
 
-from dpplugins.pld.distribution import DIRECTIONS, AccuracyWarning, Bounds, PrivacyLossDistribution
+from dpplugins.pld.distribution import (DIRECTIONS, AccuracyWarning, Bounds, PrivacyLossDistribution,
+                                        certified_bounds)
 
-__all__ = ["Bounds", "PrivacyLossDistribution", "DIRECTIONS", "AccuracyWarning"]
+__all__ = ["Bounds", "PrivacyLossDistribution", "DIRECTIONS", "AccuracyWarning", "certified_bounds"]

@@ -1127,10 +1127,10 @@ class PrivacyLossDistribution:
             floor += lower_floor
         self.last_floor = floor
         if bounds_cross(low, uppers[dominant]):
-            # two certified bounds cannot cross beyond rounding: one of them is wrong here (a
-            # Poisson-subsampled Gaussian at sigma = 0.05, q = 1e-6, delta = 1e-100: lower
-            # 598.45, upper 597.82, true 597.80; at delta = 1e-80 the upper was below the
-            # truth too), so nothing is certified at this delta
+            # two certified bounds cannot cross beyond rounding: one of them is wrong here, so
+            # nothing is certified at this delta (a Poisson-subsampled Gaussian at sigma = 0.05,
+            # q = 1e-6, delta = 1e-100 gave lower 598.45, upper 597.82, true 597.80, until the
+            # grid stopped trusting subnormal Q-masses: grid._TRUSTED_MASS)
             raise NumericalError(
                 f"the PLD grid's lower ({low!r}) and upper ({uppers[dominant]!r}) bounds on "
                 f"epsilon cross at delta={delta!r}: this grid cannot certify that delta",

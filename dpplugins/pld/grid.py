@@ -103,6 +103,13 @@ def _trimmed(h: float, lo: int, pmf: np.ndarray, inf_mass: float, fp_error: floa
 
 #: beyond this |loss|, e^loss is 0 or inf in double precision (exp underflows below -745.2)
 _EXP_RANGE = 750.0
+#: smallest bin mass taken as relatively accurate.  Below double's normal range (2^-1022) a mass
+#: is only known to an absolute few times 2^-1074 (subnormal rounding; the quadrature's and
+#: ndtr's intermediates), and e^eps up to e^600 amplifies that far beyond the mass itself;
+#: 2^-1000 leaves a factor 2^22 for the absolute error of those roundings
+_TRUSTED_MASS = 2.0 ** -1000
+#: bound on the absolute error of an interval mass in double's subnormal range
+_SUBNORMAL_SLACK = 2.0 ** -1064
 
 
 def pessimistic_from_bins(bins: LossBins) -> GridPMF:
@@ -133,8 +140,13 @@ def pessimistic_from_bins(bins: LossBins) -> GridPMF:
     h, lo, hi = bins.h, bins.lo, bins.hi
     eps = (lo + np.arange(hi - lo)) * h  # lower end of each bin
     r_b = FP_ALLOWANCE
+    # A Q-mass below _TRUSTED_MASS may be rounded up by more than itself (sigma = 0.05, q = 1e-6:
+    # 4e-323 for 2.5e-323 at loss 553, so x_j q > p and the bin's P-mass went to its lower end;
+    # epsilon at delta = 1e-80 was certified 550.5100 for the true 550.5112): use 0 there, a
+    # lower bound on the exact Q-mass, so that all of the bin's P-mass goes to its upper end
+    q_trusted = np.where(bins.q >= _TRUSTED_MASS, bins.q, 0.0)
     with np.errstate(over="ignore", invalid="ignore"):
-        excess = bins.p - np.exp(eps) * bins.q  # = P-mass - x_j * Q-mass >= 0
+        excess = bins.p - np.exp(eps) * q_trusted  # = P-mass - x_j * Q-mass >= 0
     excess = np.where(np.isfinite(excess), excess, bins.p)
     h1 = -np.expm1(-h)
     p_up = np.clip(excess / h1, 0.0, bins.p)
@@ -149,7 +161,7 @@ def pessimistic_from_bins(bins: LossBins) -> GridPMF:
     pmf[:-1] += bins.p - p_up
     pmf[1:] += p_up
     pmf[0] += bins.p_below
-    x_hi_q = np.exp(hi * h) * bins.q_above if bins.q_above > 0 else 0.0
+    x_hi_q = np.exp(hi * h) * bins.q_above if bins.q_above >= _TRUSTED_MASS else 0.0
     at_top = min(x_hi_q, bins.p_above)
     pmf[-1] += at_top
     eps_abs = min(max(abs(lo), abs(hi)) * h, _EXP_RANGE)
@@ -217,6 +229,9 @@ def optimistic_from_bins(bins: LossBins, top_q: float = 0.0) -> GridPMF:
     polygon is positive up to
     ``x_hi-1`` (otherwise it ends before the top anyway).
     """
+    cut = _untrusted_cut(bins)
+    if cut is not None:
+        return _optimistic_split(bins, cut)
     h, lo = bins.h, bins.lo
     # e^(eps + h) must stay in double's range (a grid step above about 50 could put it beyond
     # e^709: e^eps overflowed, inf * 0 gave NaN, and the PMF an infinite mass).  Grid points
@@ -333,7 +348,10 @@ def optimistic_from_bins(bins: LossBins, top_q: float = 0.0) -> GridPMF:
     if last >= 1:
         plain[last] = q_ext[last] - g[last - 1]
     tolerance = 1e-12 * (q_ext[: last + 1] + g[: last + 1] + np.concatenate([[0.0], g[: last]]))
-    if np.any(plain < -tolerance - 1e-300):
+    # (the absolute part of the tolerance in P-mass units: a Q-mass deficit c at x_j carried
+    # down costs c x_j (e^h - 1) of fp_error, 2e-288 at x_j = e^35 for a deficit of 5e-302,
+    # which left no lower bound at delta = 1e-300)
+    if np.any(plain < -tolerance - 1e-300 / np.maximum(x[: last + 1], 1.0)):
         return _optimistic_hull(bins, x, v, v_err, last, q_gt_last, sum_rel)
     # raising g can leave rounding-level negative kinks: carry each deficit down to the next
     # kink (moving Q-mass c from x_{j-1} up to x_j raises the profile by at most
@@ -359,6 +377,63 @@ def optimistic_from_bins(bins: LossBins, top_q: float = 0.0) -> GridPMF:
         pmf[tail_atom[0]] += tail_atom[1]
     if q_gt_last <= 0:
         pmf[n - 1] += _flat_tail_mass(bins, float(v[last] - v_err[last]))
+    return _trimmed(h, lo, pmf, bins.p_inf * (1 - 2 * r_b), fp_error)
+
+
+def _untrusted_cut(bins: LossBins) -> int | None:
+    """Index of the first bin at a non-negative loss with P-mass whose Q-mass is below
+    ``_TRUSTED_MASS`` (``n`` for the region above the grid), or None.  There ``x_j q``,
+    with ``x_j`` up to ``e^600``, is not known to the accuracy the tangent construction needs
+    (sigma = 0.05, q = 1e-6: Q-masses flushed to 0 from loss 553 on, and lower bounds on
+    epsilon above the truth at delta = 1e-80 and below)."""
+    n = bins.hi - bins.lo
+    eps = (bins.lo + np.arange(n)) * bins.h
+    bad = np.flatnonzero((bins.q < _TRUSTED_MASS) & (bins.p > 0) & (eps >= 0))
+    if len(bad):
+        return int(bad[0])
+    if bins.q_above < _TRUSTED_MASS and bins.p_above > 0 and bins.hi * bins.h >= 0:
+        return n
+    return None
+
+
+def _optimistic_split(bins: LossBins, cut: int) -> GridPMF:
+    """Tangent construction for bins whose Q-masses from bin ``cut`` on cannot be trusted.
+
+    Our derivation.  Write the profile as ``f = p_inf + A + B``, ``A`` and ``B`` the integrals of
+    ``(1 - x e^-L)_+ dP`` over the outputs of the bins below ``cut`` and over the rest (bins
+    ``cut ..`` and the region above the grid).  (i) ``B`` is at least the profile of the P-masses
+    of those bins put at the lower ends of their bins (``eps_hi`` for the region above): a
+    smaller loss for each unit of mass; the masses are rounded down (relative ``2 r_b``, and
+    ``_SUBNORMAL_SLACK`` absolute).  (ii) The pair with the outputs of ``B`` merged into one output of
+    P-mass ``P_B`` at loss ``+inf`` and their Q-mass ``Q_B`` moved to loss ``-inf`` (P = 0
+    there) is a genuine pair whose profile is ``p_inf + P_B + A``; its bins are the head bins
+    with ``P_B`` (rounded up: only lowers ``v_0``) added to ``p_inf`` and ``Q_B`` to the
+    left-out ``q_minus_inf``, all trusted, so the tangent construction of it is below that
+    profile, and its finite part below ``A``.  The sum of the finite part, the atoms of (i) and
+    ``p_inf`` (rounded down) is therefore below ``f``; as a function of the P-masses and losses
+    only, it composes to lower bounds as in :func:`optimistic_from_bins`."""
+    h, lo, hi = bins.h, bins.lo, bins.hi
+    n = hi - lo
+    r_b = FP_ALLOWANCE
+    tail_p = np.concatenate([bins.p[cut:], [bins.p_above]])
+    p_b = (math.fsum(tail_p.tolist()) * (1 + 2 * r_b) + 1e-300) * (1 + 4 * _UNIT_ROUNDOFF)
+    q_b = math.fsum(bins.q[cut:].tolist()) + bins.q_above
+    pmf = np.zeros(n + 1)
+    fp_error = fp_error_of(bins)
+    if cut >= 2 and 1.0 - math.exp(lo * h) - (bins.p_inf + p_b) > 0:
+        head = LossBins(h=h, lo=lo, hi=lo + cut, p=bins.p[:cut], q=bins.q[:cut],
+                        p_below=bins.p_below, q_below=bins.q_below + q_b, p_above=0.0,
+                        q_above=0.0, p_inf=bins.p_inf + p_b, fp_error=bins.fp_error,
+                        q_minus_inf=bins.q_minus_inf + q_b)
+        lower = optimistic_from_bins(head)
+        start = lower.lo - lo
+        pmf[start: start + len(lower.pmf)] += lower.pmf
+        fp_error = lower.fp_error
+    # (otherwise no head construction: its finite part 0 is below A)
+    # rounded down: relative r_b, and an absolute 2^-1064 (1024 units of the subnormal range)
+    atoms = np.maximum(tail_p * ((1 - 2 * r_b) * (1 - 4 * _UNIT_ROUNDOFF)) - _SUBNORMAL_SLACK, 0.0)
+    pmf[cut: n] += atoms[:-1]
+    pmf[n] += atoms[-1]
     return _trimmed(h, lo, pmf, bins.p_inf * (1 - 2 * r_b), fp_error)
 
 

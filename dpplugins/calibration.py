@@ -49,6 +49,8 @@ _LOG_SIGMA_RANGE = (math.log(1e-12), math.log(1e12))
 #: the target (a fixed 1 % band returned a sigma 5.5e-4 too high at sigma_tolerance 1e-9, and
 #: 0.4 % too high at the default 1e-3 for 10^9 steps; found by a hostile sweep)
 _ACCEPT_BELOW_MAX = 1e-2
+#: smallest ``sigma_tolerance`` accepted
+_MIN_SIGMA_TOLERANCE = 1e-12
 #: |log eps - log target| is clamped here (eps = 0 or inf stay usable in Brent's method)
 _CLAMP = 1e3
 
@@ -132,6 +134,12 @@ def find_noise_multiplier(*, target_epsilon: float, delta: float,
     target = check_positive("target_epsilon", target_epsilon)
     delta = check_open_unit("delta", delta)
     tol = check_positive("sigma_tolerance", sigma_tolerance)
+    if tol < _MIN_SIGMA_TOLERANCE:
+        # (below double precision the verification's nudges sigma *= 1 + tol / 2 left sigma
+        # unchanged: 200 certified evaluations, then "epsilon 1 > 1" at sigma_tolerance=1e-300)
+        raise ParameterError("sigma_tolerance", sigma_tolerance,
+                             f">= {_MIN_SIGMA_TOLERANCE:g} (a relative accuracy a noise multiplier "
+                             "can be stepped by in double precision)")
     probe = create(accountant, **options)  # fails early on an unknown name or bad options
     if event_for_noise is None:
         q = check_probability("sample_rate", sample_rate)
@@ -301,5 +309,5 @@ def _verify(root: float, known: float, epsilon_at, target: float, tol: float) ->
         if eps <= target:
             return sigma
         sigma *= 1 + tol / 2
-    raise NumericalError(f"verification of sigma={sigma:.6g} kept failing (epsilon {eps:.6g} > "
-                         f"{target:g})", "raise sigma_tolerance or eps_tolerance")
+    raise NumericalError(f"verification of sigma={sigma!r} kept failing (epsilon {eps!r} > "
+                         f"target {target!r})", "raise sigma_tolerance or eps_tolerance")

@@ -46,6 +46,7 @@ Example::
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence, Union
 
@@ -167,8 +168,10 @@ def epsilon_delta_tradeoff(alpha, epsilon: float, delta: float) -> np.ndarray:
     a = alpha_array(alpha)
     eps = check_nonnegative("epsilon", epsilon)
     delta = check_probability("delta", delta, allow_zero=True)
-    return np.maximum.reduce([np.zeros_like(a), 1 - delta - math.exp(eps) * a,
-                              math.exp(-eps) * (1 - delta - a)])
+    # (math.exp overflowed for eps above 709: an OverflowError; e^eps alpha is then inf where
+    # alpha > 0 and the segment is 0 there, 1 - delta at alpha = 0)
+    steep = (1 - delta - math.exp(eps) * a) if eps < 709 else np.where(a > 0, -np.inf, 1 - delta)
+    return np.maximum.reduce([np.zeros_like(a), steep, math.exp(-eps) * (1 - delta - a)])
 
 
 def _merged_grid(*grids: np.ndarray) -> np.ndarray:
@@ -568,7 +571,12 @@ def gdp_compose(mus: Iterable[float]) -> float:
         5.0
     """
     values = [_mu(m, f"mus[{i}]") for i, m in enumerate(mus)]
-    return float(math.sqrt(math.fsum(m * m for m in values)))
+    # scaled by the largest mu: the squares underflowed to 0 below about 1e-162 (mu = 0, a
+    # perfect-privacy claim) and overflowed in fsum above about 1e154 (OverflowError)
+    scale = max(values, default=0.0)
+    if scale == 0.0:
+        return 0.0
+    return float(scale * math.sqrt(math.fsum((m / scale) ** 2 for m in values)))
 
 
 def gdp_group_mu(mu: float, group_size: int) -> float:
@@ -580,7 +588,10 @@ def gdp_group_mu(mu: float, group_size: int) -> float:
         >>> gdp_group_mu(0.5, 3)
         1.5
     """
-    return _mu(mu) * check_count("group_size", group_size, minimum=1)
+    mu = _mu(mu)
+    g = check_count("group_size", group_size, minimum=1)
+    # (a group beyond the float range raised OverflowError converting the int)
+    return mu * float(g) if g <= sys.float_info.max else (math.inf if mu > 0 else 0.0)
 
 
 def group_tradeoff(f: TradeoffLike, group_size: int, alphas=None) -> TradeoffCurve:
@@ -601,7 +612,10 @@ def group_tradeoff(f: TradeoffLike, group_size: int, alphas=None) -> TradeoffCur
                              "a TradeoffCurve or a callable alpha -> f(alpha)")
     x = alphas.copy()
     for _ in range(g):
-        x = np.clip(1.0 - np.asarray(f(x), dtype=float), 0.0, 1.0)
+        nxt = np.clip(1.0 - np.asarray(f(x), dtype=float), 0.0, 1.0)
+        if np.array_equal(nxt, x):   # a fixed point: further iterations change nothing (a
+            break                    # group of 10^6 under G_1e300 ran for minutes)
+        x = nxt
     return TradeoffCurve(alphas, np.clip(1.0 - x, 0.0, 1.0 - alphas), f"group of {g}")
 
 
@@ -665,8 +679,16 @@ def subsampled_gaussian_delta(epsilon, mu: float, p: float) -> np.ndarray:
     if mu == 0.0:
         return np.zeros(shape)
     log_p = math.log(p)
-    # eps1 = log(e^eps - 1 + p) - log p without overflow: e^eps - 1 + p = e^eps (1 - (1-p) e^-eps)
-    eps1 = eps + np.log1p(-(1 - p) * np.exp(-eps)) - log_p
+    # eps1 = log(1 + (e^eps - 1)/p): log1p(expm1(eps)/p) where that is finite; for small eps
+    # the form e^eps (1 - (1-p) e^-eps) lost up to 6e-9 of delta (relative) to cancellation in
+    # 1 - (1-p) e^-eps, below the exact profile the fixed-size PLD takes as an upper bound
+    # (and warned log1p(-1) at eps = 0, p = 1e-300); that form, without overflow, for large eps
+    with np.errstate(over="ignore", divide="ignore"):
+        small = np.minimum(eps, 709.0)
+        ratio = np.expm1(small) / p
+        eps1 = np.where(np.isfinite(ratio) & (eps < 709.0), np.log1p(ratio),
+                        np.where(eps < 709.0, np.log(np.expm1(small)) - log_p,
+                                 eps + np.log1p(-(1 - p) * np.exp(-eps)) - log_p))
     first = p * gaussian_delta(np.maximum(eps1, 0.0), mu)
     second = np.zeros_like(eps)
     inside = (-np.expm1(-eps)) < p  # 1 - e^-eps < p  <=>  eps < -log(1 - p)
@@ -732,6 +754,8 @@ def clt_mu_poisson(noise_multiplier: float, sample_rate: float, steps: float, *,
     """
     sigma, q, t = _clt_inputs(noise_multiplier, sample_rate, steps)
     check_choice("neighbouring", neighbouring, ("add_remove", "replace_one"))
+    if t == 0:
+        return 0.0   # (0 * inf was NaN for a noise multiplier whose 1/sigma^2 overflows)
     chi2 = _expm1_inverse_square(sigma)
     if neighbouring == "replace_one":
         chi2 = chi2 + (-math.expm1(-_inverse_square(sigma)))  # e^x - e^-x = (e^x - 1) + (1 - e^-x)
@@ -766,6 +790,8 @@ def clt_mu_uniform(noise_multiplier: float, sample_rate: float, steps: float) ->
         >>> mu = clt_mu_uniform(2.0, 0.01, 10_000)   # = DRS Cor. 5.4 with s = 1
     """
     sigma, q, t = _clt_inputs(noise_multiplier, sample_rate, steps)
+    if t == 0:
+        return 0.0
     s = sigma / 2.0
     x = _inverse_square(s)
     if x > 700:

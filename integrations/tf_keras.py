@@ -288,13 +288,24 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
                                      f"sampler={self.sampler!r} ({type(event).__name__})",
                                      f"accountants that support it: {names}")
             return accountant
+        refused = {}
         for candidate in _PREFERRED + tuple(supporting(event)):
             try:
                 accountant = create(candidate, **self._options)
-            except (ParameterError, TypeError):
+            except (ParameterError, TypeError) as error:
+                refused[candidate] = error
                 continue
             if accountant.supports(event):
                 return accountant
+        supporters = [name for name in dict.fromkeys(_PREFERRED + tuple(supporting(event)))
+                      if name in refused and create(name).supports(event)]
+        if self._options and supporters:
+            # (the sampler was blamed for options no supporting accountant takes:
+            # accountant_options={"bogus": 1} read "sampler='poisson' is invalid")
+            raise ParameterError("accountant_options", self._options,
+                                 f"options the accountants that support sampler={self.sampler!r} "
+                                 f"({', '.join(supporters)}) take; {supporters[0]}: "
+                                 f"{refused[supporters[0]]}")
         raise ParameterError("sampler", self.sampler, "a sampler some registered accountant "
                              f"supports (its event: {event!r})")
 

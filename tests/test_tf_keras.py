@@ -513,3 +513,11 @@ def test_random_allocation_trains_under_keras_and_is_accounted_by_its_event(
     for passes, eps in enumerate(logged, start=1):
         assert 0 < eps <= _gaussian_epsilon(math.sqrt(participations * passes) / SIGMA, DELTA)
     assert logged[0] < logged[1]
+
+
+def test_unknown_accountant_options_are_named_not_the_sampler():
+    # (the sampler was blamed: "sampler='poisson' is invalid")
+    with pytest.raises(ParameterError, match="accountant_options") as info:
+        PrivacyCallback(delta=1e-5, noise_multiplier=1.0, batch_size=10, num_examples=100,
+                        accountant_options={"bogus": 1})
+    assert "bogus" in str(info.value)

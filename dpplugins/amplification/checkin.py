@@ -51,6 +51,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from typing import Callable, NamedTuple
@@ -116,6 +117,16 @@ def _exp(x: float) -> float:
 
 def _expm1(x: float) -> float:
     return math.expm1(x) if x < 709.0 else math.inf
+
+
+def _float_count(name: str, value, minimum: int = 1) -> int:
+    """:func:`check_count`, refused beyond the float range (the theorems' formulas are evaluated
+    in floats: 10**400 slots raised OverflowError)."""
+    value = check_count(name, value, minimum=minimum)
+    if value > sys.float_info.max:
+        raise ParameterError(name, value, f"an integer in [{minimum}, {sys.float_info.max:.4g}] "
+                             "(the theorems' formulas are evaluated in floating point)")
+    return value
 
 
 def _check_delta0(delta0) -> float:
@@ -192,7 +203,11 @@ def delta1_for_delta0(eps0: float, delta0: float) -> float:
     return _delta1(eps0, delta0)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _delta1(eps0: float, delta0: float) -> float:
+    # memoised: a pass profile asks for it twice per grid point (the admissibility check and
+    # the theorem's profile), and the accountant builds every distinct pass's profile twice
+    # (amplifies() and the PLD); 1000 passes of distinct noise took 114 s per query
     if delta0 == 0.0:
         return 0.0
     if _admissible(eps0, 1.0) < delta0:
@@ -270,7 +285,7 @@ def fixed_window_epsilon(eps0: float, delta: float, num_slots: int, checkin_prob
     """
     eps0 = check_positive("eps0", eps0)
     delta = check_open_unit("delta", delta)
-    slots = check_count("num_slots", num_slots, minimum=1)
+    slots = _float_count("num_slots", num_slots)
     p0 = check_probability("checkin_probability", checkin_probability)
     delta0 = _check_delta0(delta0)
     e0, delta1 = _approximate_reduction(eps0, delta0)
@@ -320,7 +335,7 @@ def fixed_window_profile(eps0: float, num_slots: int, checkin_probability: float
         True
     """
     eps0 = check_positive("eps0", eps0)
-    slots = check_count("num_slots", num_slots, minimum=1)
+    slots = _float_count("num_slots", num_slots)
     p0 = check_probability("checkin_probability", checkin_probability)
     delta0 = _check_delta0(delta0)
     e0, delta1 = _approximate_reduction(eps0, delta0)
@@ -334,8 +349,8 @@ def averaged_eps1(num_clients: int, num_slots: int, delta2: float) -> float:
     """``eps1 = sqrt(1/n + 1/m) + sqrt(log(1/delta2) / n)`` of Thm 4.1 (Balle et al. 2020): with
     probability ``>= 1 - delta2`` the check-in loads ``L`` satisfy ``||L||_2 / n <= eps1``
     (Lemma A.6, McDiarmid + Jensen)."""
-    n = check_count("num_clients", num_clients, minimum=1)
-    m = check_count("num_slots", num_slots, minimum=1)
+    n = _float_count("num_clients", num_clients)
+    m = _float_count("num_slots", num_slots)
     delta2 = check_open_unit("delta2", delta2)
     return math.sqrt(1.0 / n + 1.0 / m) + math.sqrt(math.log(1.0 / delta2) / n)
 
@@ -397,8 +412,8 @@ def averaged_profile(eps0: float, num_clients: int, num_slots: int, delta0: floa
         True
     """
     eps0 = check_positive("eps0", eps0)
-    n = check_count("num_clients", num_clients, minimum=1)
-    m = check_count("num_slots", num_slots, minimum=1)
+    n = _float_count("num_clients", num_clients)
+    m = _float_count("num_slots", num_slots)
     delta0 = _check_delta0(delta0)
     grid = np.geomspace(1e-16, 0.5, 64) if delta2_grid is None else np.asarray(delta2_grid, float)
     if grid.ndim != 1 or grid.size == 0 or np.any(~((grid > 0) & (grid < 1))):
@@ -431,7 +446,7 @@ def sliding_window_epsilon(eps0: float, delta: float, window: int, delta0: float
     """
     eps0 = check_positive("eps0", eps0)
     delta = check_open_unit("delta", delta)
-    window = check_count("window", window, minimum=1)
+    window = _float_count("window", window)
     delta0 = _check_delta0(delta0)
     e0, delta1 = _approximate_reduction(eps0, delta0)
     eps = _eps_at(*_fixed_coefficients(e0, window, 1.0), delta)
@@ -448,7 +463,7 @@ def sliding_window_profile(eps0: float, window: int, delta0: float = 0.0) -> Pro
         True
     """
     eps0 = check_positive("eps0", eps0)
-    window = check_count("window", window, minimum=1)
+    window = _float_count("window", window)
     delta0 = _check_delta0(delta0)
     e0, delta1 = _approximate_reduction(eps0, delta0)
     if math.isinf(delta1):
@@ -492,8 +507,8 @@ def repeated_fixed_window_epsilon(eps0: float, delta: float, num_clients: int, n
     """
     eps0 = check_positive("eps0", eps0)
     delta = check_open_unit("delta", delta)
-    n = check_count("num_clients", num_clients, minimum=1)
-    m = check_count("num_slots", num_slots, minimum=1)
+    n = _float_count("num_clients", num_clients)
+    m = _float_count("num_slots", num_slots)
     if m > n:
         raise ParameterError("num_slots", m, f"<= num_clients={n} (Cor. 3.3 sets p0 = m/n <= 1)")
     k = math.ceil(n / m) if repetitions is None else check_count("repetitions", repetitions,
@@ -547,8 +562,8 @@ def expected_dummy_updates(num_clients: int, num_slots: int, checkin_probability
         0.5
     """
     variant = check_choice("variant", variant, VARIANTS)
-    n = check_count("num_clients", num_clients, minimum=1)
-    m = check_count("num_slots", num_slots, minimum=1)
+    n = _float_count("num_clients", num_clients)
+    m = _float_count("num_slots", num_slots)
     if variant == "sliding":
         if m > n:
             raise ParameterError("num_slots", m,
@@ -571,8 +586,8 @@ def expected_dummy_updates_bound(num_clients: int, num_slots: int, checkin_proba
         3.6788
     """
     variant = check_choice("variant", variant, VARIANTS)
-    n = check_count("num_clients", num_clients, minimum=1)
-    m = check_count("num_slots", num_slots, minimum=1)
+    n = _float_count("num_clients", num_clients)
+    m = _float_count("num_slots", num_slots)
     if variant == "sliding":
         if m > n:
             raise ParameterError("num_slots", m, f"<= num_clients={n}")
@@ -595,11 +610,16 @@ def checkin_probability_for_dummy_fraction(num_clients: int, num_slots: int,
         >>> round(checkin_probability_for_dummy_fraction(1000, 100, math.exp(-1)), 6)  # c = 1
         0.09995
     """
-    n = check_count("num_clients", num_clients, minimum=1)
-    m = check_count("num_slots", num_slots, minimum=1)
+    n = _float_count("num_clients", num_clients)
+    m = _float_count("num_slots", num_slots)
     f = check_open_unit("dummy_fraction", dummy_fraction)
+
+    def fraction(p: float) -> float:   # (1 - p/m)^n; 0 once p/m rounds to 1 (log1p(-1) was a
+        r = min(p, m) / m              # math domain error: n = 5, m = 1, dummy_fraction = 1e-300)
+        return 0.0 if r >= 1.0 else math.exp(n * math.log1p(-r))
+
     p0 = -m * math.expm1(math.log(f) / n)
-    while math.exp(n * math.log1p(-min(p0, m) / m)) > f:   # guard against rounding
+    while fraction(p0) > f:   # guard against rounding
         p0 = math.nextafter(p0, math.inf)
     if p0 > 1.0:
         floor = math.exp(n * math.log1p(-1.0 / m)) if m > 1 else 0.0
@@ -689,8 +709,8 @@ def pass_privacy_profile(variant: str, *, num_clients: int, num_slots: int,
         True
     """
     variant = check_choice("variant", variant, VARIANTS)
-    n = check_count("num_clients", num_clients, minimum=1)
-    m = check_count("num_slots", num_slots, minimum=1)
+    n = _float_count("num_clients", num_clients)
+    m = _float_count("num_slots", num_slots)
     p0 = check_probability("checkin_probability", checkin_probability)
     if variant == "averaged" and p0 != 1.0:
         raise ParameterError("checkin_probability", p0, "1 for the averaged variant (Thm 4.1 "

@@ -211,7 +211,8 @@ def _log_theta_pair(log_gamma: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, n
 def _log_theta_pair_regular(log_gamma: np.ndarray, r: np.ndarray
                             ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_log_theta_pair` for finite log_gamma and 0 < r < inf."""
-    a = log_gamma / r
+    with np.errstate(over="ignore"):   # r below ~1e-308 log(gamma): a = inf, theta = 0 (exact)
+        a = log_gamma / r
     half = r / 2
     lp = log_ndtr(half - a)
     lq = log_ndtr(-a - half)
@@ -274,7 +275,9 @@ def gaussian_step_divergence(epsilon, lipschitz: float, sigma):
     eps = _epsilons(epsilon)
     L = check_positive("lipschitz", lipschitz)
     s = _positive_array("sigma", sigma)
-    log_a, _ = _log_theta_pair(eps, 2 * L / s)
+    with np.errstate(over="ignore"):
+        r = 2 * L / s
+    log_a, _ = _log_theta_pair(eps, r)
     return _scalar_or_array(np.exp(log_a), scalar)
 
 
@@ -294,7 +297,9 @@ def gaussian_contraction_coefficient(epsilon, diameter: float, learning_rate: fl
     eta = check_positive("learning_rate", learning_rate)
     M = check_positive("contraction", contraction)
     s = _positive_array("sigma", sigma)
-    log_b, _ = _log_theta_pair(eps, M * D / (eta * s))
+    with np.errstate(over="ignore"):
+        r = M * D / (eta * s)
+    log_b, _ = _log_theta_pair(eps, r)
     return _scalar_or_array(np.exp(log_b), scalar)
 
 
@@ -317,7 +322,9 @@ def laplace_step_divergence(epsilon, lipschitz: float, scale):
     eps = _epsilons(epsilon)
     L = check_positive("lipschitz", lipschitz)
     v = _positive_array("scale", scale)
-    return _scalar_or_array(-np.expm1(_laplace_exponent(eps, 2 * L / v)), scalar)
+    with np.errstate(over="ignore"):
+        shift = 2 * L / v
+    return _scalar_or_array(-np.expm1(_laplace_exponent(eps, shift)), scalar)
 
 
 def laplace_contraction_coefficient(epsilon, interval_length: float, learning_rate: float, scale,
@@ -336,7 +343,9 @@ def laplace_contraction_coefficient(epsilon, interval_length: float, learning_ra
     eta = check_positive("learning_rate", learning_rate)
     M = check_positive("contraction", contraction)
     v = _positive_array("scale", scale)
-    return _scalar_or_array(-np.expm1(_laplace_exponent(eps, M * D / (eta * v))), scalar)
+    with np.errstate(over="ignore"):
+        shift = M * D / (eta * v)
+    return _scalar_or_array(-np.expm1(_laplace_exponent(eps, shift)), scalar)
 
 
 # -- the setting ----------------------------------------------------------------------------------
@@ -381,7 +390,9 @@ class PNSGDSetting:
         """``(log A, log B, log(1 - B))`` on the grid ``epsilon[:, None] x scales[None, :]``."""
         eps = np.asarray(epsilon, dtype=float)[:, None]
         s = np.asarray(scales, dtype=float)[None, :]
-        with np.errstate(divide="ignore"):
+        # (a noise scale near 1e-308 makes the shifts overflow to inf: A = B = 1 exactly, and
+        # numpy's overflow warning leaked to the user)
+        with np.errstate(divide="ignore", over="ignore"):
             if self.noise == "gaussian":
                 log_a, _ = _log_theta_pair(eps, 2 * self.lipschitz / s)
                 log_b_direct, log_comp = _log_theta_pair(eps, self.step_shift / s)

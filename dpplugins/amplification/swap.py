@@ -38,6 +38,7 @@ Example::
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -79,9 +80,19 @@ def coefficients(eps0: float, n: int) -> tuple[float, float]:
     return a, b
 
 
+def _count(n) -> int:
+    """``n``, an integer in [2, float max] (the formulas are evaluated in floats: 10**400 raised
+    OverflowError, and beyond int64 the Gaussian profile returned an object array)."""
+    n = check_count("n", n, minimum=2)
+    if n > sys.float_info.max:
+        raise ParameterError("n", n, f"an integer in [2, {sys.float_info.max:.4g}] (the theorem's "
+                             "formulas are evaluated in floating point)")
+    return n
+
+
 def _check(eps0, n, delta0):
     eps0 = check_nonnegative("eps0", eps0)
-    n = check_count("n", n, minimum=2)
+    n = _count(n)
     delta0 = check_nonnegative("delta0", delta0)
     if delta0 >= 1:
         raise ParameterError("delta0", delta0, "in [0, 1)")
@@ -220,7 +231,7 @@ def gaussian_profile(noise_multiplier: float, n: int, *, sensitivity: float = 2.
         >>> bool(profile(np.array([0.006]))[0] < 1e-6 < profile(np.array([0.005]))[0])
         True
     """
-    n = check_count("n", n, minimum=2)
+    n = float(_count(n))
     grid = GAUSSIAN_EPS0_GRID if eps0_grid is None else np.asarray(eps0_grid, float)
     deltas0 = gaussian_local_delta(grid, noise_multiplier, sensitivity)
     # With little noise the randomizer is (eps0, delta0)-DP only for delta0 = 1 at some (or

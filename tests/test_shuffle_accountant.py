@@ -139,6 +139,17 @@ def test_partial_epoch_lower_bound_uses_only_released_steps():
     assert tv_half < tv_full
 
 
+def test_partial_epoch_pair_tail_is_exact():
+    """The mixture's log-CDF kept its tail (it was rounded to multiples of 1.1e-16, and the
+    pair of half an epoch of n = 2 at sigma = 1 certified 11.95 at delta = 1e-12).  Exact value
+    of P = N(2,1)/2 + N(0,1)/2 against Q = N(1,1)/2 + N(0,1)/2: 7.13855 (mpmath)."""
+    from dpplugins.pld import PrivacyLossDistribution
+    p, q = shuffle.max_statistic_pair(1.0, 2, 2.0, 1.0, released_steps=1)
+    pld = PrivacyLossDistribution.from_pmfs(p, q, symmetric=False,
+                                            value_discretization_interval=1e-3)
+    assert 7.1 < pld.epsilon_for_delta(1e-12).lower <= 7.13856
+
+
 # ---------------------------------------------------------------------------------------------
 # batch size 1: agrees with the amplification functions
 # ---------------------------------------------------------------------------------------------

@@ -983,7 +983,10 @@ def lower_pair_of_summands(plain: np.ndarray, special_: np.ndarray, r: float, t:
     # drop: R = 0 (no lower end of the band), a negligible low prefix, negligible outcomes; the
     # hybrid argument runs over the kept outcomes only (module docstring)
     cumulative = np.cumsum(q.astype(float))
-    keep = (index > 0) & (cumulative > 1e-25) & (np.maximum(p, q) >= _TRIM)
+    # (k > 1: no outcome's band has a lower end and only the remove direction, which uses the
+    # upper end alone, is certified, so R = 0 is kept: dropping it, 16 % of Q at sigma = 0.7 in
+    # 2-out-of-4, gave the pair a negative shift, which the engine's eps >= 0 cannot use)
+    keep = ((index > 0) | (k > 1)) & (cumulative > 1e-25) & (np.maximum(p, q) >= _TRIM)
     if k > 1:
         keep &= hi_d <= _BAND_CAP
     if not np.any(keep):
@@ -1815,6 +1818,10 @@ class AllocationPLD:
         if self.has_lower and pld.has_lower_bound and lo.log_factor > -math.inf:
             raw = pld.delta_for_epsilon(max(0.0, epsilon + lo.shift)).lower
             lower = max(0.0, (_exp(lo.log_factor) * raw) * (1 - 8 * _U) - lo.extra())
+        if not self.has_upper:
+            # a dominated construction: its upper slot is a placeholder (the dominated pair's own
+            # value, no bound), so a lower bound above it is no crossing (as in _consistent)
+            return Bounds(lower, max(lower, upper))
         return certified_bounds(lower, upper, f"delta at epsilon={epsilon!r}")
 
     def _gaussian_delta(self, epsilon: float) -> Bounds:
@@ -1873,7 +1880,8 @@ class AllocationPLD:
             return gauss
         cheap = min(gauss.upper, self._chernoff_upper(epsilon))
         if self._engine_cannot_improve(cheap):
-            return certified_bounds(gauss.lower, cheap, f"delta at epsilon={epsilon!r}")
+            # (cheap is a placeholder in a dominated construction: _consistent)
+            return _consistent(gauss.lower, cheap, "delta", epsilon, self.has_upper)
         per = [self._delta(d, epsilon) for d in self.plds]
         upper = min(max(b.upper for b in per), cheap)
         lower = max(max(b.lower for b in per), gauss.lower)
@@ -1909,6 +1917,15 @@ class AllocationPLD:
             found = pld.epsilon_for_delta(target).lower
         except NumericalError:
             return 0.0  # the engine cannot certify this delta: no lower bound (0 is one)
+        if found <= 0.0 and cert.shift < 0.0:
+            # a negative shift (a dominated pair that dropped outcomes with more Q- than
+            # P-mass: 2-out-of-4 at sigma = 0.7 drops R = 0, 16 % of Q, shift -0.1698) needs
+            # H_engine on [shift, 0) for eps < -shift; the engine answers eps >= 0 only, and its
+            # lower end 0 is where its search starts, not H_engine(0) > target.  -shift was
+            # returned as a constant lower bound above the truth (3-out-of-5 at sigma = 0.7,
+            # delta = 0.7: 0.108 where epsilon is 0).  Only found > 0 certifies H_engine >
+            # target on [shift, found) (H decreases); as in _delta, max(0, eps + shift)
+            return 0.0
         return max(0.0, found - cert.shift)
 
     def epsilon_for_delta(self, delta: float) -> Bounds:

@@ -20,6 +20,7 @@ __all__ = [
     "ParameterError",
     "NumericalError",
     "check_real",
+    "check_float_count",
     "check_positive",
     "check_nonnegative",
     "check_probability",
@@ -148,6 +149,16 @@ def check_count(name: str, value: Any, *, minimum: int = 0) -> int:
         raise ParameterError(name, value, f"an integer >= {minimum}")
     if value < minimum:
         raise ParameterError(name, value, f"an integer >= {minimum}")
+    return value
+
+
+def check_float_count(name: str, value: Any, *, minimum: int = 0) -> int:
+    """:func:`check_count` that is also at most the largest float, for counts that enter
+    floating-point formulas (10**400 slots raised OverflowError there)."""
+    value = check_count(name, value, minimum=minimum)
+    if value > sys.float_info.max:
+        raise ParameterError(name, value, f"an integer in [{minimum}, {sys.float_info.max:.4g}] "
+                             "(it enters floating-point formulas)")
     return value
 
 

@@ -289,7 +289,8 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
                                      f"accountants that support it: {names}")
             return accountant
         refused = {}
-        for candidate in _PREFERRED + tuple(supporting(event)):
+        supported = tuple(supporting(event))   # each accountant decides, with default options
+        for candidate in _PREFERRED + supported:
             try:
                 accountant = create(candidate, **self._options)
             except (ParameterError, TypeError) as error:
@@ -297,8 +298,8 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
                 continue
             if accountant.supports(event):
                 return accountant
-        supporters = [name for name in dict.fromkeys(_PREFERRED + tuple(supporting(event)))
-                      if name in refused and create(name).supports(event)]
+        supporters = [name for name in dict.fromkeys(_PREFERRED + supported)
+                      if name in refused and name in supported]
         if self._options and supporters:
             # (the sampler was blamed for options no supporting accountant takes:
             # accountant_options={"bogus": 1} read "sampler='poisson' is invalid")

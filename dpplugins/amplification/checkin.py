@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import functools
 import math
-import sys
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -61,7 +60,8 @@ import numpy as np
 from dpplugins.composition import (advanced_composition_epsilon,
                                    heterogeneous_composition_epsilon, optimal_composition_delta,
                                    optimal_composition_epsilon)
-from dpplugins.errors import (ParameterError, check_choice, check_count, check_nonnegative,
+from dpplugins.errors import (ParameterError, check_choice, check_count, check_float_count,
+                              check_nonnegative,
                               check_open_unit, check_positive, check_probability)
 from dpplugins.numerics import smallest_epsilon
 from dpplugins.profiles import pld_from_profile, profile_grid
@@ -117,16 +117,6 @@ def _exp(x: float) -> float:
 
 def _expm1(x: float) -> float:
     return math.expm1(x) if x < 709.0 else math.inf
-
-
-def _float_count(name: str, value, minimum: int = 1) -> int:
-    """:func:`check_count`, refused beyond the float range (the theorems' formulas are evaluated
-    in floats: 10**400 slots raised OverflowError)."""
-    value = check_count(name, value, minimum=minimum)
-    if value > sys.float_info.max:
-        raise ParameterError(name, value, f"an integer in [{minimum}, {sys.float_info.max:.4g}] "
-                             "(the theorems' formulas are evaluated in floating point)")
-    return value
 
 
 def _check_delta0(delta0) -> float:
@@ -285,7 +275,7 @@ def fixed_window_epsilon(eps0: float, delta: float, num_slots: int, checkin_prob
     """
     eps0 = check_positive("eps0", eps0)
     delta = check_open_unit("delta", delta)
-    slots = _float_count("num_slots", num_slots)
+    slots = check_float_count("num_slots", num_slots, minimum=1)
     p0 = check_probability("checkin_probability", checkin_probability)
     delta0 = _check_delta0(delta0)
     e0, delta1 = _approximate_reduction(eps0, delta0)
@@ -335,7 +325,7 @@ def fixed_window_profile(eps0: float, num_slots: int, checkin_probability: float
         True
     """
     eps0 = check_positive("eps0", eps0)
-    slots = _float_count("num_slots", num_slots)
+    slots = check_float_count("num_slots", num_slots, minimum=1)
     p0 = check_probability("checkin_probability", checkin_probability)
     delta0 = _check_delta0(delta0)
     e0, delta1 = _approximate_reduction(eps0, delta0)
@@ -349,8 +339,8 @@ def averaged_eps1(num_clients: int, num_slots: int, delta2: float) -> float:
     """``eps1 = sqrt(1/n + 1/m) + sqrt(log(1/delta2) / n)`` of Thm 4.1 (Balle et al. 2020): with
     probability ``>= 1 - delta2`` the check-in loads ``L`` satisfy ``||L||_2 / n <= eps1``
     (Lemma A.6, McDiarmid + Jensen)."""
-    n = _float_count("num_clients", num_clients)
-    m = _float_count("num_slots", num_slots)
+    n = check_float_count("num_clients", num_clients, minimum=1)
+    m = check_float_count("num_slots", num_slots, minimum=1)
     delta2 = check_open_unit("delta2", delta2)
     return math.sqrt(1.0 / n + 1.0 / m) + math.sqrt(math.log(1.0 / delta2) / n)
 
@@ -412,8 +402,8 @@ def averaged_profile(eps0: float, num_clients: int, num_slots: int, delta0: floa
         True
     """
     eps0 = check_positive("eps0", eps0)
-    n = _float_count("num_clients", num_clients)
-    m = _float_count("num_slots", num_slots)
+    n = check_float_count("num_clients", num_clients, minimum=1)
+    m = check_float_count("num_slots", num_slots, minimum=1)
     delta0 = _check_delta0(delta0)
     grid = np.geomspace(1e-16, 0.5, 64) if delta2_grid is None else np.asarray(delta2_grid, float)
     if grid.ndim != 1 or grid.size == 0 or np.any(~((grid > 0) & (grid < 1))):
@@ -446,7 +436,7 @@ def sliding_window_epsilon(eps0: float, delta: float, window: int, delta0: float
     """
     eps0 = check_positive("eps0", eps0)
     delta = check_open_unit("delta", delta)
-    window = _float_count("window", window)
+    window = check_float_count("window", window, minimum=1)
     delta0 = _check_delta0(delta0)
     e0, delta1 = _approximate_reduction(eps0, delta0)
     eps = _eps_at(*_fixed_coefficients(e0, window, 1.0), delta)
@@ -463,7 +453,7 @@ def sliding_window_profile(eps0: float, window: int, delta0: float = 0.0) -> Pro
         True
     """
     eps0 = check_positive("eps0", eps0)
-    window = _float_count("window", window)
+    window = check_float_count("window", window, minimum=1)
     delta0 = _check_delta0(delta0)
     e0, delta1 = _approximate_reduction(eps0, delta0)
     if math.isinf(delta1):
@@ -507,8 +497,8 @@ def repeated_fixed_window_epsilon(eps0: float, delta: float, num_clients: int, n
     """
     eps0 = check_positive("eps0", eps0)
     delta = check_open_unit("delta", delta)
-    n = _float_count("num_clients", num_clients)
-    m = _float_count("num_slots", num_slots)
+    n = check_float_count("num_clients", num_clients, minimum=1)
+    m = check_float_count("num_slots", num_slots, minimum=1)
     if m > n:
         raise ParameterError("num_slots", m, f"<= num_clients={n} (Cor. 3.3 sets p0 = m/n <= 1)")
     k = math.ceil(n / m) if repetitions is None else check_count("repetitions", repetitions,
@@ -562,8 +552,8 @@ def expected_dummy_updates(num_clients: int, num_slots: int, checkin_probability
         0.5
     """
     variant = check_choice("variant", variant, VARIANTS)
-    n = _float_count("num_clients", num_clients)
-    m = _float_count("num_slots", num_slots)
+    n = check_float_count("num_clients", num_clients, minimum=1)
+    m = check_float_count("num_slots", num_slots, minimum=1)
     if variant == "sliding":
         if m > n:
             raise ParameterError("num_slots", m,
@@ -586,8 +576,8 @@ def expected_dummy_updates_bound(num_clients: int, num_slots: int, checkin_proba
         3.6788
     """
     variant = check_choice("variant", variant, VARIANTS)
-    n = _float_count("num_clients", num_clients)
-    m = _float_count("num_slots", num_slots)
+    n = check_float_count("num_clients", num_clients, minimum=1)
+    m = check_float_count("num_slots", num_slots, minimum=1)
     if variant == "sliding":
         if m > n:
             raise ParameterError("num_slots", m, f"<= num_clients={n}")
@@ -610,8 +600,8 @@ def checkin_probability_for_dummy_fraction(num_clients: int, num_slots: int,
         >>> round(checkin_probability_for_dummy_fraction(1000, 100, math.exp(-1)), 6)  # c = 1
         0.09995
     """
-    n = _float_count("num_clients", num_clients)
-    m = _float_count("num_slots", num_slots)
+    n = check_float_count("num_clients", num_clients, minimum=1)
+    m = check_float_count("num_slots", num_slots, minimum=1)
     f = check_open_unit("dummy_fraction", dummy_fraction)
 
     def fraction(p: float) -> float:   # (1 - p/m)^n; 0 once p/m rounds to 1 (log1p(-1) was a
@@ -709,17 +699,14 @@ def pass_privacy_profile(variant: str, *, num_clients: int, num_slots: int,
         True
     """
     variant = check_choice("variant", variant, VARIANTS)
-    n = _float_count("num_clients", num_clients)
-    m = _float_count("num_slots", num_slots)
+    n = check_float_count("num_clients", num_clients, minimum=1)
+    m = check_float_count("num_slots", num_slots, minimum=1)
     p0 = check_probability("checkin_probability", checkin_probability)
     if variant == "averaged" and p0 != 1.0:
         raise ParameterError("checkin_probability", p0, "1 for the averaged variant (Thm 4.1 "
                              "assumes every client checks in)")
     if variant == "sliding" and m > n:
         raise ParameterError("window", m, f"<= num_examples={n} (Thm 4.3 needs m in [n])")
-    for name, value in (("num_clients", n), ("num_slots", m)):
-        if value > sys.float_info.max:   # the theorems' formulas are evaluated in floats
-            raise ParameterError(name, value, f"at most {sys.float_info.max:.4g}")
     if (eps0 is None) == (noise_multiplier is None):
         raise ParameterError("eps0", eps0, "given exactly when noise_multiplier is not "
                              f"(noise_multiplier={noise_multiplier!r})")

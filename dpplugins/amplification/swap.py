@@ -38,13 +38,13 @@ Example::
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from dpplugins.errors import (ParameterError, check_count, check_nonnegative, check_open_unit)
+from dpplugins.errors import (ParameterError, check_float_count, check_nonnegative,
+                              check_open_unit)
 
 __all__ = ["SwapBound", "epsilon", "coefficients", "pure_profile", "minimal_delta1",
            "approximate_profile", "gaussian_profile", "gaussian_local_delta", "GAUSSIAN_EPS0_GRID"]
@@ -80,19 +80,9 @@ def coefficients(eps0: float, n: int) -> tuple[float, float]:
     return a, b
 
 
-def _count(n) -> int:
-    """``n``, an integer in [2, float max] (the formulas are evaluated in floats: 10**400 raised
-    OverflowError, and beyond int64 the Gaussian profile returned an object array)."""
-    n = check_count("n", n, minimum=2)
-    if n > sys.float_info.max:
-        raise ParameterError("n", n, f"an integer in [2, {sys.float_info.max:.4g}] (the theorem's "
-                             "formulas are evaluated in floating point)")
-    return n
-
-
 def _check(eps0, n, delta0):
     eps0 = check_nonnegative("eps0", eps0)
-    n = _count(n)
+    n = check_float_count("n", n, minimum=2)
     delta0 = check_nonnegative("delta0", delta0)
     if delta0 >= 1:
         raise ParameterError("delta0", delta0, "in [0, 1)")
@@ -231,7 +221,7 @@ def gaussian_profile(noise_multiplier: float, n: int, *, sensitivity: float = 2.
         >>> bool(profile(np.array([0.006]))[0] < 1e-6 < profile(np.array([0.005]))[0])
         True
     """
-    n = float(_count(n))
+    n = float(check_float_count("n", n, minimum=2))
     grid = GAUSSIAN_EPS0_GRID if eps0_grid is None else np.asarray(eps0_grid, float)
     deltas0 = gaussian_local_delta(grid, noise_multiplier, sensitivity)
     # With little noise the randomizer is (eps0, delta0)-DP only for delta0 = 1 at some (or

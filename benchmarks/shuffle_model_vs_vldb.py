@@ -20,8 +20,9 @@ Timing: alternating A/B rounds (:mod:`benchmarks._ab`), caches cleared before ev
 ours: ours against the authors' public code (``amplificationUB`` of ``unifiedamplification.py``
 from github.com/wangsw/PrivacyAmplification, run from a directory given by ``--vldb-dir`` or the
 environment variable ``VLDB_CODE_DIR``; it is never copied here) for binary RR at n = 1e6 and
-n = 1e8, medians and ratios printed, and the peak memory of one n = 1e8 point of ours measured
-in a fresh process.  No assertion: this prints.
+n = 1e8, and of our Laplace upper and lower bounds at n = 1e6 (against the same code with Wang
+et al.'s Laplace parameters), medians and ratios printed, and the peak memory of one n = 1e8
+point of ours measured in a fresh process.  No assertion: this prints.
 
 Run: ``PYTHONPATH=. python benchmarks/shuffle_model_vs_vldb.py [--quick] [--vldb-dir DIR]
 [--rounds R]``
@@ -185,6 +186,38 @@ def timing(points, rounds: int, vldb, iterations: int) -> None:
         print(report(samples, "ours (certified)"))
 
 
+def family_timing(points, rounds: int, vldb, iterations: int) -> None:
+    """Laplace on bounded input at n = 1e6: our certified upper bound, and both bounds (the lower
+    bound's search needs the upper as its top; each from scratch) against the VLDB code's variation-ratio number with Wang et al.'s
+    Laplace parameters (not certified, see the module docstring of
+    :mod:`dpplugins.amplification.shuffle_model_families`)."""
+    print(f"\ntiming, Laplace on bounded input, alternating A/B, {rounds} rounds (ours: caches "
+          "cleared before each call)")
+    for n, eps0, delta in points:
+        e = math.exp(eps0)
+        values = {}
+
+        def upper():
+            clear()
+            values["upper"] = fam.epsilon(fam.laplace_bounded(eps0), n, delta).epsilon
+
+        def lower():
+            clear()
+            values["lower"] = fam.lower_bound(fam.laplace_bounded(eps0), n, delta).epsilon
+
+        candidates = {"ours upper": upper, "ours upper + lower": lower}
+        if vldb is not None:
+            def theirs():
+                values["vldb"] = vldb.amplificationUB(e, 1 - math.exp(-eps0 / 2), e, e, n,
+                                                      delta, iterations)
+            candidates["VLDB 2024 code"] = theirs
+        samples = alternate(candidates, rounds)
+        print(f"n = {n:g}, eps0 = {eps0:g}, delta = {delta:g}: ours [{values['lower']:.6g}, "
+              f"{values['upper']:.6g}]" + (f", VLDB {values['vldb']:.6g}" if "vldb" in values
+                                          else ""))
+        print(report(samples, "ours upper"))
+
+
 def peak_memory(n: int, eps0: float, delta: float) -> None:
     code = ("import resource; from dpplugins.amplification import shuffle_model as sm; "
             f"v = sm.epsilon(('binary_rr', {eps0}), {n}, {delta}).epsilon; "
@@ -225,6 +258,8 @@ def main() -> None:
             composition()
     points = [(1_000_000, 1.0, 1e-6), (100_000_000, 1.0, 1e-8), (100_000_000, 4.0, 1e-8)]
     timing(points[:2] if args.quick else points, args.rounds, vldb, args.vldb_iterations)
+    laplace = [(1_000_000, eps0, 1e-6) for eps0 in ((1.0, 8.0) if args.quick else EPS0S)]
+    family_timing(laplace, args.rounds, vldb, args.vldb_iterations)
     peak_memory(100_000_000, 0.5, 1e-8)
 
 

@@ -134,7 +134,7 @@ def test_against_monte_carlo(eps0, n, eps):
 def test_family_lower_bound_uses_it_and_stays_below_the_upper_bound(eps0, n):
     family = fam.laplace_bounded(eps0)
     low = fam.lower_bound(family, n, 1e-6)
-    pairs = max(v for k, v in low.candidates.items() if k.startswith("dataset_"))
+    pairs = fam._pairs_lower_cached(family, n, 1e-6).epsilon     # every pair, searched
     upper = fam.epsilon(family, n, 1e-6).epsilon
     assert pairs <= low.epsilon <= upper
     assert low.candidates["full_statistic"] > pairs
@@ -150,7 +150,7 @@ def test_eps0_8_gains_over_the_three_category_tests():
     family = fam.laplace_bounded(8.0)
     low = fam.lower_bound(family, 10_000, 1e-6)
     assert low.method == "full_statistic"
-    assert low.epsilon > 1.08 * low.candidates["dataset_4"]
+    assert low.epsilon > 1.08 * fam._pairs_lower_cached(family, 10_000, 1e-6).epsilon
 
 
 def test_monotone_in_epsilon_and_zero_at_eps0():
@@ -192,3 +192,82 @@ def test_huge_eps0_and_n_answer_or_refuse_by_name():
     with pytest.raises(ParameterError, match="eps0"):
         lf.delta_lower(500.0, 10, 1.0)           # (OverflowError in the spacing before)
     assert 0.0 <= lf.delta_lower(5.0, 2 ** 50, 2.5) <= 1.0    # (Chernoff overflowed)
+
+
+def rho_moments(eps0):
+    """``E[rho]`` and ``E[rho^2]`` under ``Y ~ Lap(0, 1/eps0)`` by quadrature of the density
+    (``E[rho] = 1``: rho is a likelihood ratio)."""
+    f0 = lambda y: 0.5 * eps0 * math.exp(-eps0 * abs(y))       # noqa: E731
+    moments = []
+    for power in (1, 2):
+        inner, _ = integrate.quad(lambda y: float(rho(y, eps0)) ** power * f0(y), 0.0, 1.0,
+                                  epsabs=1e-15, epsrel=1e-13, limit=200)
+        moments.append(0.5 * math.exp(-eps0 * power)
+                       + 0.5 * math.exp(-eps0) * math.exp(eps0 * power) + inner)
+    return moments
+
+
+@pytest.mark.parametrize("eps0,eps,spacing", [(0.5, 0.001, 0.0245), (1.0, 0.03, 0.0094),
+                                              (1.0, 0.0025, 0.039), (4.0, 0.5, 0.0092),
+                                              (4.0, 0.0185, 0.37), (8.0, 0.18, 2.8)])
+def test_cells_keep_the_mean_and_lose_only_their_spread(eps0, eps, spacing):
+    """Every cell of the lattice law sits at its own mean (module docstring, "The lattice"): the
+    law's mean of rho is the exact 1 up to a millionth of the spacing (never below: a lower
+    bound may only move rho up), and its variance is below the exact one by at most the
+    cells' spread (a cell is at most 2 s wide: s^2 per unit mass at most) -- not the old
+    construction's O(s) loss at the atom
+    e^eps0, nor the bias T - sqrt(T^2 - s^2/4) of its centred cells (2.4e-4 in the mean at
+    eps0 = 4, spacing 0.0092; 1.6 % of the variance at eps0 = 0.5, spacing 0.0245)."""
+    law = lf.laplace_ratio_law_lower(eps0, eps, spacing)
+    c = math.exp(-eps)
+    values = c - (law.offset + law.spacing * law.indices)       # rho at each lattice point
+    masses = np.asarray(law.masses)
+    first, second = rho_moments(eps0)
+    mean = float(np.dot(masses, values))
+    variance = float(np.dot(masses, (values - mean) ** 2))
+    exact_variance = second - first * first
+    assert abs(first - 1) < 1e-10
+    assert first - 1e-12 <= mean <= first + 1e-6 * law.spacing + 1e-12
+    assert exact_variance - law.spacing ** 2 <= variance <= exact_variance   # cells <= 2 s wide
+
+
+def spread_estimate(eps0, n, eps, per_sd=64, width=12):
+    """An independent, uncertified estimate of the pair's delta(eps) *from above*: rho spread to
+    a grid of spacing sd/per_sd with E on it (each density cell's mass split between its two
+    ends, keeping its mean: above in convex order, so the estimate exceeds the exact value by
+    the spread only), the n-fold law of the sum from the n-th power of its characteristic
+    function (numpy FFT over +-width standard deviations; the folded mass beyond is e^-72)."""
+    a0, big, gamma = math.exp(-eps0), math.exp(eps0), math.exp(-eps0 / 2)
+    first, second = rho_moments(eps0)
+    cells = max(math.ceil((big - a0) / (math.sqrt(second - 1) / per_sd)), 8)
+    h = (big - a0) / cells
+    edges = a0 + h * np.arange(cells + 1)
+    lo, hi = edges[:-1], edges[1:]
+    mass = 0.5 * gamma * (1 / np.sqrt(lo) - 1 / np.sqrt(hi))     # of the density r^(-3/2)
+    upper_weight = (np.sqrt(lo * hi) - lo) / h                     # the mean sqrt(lo hi) kept
+    pmf = np.zeros(cells + 1)
+    pmf[0], pmf[cells] = 0.5, 0.5 * a0                             # the atoms 1/E and E
+    pmf[:-1] += mass * (1 - upper_weight)
+    pmf[1:] += mass * upper_weight
+    j = np.arange(cells + 1)
+    mean = float(np.dot(pmf, j))
+    sd_sum = math.sqrt(n * float(np.dot(pmf, (j - mean) ** 2)))
+    size = 1 << math.ceil(math.log2(2 * width * sd_sum + cells + 1))
+    start = math.floor(n * mean - size / 2)
+    spectrum = np.fft.rfft(np.concatenate([pmf, np.zeros(size - cells - 1)]))
+    law = np.maximum(np.fft.irfft(np.exp(n * np.log(spectrum.astype(complex))), size), 0.0)
+    sums = start + np.mod(np.arange(size) - start, size)          # each residue's sum
+    values = n * (math.exp(-eps) - a0) - h * sums
+    return math.exp(eps) / n * float(np.dot(law, np.maximum(values, 0.0)))
+
+
+@pytest.mark.parametrize("eps0,n,eps", [(1.0, 10 ** 6, 0.00249), (4.0, 10 ** 6, 0.0193),
+                                        (8.0, 10 ** 4, 2.6736)])
+def test_many_reports_against_an_independent_estimate_from_above(eps0, n, eps):
+    """Where the reports are many (the issue grid's n = 10^6), the certified lower bound is
+    within 0.6 % of an uncertified estimate from above of the same pair's delta (numpy FFT of
+    a mean-preserving spread of rho, spread_estimate): 0.08 %, 0.15 % and 0.51 % below it.
+    Before the cells kept their means it was 10 %, 42 % and 1.0 % below at these points."""
+    ours = lf.delta_lower(eps0, n, eps)
+    estimate = spread_estimate(eps0, n, eps)
+    assert estimate * (1 - 6e-3) <= ours <= estimate * (1 + 1e-9)

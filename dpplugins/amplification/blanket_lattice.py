@@ -68,6 +68,7 @@ from dpplugins.errors import ParameterError, check_count, check_positive
 
 __all__ = ["LatticeLaw", "split_atoms", "laplace_blanket_law", "class_blanket_law",
            "blanket_delta_upper", "positive_part_lower", "positive_part_lower_fitted",
+           "PositivePartLower",
            "fft_size", "LatticeBlanket",
            "MAX_FFT_SIZE", "POINTS_PER_SD"]
 
@@ -379,17 +380,100 @@ def positive_part_lower_fitted(law_at: Callable[[float], LatticeLaw], n: int, sp
         >>> 0.0281742 < positive_part_lower_fitted(law_at, 100, 1.0) <= 0.02817424
         True
     """
-    n = check_count("n", n, minimum=1)
-    s = check_positive("spacing", spacing)
-    for _ in range(attempts):
-        law = law_at(s)
+    fitted = PositivePartLower.fitted(law_at, n, spacing, attempts=attempts)
+    return None if fitted is None else fitted.at(fitted.law)
+
+
+class PositivePartLower:
+    """Certified lower bounds on ``(1/n) E[(sum_(i<=n) G_i)_+]`` (:func:`positive_part_lower`)
+    for ``law`` and for the same masses moved by a constant -- the same ``spacing`` and
+    ``masses``, another ``lo`` and ``offset`` -- from one convolution: a search over a
+    threshold that only moves the law (``G = c - rho`` in
+    :mod:`~dpplugins.amplification.laplace_full_statistic`) makes one FFT, not one a point.
+
+    Why it holds (our derivation): with ``p`` the law, ``q = p e^(t v) / Z`` its tilt at the
+    first law's saddle point ``t`` and ``v = k + o``, ``p^(*n)(K) = Z^n e^(-t (K + n o)) q^(*n)(K)``
+    for every ``K``, whatever the threshold; a moved law has the sums ``J' = K + n (lo' - lo) +
+    n o'``, so its expectation is the same sum over ``q^(*n)`` with the weights ``J'_+ e^(-t (K
+    + n o))``.  The window and its folded-in mass are those of the first law; the terms of the
+    moved law below or above the window are left out (non-negative), and the folded-in mass is
+    charged at the window's largest weight, ``e^(t (n o' - n o + n (lo' - lo))) / (e t)``.
+    Each bound is valid at every move; it is *tight* while the moved sums' region that counts
+    stays near the tilt's centre, so :meth:`at` answers None beyond :data:`REUSE_SDS` standard
+    deviations of the tilted sum (the caller then builds another).
+
+    Example (the binary law of :func:`positive_part_lower`, then moved by 0.05 a draw: the
+    sum by 5, 0.7 of its standard deviation; far moves are refused)::
+
+        >>> low = LatticeLaw(1.0, -1, np.array([0.25, 0.5, 0.25]), rounded="down")
+        >>> search = PositivePartLower(low, 100)
+        >>> 0.0281742 < search.at(low) <= 0.02817424
+        True
+        >>> moved = LatticeLaw(1.0, -1, low.masses, offset=0.05, rounded="down")
+        >>> abs(search.at(moved) / positive_part_lower(moved, 100) - 1) < 1e-9
+        True
+        >>> far = LatticeLaw(1.0, 0, low.masses, offset=0.5, rounded="down")
+        >>> search.at(far) is None
+        True
+    """
+
+    #: how far (in standard deviations of the tilted sum) a moved law may take the sums
+    REUSE_SDS = 2.0
+
+    def __init__(self, law: LatticeLaw, n: int, *, _tilted: _Tilted | None = None) -> None:
         _check_law(law, "down")
-        tilted = _tilt(law, n, True)
-        size = 16 if tilted is None else tilted.size
-        if size <= MAX_FFT_SIZE:
-            return _positive_part(law, n, tilted, lower=True)
-        s *= 1.05 * size / MAX_FFT_SIZE
-    return None
+        self.law, self.n = law, check_count("n", n, minimum=1)
+        self._tilted = _tilted if _tilted is not None else _tilt(law, self.n, True)
+        self._convolved: _Convolved | None = None
+        self.fits = self._tilted is None or self._tilted.size <= MAX_FFT_SIZE
+        #: the spacing :meth:`fitted` passed to ``law_at`` for ``law`` (None otherwise)
+        self.requested_spacing: float | None = None
+
+    @classmethod
+    def fitted(cls, law_at: Callable[[float], LatticeLaw], n: int, spacing: float, *,
+               attempts: int = 6) -> "PositivePartLower | None":
+        """The search at the finest spacing ``s >= spacing`` whose FFT fits (as in
+        :func:`positive_part_lower_fitted`), or None."""
+        n = check_count("n", n, minimum=1)
+        s = check_positive("spacing", spacing)
+        for _ in range(attempts):
+            law = law_at(s)
+            _check_law(law, "down")
+            tilted = _tilt(law, n, True)
+            size = 16 if tilted is None else tilted.size
+            if size <= MAX_FFT_SIZE:
+                search = cls(law, n, _tilted=tilted)
+                search.requested_spacing = s
+                return search
+            s *= 1.05 * size / MAX_FFT_SIZE
+        return None
+
+    def _shift(self, law: LatticeLaw) -> float | None:
+        """``n (lo' - lo) + n o'`` in lattice units, or None if ``law`` is not ``self.law``
+        moved."""
+        own = self.law
+        if law.spacing != own.spacing or law.rounded != "down" or not (
+                law.masses is own.masses or np.array_equal(law.masses, own.masses)):
+            return None
+        return self.n * (law.lo - own.lo) + self.n * (float(law.offset) / law.spacing)
+
+    def at(self, law: LatticeLaw) -> float | None:
+        """Certified lower bound for ``law`` (``self.law`` moved), or None: not a move of it,
+        the FFT does not fit, or the move is beyond :data:`REUSE_SDS`."""
+        shift = self._shift(law)
+        if shift is None or not self.fits:
+            return None
+        tilted = self._tilted
+        if tilted is None:       # nothing positive in the first law
+            return 0.0 if law is self.law else None
+        if law is not self.law and abs(shift - tilted.shift) > self.REUSE_SDS * tilted.sd:
+            return None
+        if self._convolved is None:
+            self._convolved = _convolve(self.n, tilted, lower=True)
+            if self._convolved is None:
+                self.fits = False
+                return None
+        return _lower_sum(self._convolved, self.n, law.spacing, shift)
 
 
 @dataclass(frozen=True)
@@ -407,6 +491,7 @@ class _Tilted:
     whole: bool            # the whole support is in the window (nothing folded)
     size: int              # FFT points
     outside: float         # lower bounds: mass of q^(*n) outside the window, at most
+    sd: float              # standard deviation of the tilted sum K (lattice units)
 
 
 def _tilt(law: LatticeLaw, n: int, lower: bool) -> _Tilted | None:
@@ -441,7 +526,12 @@ def _tilt(law: LatticeLaw, n: int, lower: bool) -> _Tilted | None:
     k_pos = math.floor(-shift) + 1          # the smallest K with J > 0
     if k_pos + shift <= 0:
         k_pos += 1
-    w_hi = math.ceil(max(centre + 9 * sd, k_pos + (2.0 / t if t > 0 else 0.0), k_pos) + 2)
+    # (an upper bound's tail charge needs J e^(-t J) falling beyond the window, J > 1/t; a
+    # lower bound drops what lies beyond, mass e^-40 of the tilted law: with the mean of G
+    # within rounding of 0, t ~ 1e-12 asked for 10^11 points and the lattice was coarsened
+    # until the bound was 1e-8 where it is 3e-4)
+    reach = 2.0 / t if t > 0 and not lower else 0.0
+    w_hi = math.ceil(max(centre + 9 * sd, k_pos + reach, k_pos) + 2)
     w_lo = math.floor(min(centre - 7 * sd, k_pos - 1))
     whole = False
     k_lo, k_hi = int(k.min()), int(k.max())
@@ -466,7 +556,7 @@ def _tilt(law: LatticeLaw, n: int, lower: bool) -> _Tilted | None:
         whole_size = 1 << max(int(n * (k_hi - k_lo)).bit_length(), 4)
         if outside > 1e-9 and whole_size <= MAX_FFT_SIZE:
             w_hi, size, whole, outside = max(n * k_hi, k_pos), whole_size, True, 0.0
-    return _Tilted(k, q, t, log_z, o, shift, k_pos, w_hi, whole, size, outside)
+    return _Tilted(k, q, t, log_z, o, shift, k_pos, w_hi, whole, size, outside, sd)
 
 
 def fft_size(law: LatticeLaw, n: int) -> int:
@@ -477,23 +567,23 @@ def fft_size(law: LatticeLaw, n: int) -> int:
     return 16 if tilted is None else tilted.size
 
 
-def _positive_part(law: LatticeLaw, n: int, tilted: _Tilted | None, *,
-                   lower: bool) -> float | None:
-    """The common computation of :func:`blanket_delta_upper` and :func:`positive_part_lower`
-    (module docstring): values ``v = k + o`` in lattice units (``o = offset / spacing``), sums
-    ``J = K + n o`` for the integer ``K``, positive where ``J > 0``; ``tilted`` is
-    ``_tilt(law, n, lower)``."""
+@dataclass(frozen=True)
+class _Convolved:
+    """The computed ``q^(*n)`` on the window of ``tilted`` (module docstring, steps 3-4) and the
+    l2 bound ``err_l2`` on its error."""
+
+    tilted: _Tilted
+    folded_sum: np.ndarray
+    err_l2: float
+
+
+def _convolve(n: int, tilted: _Tilted, *, lower: bool) -> _Convolved | None:
+    """The FFT of :func:`_positive_part` (None where the error bound is too large to use)."""
     down = -1.0 if lower else 1.0      # the direction every rounding takes
-    if tilted is None:
-        return 0.0
-    k, q, t, log_z, o, shift = tilted.k, tilted.q, tilted.t, tilted.log_z, tilted.o, tilted.shift
-    k_pos, w_hi, whole, size = tilted.k_pos, tilted.w_hi, tilted.whole, tilted.size
-    k_hi = int(k.max())
-    if size > MAX_FFT_SIZE:
-        return None
+    size = tilted.size
     folded = np.zeros(size)
-    slots = np.mod(k.astype(np.int64), size)
-    np.add.at(folded, slots, q)
+    slots = np.mod(tilted.k.astype(np.int64), size)
+    np.add.at(folded, slots, tilted.q)
     folded *= 1 + down * (np.bincount(slots, minlength=size) + 2) * _U   # sums rounded
     spectrum = np.fft.rfft(folded)
     kappa = fft_relative_error(size)
@@ -516,37 +606,101 @@ def _positive_part(law: LatticeLaw, n: int, tilted: _Tilted | None, *,
                                + (w[-1] ** 2 if size % 2 == 0 else 0.0))) * (1 + 1e-10)
     p_norm = full_norm(np.abs(powered))
     err_l2 = (full_norm(bound) + kappa * p_norm) / math.sqrt(size) * (1 + 1e-10)
-    folded_sum = np.fft.irfft(powered, size)
-    # window representatives K in [k_pos, w_hi] (J > 0); index K mod size
-    ks = np.arange(k_pos, w_hi + 1)
-    js = ks + shift
-    # J = K + n offset/spacing is known within j_err (shift is formed from two roundings, the
-    # sum from one), so h(J) = J e^(-t J) within the factor (1 +- rel) around J +- j_err
-    j_err = 4 * _U * (1 + abs(shift) + np.abs(js))
-    rel = 4 * _U * (1 + t * (np.abs(js) + j_err))
-    with np.errstate(under="ignore"):
-        decay = np.exp(-t * js)
-    h_up = (js + j_err) * decay * (1 + rel)
-    computed = folded_sum[np.mod(ks, size)]
+    return _Convolved(tilted, np.fft.irfft(powered, size), err_l2)
+
+
+def _positive_part(law: LatticeLaw, n: int, tilted: _Tilted | None, *,
+                   lower: bool) -> float | None:
+    """The common computation of :func:`blanket_delta_upper` and :func:`positive_part_lower`
+    (module docstring): values ``v = k + o`` in lattice units (``o = offset / spacing``), sums
+    ``J = K + n o`` for the integer ``K``, positive where ``J > 0``; ``tilted`` is
+    ``_tilt(law, n, lower)``."""
+    if tilted is None:
+        return 0.0
+    if tilted.size > MAX_FFT_SIZE:
+        return None
+    convolved = _convolve(n, tilted, lower=lower)
+    if convolved is None:
+        return None
     if lower:
-        h = np.maximum(js - j_err, 0.0) * decay * (1 - rel)
-        body = (float(np.dot(h, computed))
-                - 2 * len(ks) * _U * float(np.dot(h_up, np.abs(computed))))
-        fp = float(np.linalg.norm(h_up)) * (1 + 1e-10) * err_l2
-        alias = 0.0
-        if not whole:
-            # every term outside [w_hi - size + 1, w_hi] was folded onto one slot of it
-            h_max = (1 / (math.e * t) if t > 0 else float(np.max(h_up))) * (1 + 1e-9)
-            alias = h_max * tilted.outside
-        inner_total = (body - fp - alias) * law.spacing * (1 - 4 * _U)
-        if not inner_total > 0:
-            return 0.0
-        log_total = n * log_z - 4 * _U * n * abs(log_z) - 1e-300
-        value = log_total + math.log(inner_total) - math.log(n)
-        return math.exp(min(value, 700.0)) * (1 - 1e-12)
+        return _lower_sum(convolved, n, law.spacing, tilted.shift)
+    return _upper_sum(convolved, n, law.spacing)
+
+
+def _window_weights(t: float, shift_tilt: float, shift: float, ks: np.ndarray):
+    """``(js, j_err, rel, decay)`` of the weights ``h(K) = J e^(-t (K + shift_tilt))``, ``J = K +
+    shift``, on the window representatives ``ks``: ``J`` is known within ``j_err`` (a shift is
+    formed from two roundings, the sum from one), so ``h`` within the factor ``1 +- rel``
+    around ``J +- j_err``.  The decay's argument ``t (K + shift_tilt)`` is known within ``t``
+    times the same error of ``K + shift_tilt`` and one rounding of the product, and ``exp``
+    within a few ulps: ``rel`` is twice their sum (``e^x - 1 <= 2x`` for ``x <= 1``).  (Its
+    earlier form left out the shift's error, about ``4 u t |shift|``; the final factor
+    ``1 +- 1e-12`` covered that only while ``t |shift|`` was below about 2000.)"""
+    js = ks + shift
+    j_err = 4 * _U * (1 + abs(shift) + np.abs(js))
+    tilt_arg = ks + shift_tilt
+    arg_err = 4 * _U * (1 + abs(shift_tilt) + 2 * np.abs(tilt_arg))
+    rel = 4 * _U + 2 * t * arg_err
+    with np.errstate(under="ignore", over="ignore"):
+        decay = np.exp(-t * tilt_arg)
+    return js, j_err, rel, decay
+
+
+def _lower_sum(convolved: _Convolved, n: int, spacing: float, shift: float) -> float:
+    """Certified lower bound on ``(1/n) E[(spacing J)_+]``, ``J = K + shift``, for ``K`` the sum
+    of ``n`` draws of the lattice law whose tilted, convolved form is ``convolved`` (the lower
+    branch of :func:`_positive_part`; ``shift`` is the tilted law's own ``n o``, or that of the
+    same masses moved by a constant: :class:`PositivePartLower`).  The weights keep the tilt
+    ``e^(-t (K + tilted.shift))`` of the convolution; terms below or above the window are left
+    out (non-negative), the folded-in mass is charged at the window's largest weight."""
+    tilted = convolved.tilted
+    t, size, w_hi = tilted.t, tilted.size, tilted.w_hi
+    k_pos = math.floor(-shift) + 1          # the smallest K with J > 0
+    if k_pos + shift <= 0:
+        k_pos += 1
+    k_lo = max(k_pos, w_hi - size + 1)
+    if k_lo > w_hi:
+        return 0.0
+    ks = np.arange(k_lo, w_hi + 1)
+    js, j_err, rel, decay = _window_weights(t, tilted.shift, shift, ks)
+    computed = convolved.folded_sum[np.mod(ks, size)]
+    h_up = (js + j_err) * decay * (1 + rel)
+    h = np.maximum(js - j_err, 0.0) * decay * (1 - rel)
+    if not (np.all(np.isfinite(h_up)) and np.all(np.isfinite(computed))):
+        return 0.0
+    body = (float(np.dot(h, computed))
+            - 2 * len(ks) * _U * float(np.dot(h_up, np.abs(computed))))
+    fp = float(np.linalg.norm(h_up)) * (1 + 1e-10) * convolved.err_l2
+    alias = 0.0
+    if not tilted.whole:
+        # every term outside [w_hi - size + 1, w_hi] was folded onto one slot of it: charged
+        # at the largest weight of the window, J e^(-t (J + shift_tilt - shift)) <= e^(t
+        # (shift - shift_tilt)) / (e t)
+        h_max = float(np.max(h_up))     # the largest weight on a slot of the window
+        if t > 0:
+            h_max = min(h_max, math.exp(min(t * (shift - tilted.shift), 700.0)) / (math.e * t))
+        alias = h_max * (1 + 1e-9) * tilted.outside
+    inner_total = (body - fp - alias) * spacing * (1 - 4 * _U)
+    if not inner_total > 0:
+        return 0.0
+    log_total = n * tilted.log_z - 4 * _U * n * abs(tilted.log_z) - 1e-300
+    value = log_total + math.log(inner_total) - math.log(n)
+    return math.exp(min(value, 700.0)) * (1 - 1e-12)
+
+
+def _upper_sum(convolved: _Convolved, n: int, spacing: float) -> float:
+    """The upper branch of :func:`_positive_part`."""
+    tilted = convolved.tilted
+    k, q, t, log_z, o, shift = tilted.k, tilted.q, tilted.t, tilted.log_z, tilted.o, tilted.shift
+    k_pos, w_hi, whole, size = tilted.k_pos, tilted.w_hi, tilted.whole, tilted.size
+    k_hi = int(k.max())
+    ks = np.arange(k_pos, w_hi + 1)
+    js, j_err, rel, decay = _window_weights(t, shift, shift, ks)
+    h_up = (js + j_err) * decay * (1 + rel)
+    computed = convolved.folded_sum[np.mod(ks, size)]
     values = np.maximum(computed, 0.0)
     body = float(np.dot(h_up, values)) * (1 + 2 * len(ks) * _U)
-    fp = float(np.linalg.norm(h_up)) * (1 + 1e-10) * err_l2
+    fp = float(np.linalg.norm(h_up)) * (1 + 1e-10) * convolved.err_l2
     tail = 0.0
     if not (whole or w_hi >= n * k_hi):
         # sum over K > w_hi of h(J) q^(*n)(K): h decreasing there (t (w_hi + 1 + shift) >= 1
@@ -555,7 +709,7 @@ def _positive_part(law: LatticeLaw, n: int, tilted: _Tilted | None, *,
         h_w = j_w * math.exp(-t * j_w) if t > 0 else n * (k_hi + o)
         tail = h_w * (1 + 1e-9) * _chernoff(k, q, n, w_hi + 1, above=True)
     log_total = n * log_z + 4 * _U * n * abs(log_z) + 1e-300
-    inner_total = (body + fp + tail) * law.spacing * (1 + 4 * _U)
+    inner_total = (body + fp + tail) * spacing * (1 + 4 * _U)
     if inner_total <= 0:
         return 0.0
     if log_total + math.log(inner_total) - math.log(n) > 700.0:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import warnings
 
@@ -37,6 +38,13 @@ JSON_HELP = ("print strict JSON (never bare Infinity/NaN: an infinite or missing
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # a value that starts with "-" and a digit, ".digit", inf or nan is a value (argparse
+        # took "--delta -1e-5", "-inf" and "-1e400" for an option: "expected one argument",
+        # naming neither the value nor the valid range); no option here looks like that
+        self._negative_number_matcher = re.compile(r"^-(\d|\.\d|inf|nan)", re.IGNORECASE)
+
     def error(self, message: str) -> None:  # one line, exit status 2
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
 
@@ -462,6 +470,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
+            # other libraries' deprecation notices are for their developers (Python hides
+            # them by default); "always" let matplotlib's style loader log pyparsing's on every
+            # plot, eight lines outside this capture (a failing plot printed nine lines)
+            warnings.filterwarnings("ignore", category=DeprecationWarning,
+                                    module=r"(?!dpplugins)")
             status = _run(args)
         _print_warnings(args.command, caught)
         return status

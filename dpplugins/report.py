@@ -467,33 +467,73 @@ REFERENCES: dict[str, Reference] = {
 
 #: seconds a reference accountant (another library) may take for one number; past it the row
 #: records a TimeoutError and the table goes on (dp-accounting's PLD took minutes for 200
-#: steps at noise 0.05).  The reference keeps running in a background thread until the
-#: program ends: a thread cannot be stopped from outside.
+#: steps at noise 0.05).  The reference runs in a child process, killed at the limit.
 REFERENCE_TIME_LIMIT = 15.0
 
 
+class _ReferenceFailure(Exception):
+    """The reference raised (its type and message, as text: not every exception pickles)."""
+
+
 def _within_time_limit(name: str, compute: Callable[[], float], seconds: float) -> float:
-    """``compute()`` run in a daemon thread, its result or its exception; TimeoutError when it
-    has not finished after ``seconds``."""
-    import threading
+    """``compute()`` run in a forked child process, its result; TimeoutError when it has not
+    finished after ``seconds`` (the child is killed), :class:`_ReferenceFailure` when it
+    raised or died.  Its warnings are issued again here.
 
-    box: dict = {}
+    (A daemon thread was used and left running: at exit the interpreter stopped it inside the
+    reference's C++ code and the process aborted -- "terminate called without an active
+    exception", exit status 134, after the table was printed -- and until then it kept
+    computing, and allocating, next to the other rows.)"""
+    import multiprocessing
+    import warnings
 
-    def target() -> None:
+    def outcome() -> tuple:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")   # (the caller's filters decide, when re-issued)
+            try:
+                result: tuple = ("value", float(compute()))
+            except BaseException as error:  # noqa: BLE001 -- passed on to the caller
+                result = ("error", f"{type(error).__name__}: {error}")
+        return result + ([(str(w.message), w.category, w.filename, w.lineno)
+                          for w in caught],)
+
+    try:
+        context = multiprocessing.get_context("fork")
+    except ValueError:   # no fork on this platform: in this process, without a time limit
+        kind, value, caught = outcome()
+    else:
+        receive, send = context.Pipe(duplex=False)
+
+        def child() -> None:
+            result = outcome()
+            try:
+                send.send(result)
+            except Exception:  # noqa: BLE001 -- a warning category that does not pickle
+                send.send(result[:2] + ([],))
+
+        process = context.Process(target=child, name=f"dpplugins-{name}", daemon=True)
+        process.start()
+        send.close()
         try:
-            box["value"] = compute()
-        except BaseException as error:  # noqa: BLE001 -- passed on to the caller
-            box["error"] = error
-
-    worker = threading.Thread(target=target, name=f"dpplugins-{name}", daemon=True)
-    worker.start()
-    worker.join(seconds)
-    if worker.is_alive():
-        raise TimeoutError(f"{name} gave no answer within {seconds:g} s (the reference's own "
-                           "computation; ours are not limited this way)")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+            if not receive.poll(seconds):
+                raise TimeoutError(f"{name} gave no answer within {seconds:g} s (the "
+                                   "reference's own computation; ours are not limited this way)")
+            try:
+                kind, value, caught = receive.recv()
+            except EOFError:   # killed, e.g. out of memory
+                process.join(1)
+                kind, value, caught = ("error", "its process ended without an answer (exit "
+                                       f"code {process.exitcode})", [])
+        finally:
+            if process.is_alive():
+                process.kill()
+            process.join()
+            receive.close()
+    for message, category, filename, lineno in caught:
+        warnings.warn_explicit(message, category, filename, lineno)
+    if kind == "error":
+        raise _ReferenceFailure(value)
+    return value
 
 
 def _reference_number(name: str, ref: "Reference", runs, delta: float) -> float:
@@ -509,15 +549,13 @@ def _reference_number(name: str, ref: "Reference", runs, delta: float) -> float:
         raise NumericalError(f"{name} is given {_count_text(total)} steps, more than the 2**53 "
                              "that counts as floats represent exactly",
                              "account for fewer steps")
-    def run() -> float:
-        try:
-            return ref.run(runs, delta)
-        except Exception as error:  # noqa: BLE001 -- said to be the other library's failure
-            raise NumericalError(
-                f"{name} (another library's accountant) failed: {type(error).__name__}: "
-                f"{error}", "use a dpplugins accountant, e.g. pld, for these inputs") from error
-
-    return float(_within_time_limit(name, run, REFERENCE_TIME_LIMIT))
+    importlib.import_module(ref.module)   # once, here: not again in every child process
+    try:
+        return float(_within_time_limit(name, lambda: ref.run(runs, delta),
+                                        REFERENCE_TIME_LIMIT))
+    except _ReferenceFailure as failure:  # said to be the other library's failure
+        raise NumericalError(f"{name} (another library's accountant) failed: {failure}",
+                             "use a dpplugins accountant, e.g. pld, for these inputs") from None
 
 
 _POISSON_REASON = ("assumes Poisson sampling; with {sampler} batches this is not a valid bound "

@@ -58,7 +58,7 @@ def test_pld_delta_query_refuses_a_planted_lower_bound(monkeypatch):
     monkeypatch.setattr(PrivacyLossDistribution, "_delta_lower_certified",
                         lambda self, d, e, up, rtol=0.0: (2 * truth, 0.0))
     monkeypatch.setattr(PrivacyLossDistribution, "cached_delta_bounds",
-                        lambda self, e: None)
+                        lambda self, e, **options: None)
     with pytest.raises(NumericalError, match="delta at epsilon=1.0"):
         pld.delta_for_epsilon(eps)
     assert math.isfinite(truth)

@@ -328,3 +328,100 @@ def test_the_delta_and_target_are_echoed_exactly():
     out = run("noise", "--target-epsilon", "3.0000004", "--delta", "1e-5", "--sample-rate",
               "0.01", "--steps", "100").stdout
     assert "epsilon <= 3.0000004 at delta=1e-05" in out
+
+
+@pytest.mark.parametrize("flag,value,says", [
+    ("--delta", "-1e-5", "--delta=-1e-05 is invalid"),
+    ("--noise-multiplier", "-inf", "noise"),
+    ("--noise-multiplier", "-1e400", "noise"),
+    ("--delta", "-.5", "--delta=-0.5 is invalid"),
+])
+def test_negative_looking_values_are_values_not_options(flag, value, says, capsys):
+    """argparse took "--delta -1e-5", "-inf" and "-1e400" for options and said "expected one
+    argument", naming neither the value nor the valid range; they are values now, refused by
+    name (one line, status 2)."""
+    from dpplugins import cli
+
+    argv = {"--noise-multiplier": "1", "--sample-rate": "0.01", "--steps": "10",
+            "--delta": "1e-5"}
+    argv[flag] = value
+    with pytest.raises(SystemExit) as stopped:
+        status = cli.main(["epsilon", *[x for kv in argv.items() for x in kv]])
+        raise SystemExit(status)
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2
+    assert len(err.strip().splitlines()) == 1 and says in err
+    assert "expected one argument" not in err
+
+
+def test_other_libraries_deprecation_notices_are_not_printed(monkeypatch, capsys):
+    """The CLI records every warning ("always") to print it as one note; that switched on
+    pyparsing's DeprecationWarnings, which matplotlib's style loader logged on every plot
+    (eight lines outside the capture).  Another library's DeprecationWarning is now ignored;
+    ours and every other category are still notes."""
+    import warnings
+
+    from dpplugins import cli
+
+    def run_with_warnings(args):
+        warnings.warn_explicit("parseString deprecated", DeprecationWarning, "core.py", 1,
+                               module="pyparsing.core")
+        warnings.warn_explicit("our deprecation", DeprecationWarning, "cli.py", 1,
+                               module="dpplugins.cli")
+        warnings.warn_explicit("overflow", RuntimeWarning, "b.py", 9, module="other")
+        return 0
+
+    monkeypatch.setattr(cli, "_run", run_with_warnings)
+    assert cli.main(["epsilon", "--noise-multiplier", "1", "--sample-rate", "0.01", "--steps",
+                     "10", "--delta", "1e-5"]) == 0
+    err = capsys.readouterr().err
+    assert "parseString" not in err
+    assert "our deprecation" in err and "overflow" in err
+
+
+def test_a_reference_past_its_time_limit_is_stopped_not_left_running(monkeypatch):
+    """A reference past REFERENCE_TIME_LIMIT kept running in a daemon thread until the program
+    ended, computing and allocating next to the other rows; at exit the interpreter stopped it
+    inside the other library's C++ code and the process aborted (status 134, "terminate called
+    without an active exception", after the table: compare at noise 0.1, q = 0.01, 100 steps, 4
+    runs in 5).  It now runs in a child process, killed at the limit: nothing is left running.
+    Its warnings reach the caller, and its exceptions are still the other library's failure."""
+    import multiprocessing
+    import threading
+    import time
+    import warnings
+
+    from dpplugins import report
+    from dpplugins.errors import NumericalError
+
+    def slow(runs, delta):
+        time.sleep(30)
+        return 1.0
+
+    def warns(runs, delta):
+        warnings.warn("the reference's own warning", RuntimeWarning)
+        return 2.5
+
+    ref = report.REFERENCES["opacus.rdp"]
+    monkeypatch.setattr(report, "REFERENCE_TIME_LIMIT", 0.5)
+    config = report.TrainingConfig(6000, 60, 2, 1.0, 1e-5)
+    monkeypatch.setitem(report.REFERENCES, "opacus.rdp",
+                        report.Reference("math", ref.bound_type, slow, ref.install))
+    start = time.perf_counter()
+    with pytest.raises(TimeoutError):
+        report.evaluate(config, "opacus.rdp", catch=False)
+    assert time.perf_counter() - start < 5
+    assert not [t for t in threading.enumerate() if t.name.startswith("dpplugins-")]
+    assert not multiprocessing.active_children()
+    monkeypatch.setitem(report.REFERENCES, "opacus.rdp",
+                        report.Reference("math", ref.bound_type, warns, ref.install))
+    with pytest.warns(RuntimeWarning, match="the reference's own warning"):
+        assert report.evaluate(config, "opacus.rdp", catch=False).epsilon == 2.5
+
+    def broken(runs, delta):
+        raise ValueError("cannot convert float NaN to integer")
+
+    monkeypatch.setitem(report.REFERENCES, "opacus.rdp",
+                        report.Reference("math", ref.bound_type, broken, ref.install))
+    with pytest.raises(NumericalError, match="failed: ValueError: cannot convert"):
+        report.evaluate(config, "opacus.rdp", catch=False)

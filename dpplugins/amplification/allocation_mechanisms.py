@@ -127,6 +127,9 @@ _U = float(np.finfo(float).eps) / 2
 _MAX_GRID_LOSS = _ENGINE_LOSS
 #: largest absolute sum index (t times the grid's last point) kept exact in double
 _MAX_INDEX = 2.0 ** 50
+#: largest additive error of the summand grid's certificate (:func:`_epoch`); beyond it the
+#: epoch is accounted by one step of the base mechanism
+_MAX_GRID_SLACK = 1e-3
 #: FFT points of the sum that the default summand step aims at (:func:`_default_step`)
 _SPAN_BUDGET = 2 ** 21
 
@@ -511,6 +514,11 @@ def _epoch(event: Event, t: int, h_loss: float, *, checkin: float, summand_step,
             upper, dominated = mechanism_allocation_pairs(
                 event, t, checkin_probability=checkin, summand_step=summand_step,
                 memory_limit=memory_limit, lower=lower)
+            if max(cert.extra() for cert in upper.slack.values()) > _MAX_GRID_SLACK:
+                # a grid coarsened to the FFT budget until its additive error is of the order
+                # of delta itself (Laplace scale 0.03, t = 2: 6.8, every delta bound 1 and
+                # every epsilon query refused): one step of the base mechanism is better
+                return base()
             return parts_of_pairs(upper, dominated, description, h_loss,
                                   tail_mass=tail_mass, memory_limit=memory_limit)
         except NumericalError:  # the grid does not fit: one step of the subsampled mechanism

@@ -623,34 +623,33 @@ def _lower_cached(family: Family, n: int, delta: float) -> ShuffleBound:
     # a dataset pair is searched only where it certifies delta above the target at the full
     # statistic's epsilon (elsewhere it cannot certify more; skipping a candidate only ever
     # lowers a lower bound): the pairs' searches were most of the time at n = 1e6
-    cands = {"none": 0.0}
-    for i, laws in enumerate(family.lower_laws):
-        if not _usable(laws):
-            continue
-        pair = _sm.CountPair(n, *laws, description=f"{family.name} lower pair {i}")
-        try:   # a dataset the engine cannot evaluate is skipped: a lower bound may only drop
-            if full > 0 and not pair.delta(full).lower > delta:
-                continue
-            cands[f"dataset_{i}"] = pair.epsilon_lower(delta, family.eps0)
-        except _ENGINE_FAILURES:
-            continue
+    cands = _pair_candidates(family, n, delta, beyond=full)
     if full > max(cands.values()):      # (listed only where it certifies more than the pairs)
         cands["full_statistic"] = full
     best = max(cands, key=cands.get)
     return ShuffleBound(max(cands[best], 0.0), delta, best, family.eps0, n, "lower bound", cands)
 
 
-@functools.lru_cache(maxsize=256)
-def _pairs_lower_cached(family: Family, n: int, delta: float) -> ShuffleBound:
+def _pair_candidates(family: Family, n: int, delta: float, beyond: float = 0.0) -> dict:
+    """``{"none": 0, "dataset_i": epsilon lower bound}`` of the family's exact dataset pairs;
+    with ``beyond > 0`` only the pairs that certify delta above ``delta`` at ``beyond``."""
     cands = {"none": 0.0}
     for i, laws in enumerate(family.lower_laws):
         if not _usable(laws):
             continue
         pair = _sm.CountPair(n, *laws, description=f"{family.name} lower pair {i}")
         try:   # a dataset the engine cannot evaluate is skipped: a lower bound may only drop
+            if beyond > 0 and not pair.delta(beyond).lower > delta:
+                continue
             cands[f"dataset_{i}"] = pair.epsilon_lower(delta, family.eps0)
         except _ENGINE_FAILURES:
             continue
+    return cands
+
+
+@functools.lru_cache(maxsize=256)
+def _pairs_lower_cached(family: Family, n: int, delta: float) -> ShuffleBound:
+    cands = _pair_candidates(family, n, delta)
     best = max(cands, key=cands.get)
     return ShuffleBound(max(cands[best], 0.0), delta, best, family.eps0, n, "lower bound", cands)
 

@@ -866,12 +866,18 @@ class PrivacyLossDistribution:
         return self._tilt(direction, kind, lambda lam, k: k - lam * epsilon)
 
     def delta_for_epsilon(self, epsilon: float, *, lower: bool = True,
-                          lower_rtol: float = 0.0) -> Bounds:
+                          lower_rtol: float = 0.0, check: bool = True) -> Bounds:
         """Certified bounds on ``delta(epsilon)`` (the max over both directions).
 
-        ``lower=False`` skips the lower bound (``Bounds.lower`` is then 0), as in
-        :meth:`epsilon_for_delta`: callers that use only the upper bound (a profile evaluated at
-        hundreds of points) pay for the upper composition alone.
+        ``lower=False`` skips the lower bound (``Bounds.lower`` is then 0, and the lower
+        compositions already computed are left out too), as in :meth:`epsilon_for_delta`:
+        callers that use only the upper bound (a profile evaluated at hundreds of points) pay
+        for the upper composition alone.
+        ``check=False`` returns the two values without the crossing check of
+        :func:`certified_bounds`, for a caller whose pairs bracket the value only up to its own
+        certificates (random allocation's dominating and dominated pairs, each exact up to an
+        additive term): their raw values may cross within those terms, and the caller checks
+        its certified bounds instead.
         ``lower_rtol`` (default 0: every accuracy level the query needs) stops the lower bound's
         accuracy levels (extended precision, tilting) as soon as ``upper - lower <= lower_rtol *
         upper``, or when not even an error-free composition on this grid would meet that and
@@ -899,18 +905,24 @@ class PrivacyLossDistribution:
                                                            lower_rtol)
             floor += lower_floor
         upper = uppers[dominant]
-        cached = self.cached_delta_bounds(epsilon)
+        cached = self.cached_delta_bounds(epsilon, lower=lower, check=check)
         if cached is not None:  # every computed composition certifies: intersect them
             upper, low = min(upper, cached.upper), max(low, cached.lower)
         self.last_floor = floor
+        if not check:
+            return Bounds(low, upper)
         return certified_bounds(low, upper, f"delta at epsilon={epsilon!r}")
 
-    def cached_delta_bounds(self, epsilon: float) -> Bounds | None:
+    def cached_delta_bounds(self, epsilon: float, *, lower: bool = True,
+                            check: bool = True) -> Bounds | None:
         """Bounds on ``delta(epsilon)`` from the compositions already computed (no new FFT):
         each one certifies its bound at every epsilon, so the best of them is certified too.
         This makes ``delta_for_epsilon(epsilon_for_delta(d).upper).upper <= d``: the composition
-        that certified the epsilon is among them.  ``None`` when a direction has none yet."""
+        that certified the epsilon is among them.  ``None`` when a direction has none yet.
+        ``lower=False`` leaves the lower compositions out (the lower bound is then 0);
+        ``check=False`` as in :meth:`delta_for_epsilon`."""
         epsilon = check_nonnegative("epsilon", epsilon)
+        want_lower = lower
         uppers, lower = [], 0.0
         for direction in self._directions_to_evaluate():
             values = [c.delta_upper(epsilon) for key, c in list(self._cache.items())
@@ -923,10 +935,12 @@ class PrivacyLossDistribution:
             if not values:
                 return None
             uppers.append(min(values))
-        if self.has_lower_bound:
+        if want_lower and self.has_lower_bound:
             lower = max((c.delta_lower(epsilon) for key, c in list(self._cache.items())
                          if key[1] == "lower"), default=0.0)
         upper = max(uppers)
+        if not check:
+            return Bounds(lower, upper)
         return certified_bounds(lower, upper, f"delta at epsilon={epsilon!r}")
 
     def delta_upper_chernoff(self, epsilon: float) -> float:

@@ -332,3 +332,12 @@ def test_one_convolution_answers_the_moved_laws(n, m):
     other = bl.LatticeLaw(1.0, -m, masses[::-1].copy(), offset=-0.2, rounded="down")
     assert search.at(other) is None
     assert search.at(bl.LatticeLaw(0.5, -m, masses, offset=-0.2, rounded="down")) is None
+
+
+def test_a_moved_law_that_is_no_lattice_law_is_refused_by_name():
+    """PositivePartLower.at raised AttributeError for anything but a LatticeLaw; it is a
+    ParameterError naming the parameter now (a law of other masses still answers None)."""
+    low = bl.LatticeLaw(1.0, -1, np.array([0.25, 0.5, 0.25]), rounded="down")
+    search = bl.PositivePartLower(low, 100)
+    with pytest.raises(ParameterError, match="law"):
+        search.at([0.25, 0.5, 0.25])

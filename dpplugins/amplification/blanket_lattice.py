@@ -452,6 +452,8 @@ class PositivePartLower:
         """``n (lo' - lo) + n o'`` in lattice units, or None if ``law`` is not ``self.law``
         moved."""
         own = self.law
+        if not isinstance(law, LatticeLaw):
+            raise ParameterError("law", law, "a LatticeLaw (the first law moved by a constant)")
         if law.spacing != own.spacing or law.rounded != "down" or not (
                 law.masses is own.masses or np.array_equal(law.masses, own.masses)):
             return None

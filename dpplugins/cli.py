@@ -467,6 +467,10 @@ def main(argv: list[str] | None = None) -> int:
     line on stderr)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if sys.stdout is None:   # started with standard output closed (e.g. ">&-")
+        print(f"dpplugins {args.command}: error: standard output is closed, so nothing could "
+              "be written; redirect it to a file instead (e.g. > result.txt)", file=sys.stderr)
+        return 2
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

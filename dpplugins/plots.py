@@ -47,7 +47,9 @@ def _image_formats() -> set[str]:
 def check_output_path(path) -> Path:
     """``path`` as a :class:`~pathlib.Path` whose directory exists and whose suffix (if any) is
     an image format matplotlib writes (ParameterError otherwise), checked before anything is
-    computed; a name without a suffix gets ``.png``, the file matplotlib writes for it."""
+    computed; a name without a suffix gets ``.png``, the file matplotlib writes for it, unless
+    it names an existing special file (``/dev/null``, a pipe): that is written as it is, in
+    PNG (:func:`image_format`)."""
     out = Path(path)
     if out.name == "" or out.is_dir():
         raise ParameterError("output", str(path), "a file name (e.g. eps.png), not a directory")
@@ -59,9 +61,17 @@ def check_output_path(path) -> Path:
     if suffix and formats and suffix not in formats:
         raise ParameterError("output", str(path), "a file name ending in an image format: "
                              + ", ".join("." + f for f in sorted(formats)))
+    if suffix or (out.exists() and not out.is_file()):
+        return out
     # without a suffix matplotlib writes PNG to the name plus ".png": say so (the command
     # line reported "wrote p" for the file p.png)
-    return out if suffix else out.with_name(out.name + ".png")
+    return out.with_name(out.name + ".png")
+
+
+def image_format(out: Path) -> str:
+    """The format an image is written in: its suffix's, PNG without one (a special file such
+    as ``/dev/null``: matplotlib would otherwise write ``/dev/null.png``)."""
+    return out.suffix.lower().lstrip(".") or "png"
 
 
 def check_points(points) -> int:
@@ -168,7 +178,7 @@ def plot_epsilon_against_epochs(config: TrainingConfig, accountants: list[str], 
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()
-        fig.savefig(out)
+        fig.savefig(out, format=image_format(out))
     finally:
         plt.close(fig)
     return out
@@ -243,7 +253,7 @@ def plot_shuffle_against_users(reports: list[dict], path, *, size=(6.4, 4.0),
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize="small")
         fig.tight_layout()
-        fig.savefig(out)
+        fig.savefig(out, format=image_format(out))
     finally:
         plt.close(fig)
     return out

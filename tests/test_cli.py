@@ -1,6 +1,7 @@
 """The command line through real processes (python -m dpplugins ...)."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -253,6 +254,19 @@ def test_plot_sizes_are_checked_in_pixels_and_a_bare_name_gets_png(tmp_path):
     assert check_output_path(tmp_path / "eps.pdf") == tmp_path / "eps.pdf"
 
 
+@pytest.mark.skipif(not os.path.exists(os.devnull) or os.path.isfile(os.devnull),
+                    reason="needs a special file at os.devnull")
+def test_a_special_file_is_written_as_it_is_not_with_png_appended():
+    """``--output /dev/null`` wrote (or tried to write) ``/dev/null.png``."""
+    from dpplugins.plots import check_output_path, image_format
+    out = check_output_path(os.devnull)
+    assert str(out) == os.devnull and image_format(out) == "png"
+    pytest.importorskip("matplotlib")
+    result = run("plot", *CONFIG, "--output", os.devnull, check=False)
+    assert result.returncode == 0, result.stderr
+    assert not os.path.exists(os.devnull + ".png")
+
+
 def test_an_empty_accountant_list_is_refused():
     result = run("compare", *CONFIG, "--accountants", ",", check=False)
     assert result.returncode == 2 and "--accountants=',' is invalid" in result.stderr
@@ -425,3 +439,13 @@ def test_a_reference_past_its_time_limit_is_stopped_not_left_running(monkeypatch
                         report.Reference("math", ref.bound_type, broken, ref.install))
     with pytest.raises(NumericalError, match="failed: ValueError: cannot convert"):
         report.evaluate(config, "opacus.rdp", catch=False)
+
+
+def test_a_closed_standard_output_is_one_line_of_error_not_an_attribute_error():
+    """Started with standard output closed (``>&-``), every command failed with "unexpected
+    AttributeError: 'NoneType' object has no attribute 'write'"."""
+    result = subprocess.run([sys.executable, "-m", "dpplugins", "epsilon", *CONFIG],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            timeout=600, preexec_fn=lambda: os.close(1))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "standard output is closed" in result.stderr

@@ -408,6 +408,9 @@ class PrivacyLossDistribution:
         self.tail_mass = tail_mass
         self.memory_limit = memory_limit
         self._cache: dict[tuple, ComposedPLD] = {}
+        #: compositions refused (by memory or range; :meth:`_composed`), by the same keys: the
+        #: refusal is raised again without rebuilding the tilted components
+        self._refused: dict[tuple, NumericalError] = {}
         #: Chernoff bounds computed so far, by (direction, epsilon) (:meth:`_chernoff_delta`)
         self._chernoff: dict[tuple[str, float], float] = {}
         #: after a query: the part of ``upper - lower`` due to error terms that a finer grid
@@ -727,16 +730,27 @@ class PrivacyLossDistribution:
                   tilt: float = 0.0, fp_limit: float = math.inf) -> ComposedPLD:
         """The composition of one direction (cached); ``fp_limit``: see
         :func:`~dpplugins.pld.compose.compose_grid_pmfs` (untilted only; nothing is cached when
-        it refuses)."""
+        it refuses for ``fp_limit``).  A refusal that does not depend on ``fp_limit`` (memory,
+        the range of a tilted composition's error terms) is remembered and raised again: a
+        profile evaluated at 1,600 epsilons retried a refused tilted composition at each, 0.2 s
+        apiece (randomized response with 10^6 buckets, 10-out-of-10 allocation, p = 0.9)."""
         key = (direction, kind, extended) if tilt == 0 else (direction, kind, extended, tilt)
         if key not in self._cache:
+            refused = self._refused.get(key)
+            if refused is not None:
+                raise NumericalError(refused.what, refused.fix)
             self._free_tables()
             parts = [(getattr(c, kind), k) for c, k in self._directions[direction]]
-            self._cache[key] = compose_grid_pmfs(parts, tail_mass=self.tail_mass,
-                                                 memory_limit=self.memory_limit,
-                                                 extended=extended, extended_inverse=extended,
-                                                 tilt=tilt,
-                                                 fp_limit=fp_limit if tilt == 0 else math.inf)
+            limit = fp_limit if tilt == 0 else math.inf
+            try:
+                self._cache[key] = compose_grid_pmfs(parts, tail_mass=self.tail_mass,
+                                                     memory_limit=self.memory_limit,
+                                                     extended=extended, extended_inverse=extended,
+                                                     tilt=tilt, fp_limit=limit)
+            except NumericalError as error:
+                if limit == math.inf:
+                    self._refused[key] = error
+                raise
         return self._cache[key]
 
     def _accurate(self, direction: str, kind: str, scale: float,

@@ -61,6 +61,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+from scipy import fft as sp_fft
 
 from dpplugins.amplification.shuffle_model import UNIT_ROUNDOFF, fft_relative_error
 from dpplugins.errors import ParameterError, check_count, check_positive
@@ -599,7 +600,7 @@ def _convolve(n: int, tilted: _Tilted, *, lower: bool) -> _Convolved | None:
     slots = np.mod(tilted.k.astype(np.int64), size)
     np.add.at(folded, slots, tilted.q)
     folded *= 1 + down * (np.bincount(slots, minlength=size) + 2) * _U   # sums rounded
-    spectrum = np.fft.rfft(folded)
+    spectrum = sp_fft.rfft(folded)
     kappa = fft_relative_error(size)
     e1 = kappa * math.sqrt(size) * float(np.linalg.norm(folded)) * (1 + 1e-10)
     if n * e1 > 0.1:
@@ -620,7 +621,7 @@ def _convolve(n: int, tilted: _Tilted, *, lower: bool) -> _Convolved | None:
                                + (w[-1] ** 2 if size % 2 == 0 else 0.0))) * (1 + 1e-10)
     p_norm = full_norm(np.abs(powered))
     err_l2 = (full_norm(bound) + kappa * p_norm) / math.sqrt(size) * (1 + 1e-10)
-    return _Convolved(tilted, np.fft.irfft(powered, size), err_l2)
+    return _Convolved(tilted, sp_fft.irfft(powered, size), err_l2)
 
 
 def _positive_part(law: LatticeLaw, n: int, tilted: _Tilted | None, *,

@@ -441,7 +441,7 @@ def fft_relative_error(size: int) -> float:
     Numerical Algorithms*, 2nd ed. 2002, Thm 24.2: ``kappa = log2(N) eta / (1 - log2(N) eta)``,
     ``eta = mu + gamma_4 (sqrt(2) + mu)``, with twiddle factors accurate to ``mu = 4u`` and a
     safety factor 10 on ``log2 N`` for the real transform's packing -- an assumption about
-    numpy's pocketfft; see :func:`_fft_convolve`)."""
+    pocketfft, the FFT of numpy and of scipy; see :func:`_fft_convolve`)."""
     u = _U
     gamma4 = 4 * u / (1 - 4 * u)
     mu = 4 * u

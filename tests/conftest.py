@@ -91,6 +91,32 @@ SLOW_FILES = frozenset({
 })
 
 
+#: single tests of the other files that take a second or more (measured on a 2-core machine):
+#: slow too, so that the quick subset stays under two minutes (by function name, or by the
+#: name with its parameters)
+SLOW_TESTS = frozenset({
+    "test_docstring_examples[dpplugins.amplification.shuffle_model_families]",
+    "test_a_round_of_more_than_max_users_leaves_the_other_rounds_lower_bounds",
+    "test_a_refusal_at_little_noise_moves_the_search_to_more_noise",
+    "test_the_full_epoch_profile_is_certified_once_and_reused_on_coarser_grids",
+    "test_plot_writes_an_image_of_the_figure_size",
+    "test_optimal_composition_of_many_steps_in_bounded_memory",
+    "test_delta_below_the_engines_slack_keeps_a_lower_bound_from_a_larger_delta",
+    "test_printed_intervals_hold_the_exact_epsilon",
+    "test_a_profile_cut_off_by_its_grid_refuses_instead_of_infinity",
+    "test_two_rounds_dominate_the_exact_product",
+    "test_many_groups_share_one_blanket_and_still_bracket_enumeration",
+    "test_accountant_accepts_participations_with_any_checkin_probability",
+    "test_a_window_near_the_limit_stays_within_it",
+    "test_monte_carlo_of_the_released_pair_is_inside_the_bracket",
+    "test_calibration_with_a_small_memory_limit_answers",
+    "test_queries_on_a_pure_dp_history_leak_no_floating_point_warning",
+    "test_optimal_composition_random_cases_against_mpmath",
+    "test_compare_rows_beside_poisson_at_the_same_expected_participation",
+    "test_rounds_of_very_different_eps0_compose_on_a_grid_that_fits",
+})
+
+
 def allocation_rr_laws(eps0, k, t, participations, p, digits=30):
     """The laws ``(P, Q)`` (lists of mpmath numbers over the ``2^t`` report vectors) of one epoch
     of k-out-of-t random allocation of k-ary randomized response read as zero-out (add/remove),
@@ -122,5 +148,6 @@ def allocation_rr_laws(eps0, k, t, participations, p, digits=30):
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.path.name in SLOW_FILES:
+        if item.path.name in SLOW_FILES or item.name in SLOW_TESTS or \
+                getattr(item, "originalname", item.name) in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)

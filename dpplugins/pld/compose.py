@@ -154,7 +154,11 @@ class ComposedPLD:
         tilted = self.tilt > 0
         ld = np.longdouble if tilted else np.float64
         span = 4000.0 if tilted else 300.0
-        mass = np.maximum(np.asarray(self.pmf[start:], dtype=ld), 0)  # negatives: FFT noise
+        # built in place (long double is 16 bytes a bin: every temporary of the window's length
+        # counts against BYTES_PER_WINDOW_BIN; the tables of one tilted window of 6.7e6 bins
+        # peaked at 145 bytes a bin)
+        mass = np.array(self.pmf[start:], dtype=ld)
+        np.maximum(mass, 0, out=mass)  # negatives: FFT noise
         unreliable, exp_max = -1, 0.0
         if self.tilt > 0 and n:
             # untilted masses pmf * exp(L - lam s_i), s_i = idx_i h; exponents above 11300 would
@@ -162,28 +166,32 @@ class ComposedPLD:
             first = float(ld(self.log_scale) - ld(self.tilt) * ld(int(idx[0])) * ld(self.h))
             slope = -self.tilt * self.h
             factor, rows_bad = _exp_linear(first, slope, n)
-            mass = mass * factor
+            mass *= factor
+            del factor
             unreliable = rows_bad
             exp_max = max(abs(first), abs(first + slope * (n - 1)))
         # A[j] = sum_{i >= j} m_i; D[j] = sum_{i >= j} m_i e^-(s_i - s_j) = T[j] / e^-(j - b0) h
         # with T[j] = sum_{i >= j} m_i e^-(i - b0) h and b0 the start of j's block (blocks of at
         # most `span` loss units keep every exponential in range); all sums have non-negative
         # terms
-        suffix_m = np.cumsum(mass[::-1])[::-1] if n else np.zeros(0, dtype=ld)
+        a_table = np.zeros(n + 1, dtype=ld)
+        if n:
+            np.cumsum(mass[::-1], out=a_table[n - 1::-1])
         block = max(1, min(int(span / self.h), n if n else 1))
         if tilted:
             steps, _ = _exp_linear(0.0, -self.h, block)  # e^-(k h), k < block
         else:
             steps = np.exp(-self.h * np.arange(block))
-        tail = np.zeros(n, dtype=ld)
+        t_table = np.zeros(n + 1, dtype=ld)
+        tail = t_table[:n]
         carry = ld(0)  # D at the start of the next block
         if block == 1 and n > 1:
             # grid steps beyond `span` (long compositions on coarse grids): one bin per block,
             # D[j] = m_j + e^-h D[j+1]; the same recurrence as the loop below, in C (the loop
             # made ~10^7 Python iterations: 10^11 swap steps at n = 3 took 469 s)
             decay = np.exp(-ld(1) * ld(self.h))
-            tail = lfilter(np.array([1], dtype=ld), np.array([1, -decay], dtype=ld),
-                           mass[::-1])[::-1].astype(ld)
+            tail[:] = lfilter(np.array([1], dtype=ld), np.array([1, -decay], dtype=ld),
+                              mass[::-1])[::-1]
             n_loop = -1
         else:
             n_loop = ((n - 1) // block) * block if n else -1
@@ -195,10 +203,7 @@ class ComposedPLD:
             carry = tail[b0]  # = D[b0]
         object.__setattr__(self, "_idx", idx)
         object.__setattr__(self, "_svals", idx * self.h)
-        a_table = np.zeros(n + 1, dtype=ld)
-        a_table[:n] = suffix_m
-        t_table = np.zeros(n + 1, dtype=ld)
-        t_table[:n] = tail
+        del mass, tail
         object.__setattr__(self, "_A", a_table)
         object.__setattr__(self, "_T", t_table)
         object.__setattr__(self, "_block", block)

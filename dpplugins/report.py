@@ -40,6 +40,7 @@ import importlib.util
 import io
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -469,6 +470,23 @@ REFERENCES: dict[str, Reference] = {
 #: records a TimeoutError and the table goes on (dp-accounting's PLD took minutes for 200
 #: steps at noise 0.05).  The reference runs in a child process, killed at the limit.
 REFERENCE_TIME_LIMIT = 15.0
+#: resident memory a reference's child process may grow by (Linux, where ``/proc`` shows it;
+#: checked ten times a second, the child is killed past it and its row says so).
+#: dp-accounting's PLD at 10^8 Poisson steps (noise 0.5, rate 0.01) reached 4.3 GB within its
+#: 15 s.  (A cap on the address space would also count reserved, unused memory -- thread
+#: stacks and allocator arenas, many on a machine with many cores.)
+REFERENCE_MEMORY_LIMIT = 1 << 30
+
+
+def _resident_bytes(pid: int) -> int | None:
+    """Resident memory of process ``pid`` (from ``/proc``; None where it cannot be read)."""
+    import resource
+
+    try:
+        with open(f"/proc/{pid}/statm") as statm:
+            return int(statm.read().split()[1]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class _ReferenceFailure(Exception):
@@ -511,13 +529,23 @@ def _within_time_limit(name: str, compute: Callable[[], float], seconds: float) 
             except Exception:  # noqa: BLE001 -- a warning category that does not pickle
                 send.send(result[:2] + ([],))
 
+        start = _resident_bytes(os.getpid())
         process = context.Process(target=child, name=f"dpplugins-{name}", daemon=True)
         process.start()
         send.close()
         try:
-            if not receive.poll(seconds):
-                raise TimeoutError(f"{name} gave no answer within {seconds:g} s (the "
-                                   "reference's own computation; ours are not limited this way)")
+            deadline = time.monotonic() + seconds
+            while not receive.poll(min(0.1, max(deadline - time.monotonic(), 0.0))):
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"{name} gave no answer within {seconds:g} s (the "
+                                       "reference's own computation; ours are not limited "
+                                       "this way)")
+                resident = _resident_bytes(process.pid)
+                if start is not None and resident is not None \
+                        and resident > start + REFERENCE_MEMORY_LIMIT:
+                    raise _ReferenceFailure(
+                        f"its process grew beyond {REFERENCE_MEMORY_LIMIT >> 20:,} MiB of memory "
+                        "and was stopped")
             try:
                 kind, value, caught = receive.recv()
             except EOFError:   # killed, e.g. out of memory

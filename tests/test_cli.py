@@ -313,6 +313,33 @@ def test_a_reference_that_takes_too_long_is_reported_not_waited_for(monkeypatch)
         report.evaluate(config, "opacus.rdp", catch=False)
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc")
+def test_a_reference_that_grows_past_its_memory_limit_is_stopped(monkeypatch):
+    """dp-accounting's PLD at 10^8 Poisson steps (noise 0.5) grew to 4.3 GB within its time
+    limit; a reference's process is now stopped when its resident memory grows by more than
+    REFERENCE_MEMORY_LIMIT (here 50 MiB), and its row says so."""
+    import time
+
+    import numpy as np
+
+    from dpplugins import report
+
+    def hungry(runs, delta):
+        held = np.ones(40 * 2 ** 20)       # 320 MiB, touched
+        time.sleep(5)
+        return float(held[0])
+
+    ref = report.REFERENCES["opacus.rdp"]
+    monkeypatch.setitem(report.REFERENCES, "opacus.rdp",
+                        report.Reference("math", ref.bound_type, hungry, ref.install))
+    monkeypatch.setattr(report, "REFERENCE_MEMORY_LIMIT", 50 << 20)
+    config = report.TrainingConfig(6000, 60, 2, 1.0, 1e-5)
+    start = time.perf_counter()
+    row = report.evaluate(config, "opacus.rdp")
+    assert time.perf_counter() - start < 4
+    assert row.epsilon is None and "beyond 50 MiB of memory" in row.error
+
+
 def test_a_failing_reference_is_named_as_the_other_librarys_failure(monkeypatch):
     """A reference that raised inside its own library (Opacus' PRV at delta = 1e-320: "cannot
     convert float NaN to integer") was reported as "unexpected ValueError"; it is now a

@@ -480,12 +480,10 @@ REFERENCE_MEMORY_LIMIT = 1 << 30
 
 def _resident_bytes(pid: int) -> int | None:
     """Resident memory of process ``pid`` (from ``/proc``; None where it cannot be read)."""
-    import resource
-
     try:
         with open(f"/proc/{pid}/statm") as statm:
-            return int(statm.read().split()[1]) * resource.getpagesize()
-    except (OSError, ValueError, IndexError):
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
         return None
 
 

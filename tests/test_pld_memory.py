@@ -112,13 +112,18 @@ def test_a_refused_tilted_composition_is_not_retried(monkeypatch):
 
     from dpplugins.pld import distribution
 
+    import gc
+    import weakref
+
     real = distribution.compose_grid_pmfs
-    tilted_attempts = []
+    tilted_attempts, work_done = [], []
 
     def refusing(parts, **options):
         if options.get("tilt", 0.0) > 0:
             tilted_attempts.append((options["tilt"], options.get("extended"),
                                     tuple(id(c) for c, _ in parts)))
+            work = np.ones(1000)    # the refused composition's arrays: not to be kept alive
+            work_done.append(weakref.ref(work))
             raise NumericalError("a tilted window beyond the memory limit (test)", "none")
         return real(parts, **options)
 
@@ -135,6 +140,8 @@ def test_a_refused_tilted_composition_is_not_retried(monkeypatch):
             epsilon + log_ndtr(-epsilon / mu - mu / 2))
         assert bounds.lower <= exact <= bounds.upper, (epsilon, bounds, exact)
     assert len(tilted_attempts) == len(set(tilted_attempts)) >= 1, tilted_attempts
+    gc.collect()
+    assert all(ref() is None for ref in work_done)   # no traceback holds the refused work
 
 
 @pytest.mark.parametrize("tilt", [0.0, 0.5])
@@ -166,3 +173,32 @@ def test_evaluation_tables_are_built_without_window_length_copies(tilt):
     # the same values as tables built from scratch by the public evaluation
     for epsilon in (0.0, 0.5, 1.0, 2.0):
         assert composed.delta_upper(epsilon) == reference.delta_upper(epsilon)
+
+
+def test_a_failed_lazy_epoch_build_is_not_kept_alive():
+    """An allocation epoch whose build failed kept the NumericalError, and with its traceback
+    the failed build's arrays, as long as the epoch lived; its messages are kept instead, the
+    same refusal is raised again, and the build is not run twice."""
+    import gc
+    import weakref
+
+    from dpplugins.amplification.allocation import _Lazy
+
+    built, held = [], []
+
+    def build():
+        work = np.ones(1000)        # the failed build's arrays
+        held.append(weakref.ref(work))
+        built.append(1)
+        raise NumericalError("the epoch's grid does not fit (test)", "use more memory")
+
+    lazy = _Lazy(build)
+    messages = []
+    for _ in range(2):
+        with pytest.raises(NumericalError) as caught:
+            lazy.get()
+        messages.append(str(caught.value))
+        del caught
+    gc.collect()
+    assert built == [1] and messages[0] == messages[1] and "does not fit" in messages[0]
+    assert held[0]() is None

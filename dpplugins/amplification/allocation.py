@@ -1665,18 +1665,20 @@ class _Lazy:
     def __init__(self, build) -> None:
         self._build = build
         self._value = None
-        self._error: NumericalError | None = None
+        self._error: tuple[str, str] | None = None
 
     def get(self):
         if self._error is not None:
             # a build that does not fit fails the same way every time: once is enough (it can
             # cost seconds before the FFT size is known)
-            raise self._error
+            raise NumericalError(*self._error)
         if self._build is not None:
             try:
                 self._value = self._build()
             except NumericalError as error:
-                self._error = error
+                # its messages only: the error's traceback would keep the failed build's
+                # arrays alive as long as this epoch
+                self._error, self._build = (error.what, error.fix), None
                 raise
             self._build = None
         return self._value

@@ -409,8 +409,9 @@ class PrivacyLossDistribution:
         self.memory_limit = memory_limit
         self._cache: dict[tuple, ComposedPLD] = {}
         #: compositions refused (by memory or range; :meth:`_composed`), by the same keys: the
-        #: refusal is raised again without rebuilding the tilted components
-        self._refused: dict[tuple, NumericalError] = {}
+        #: refusal's ``(what, fix)`` is raised again without rebuilding the tilted components
+        #: (the messages only: the error's traceback would keep the refused work's arrays alive)
+        self._refused: dict[tuple, tuple[str, str]] = {}
         #: Chernoff bounds computed so far, by (direction, epsilon) (:meth:`_chernoff_delta`)
         self._chernoff: dict[tuple[str, float], float] = {}
         #: after a query: the part of ``upper - lower`` due to error terms that a finer grid
@@ -738,7 +739,7 @@ class PrivacyLossDistribution:
         if key not in self._cache:
             refused = self._refused.get(key)
             if refused is not None:
-                raise NumericalError(refused.what, refused.fix)
+                raise NumericalError(*refused)
             self._free_tables()
             parts = [(getattr(c, kind), k) for c, k in self._directions[direction]]
             limit = fp_limit if tilt == 0 else math.inf
@@ -749,7 +750,7 @@ class PrivacyLossDistribution:
                                                      tilt=tilt, fp_limit=limit)
             except NumericalError as error:
                 if limit == math.inf:
-                    self._refused[key] = error
+                    self._refused[key] = (error.what, error.fix)
                 raise
         return self._cached(key)
 

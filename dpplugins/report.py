@@ -470,8 +470,8 @@ REFERENCES: dict[str, Reference] = {
 #: records a TimeoutError and the table goes on (dp-accounting's PLD took minutes for 200
 #: steps at noise 0.05).  The reference runs in a child process, killed at the limit.
 REFERENCE_TIME_LIMIT = 15.0
-#: resident memory a reference's child process may grow by (Linux, where ``/proc`` shows it;
-#: checked ten times a second, the child is killed past it and its row says so).
+#: private resident memory a reference's child process may grow by (Linux, where ``/proc``
+#: shows it; checked ten times a second, the child is killed past it and its row says so).
 #: dp-accounting's PLD at 10^8 Poisson steps (noise 0.5, rate 0.01) reached 4.3 GB within its
 #: 15 s.  (A cap on the address space would also count reserved, unused memory -- thread
 #: stacks and allocator arenas, many on a machine with many cores.)
@@ -479,10 +479,15 @@ REFERENCE_MEMORY_LIMIT = 1 << 30
 
 
 def _resident_bytes(pid: int) -> int | None:
-    """Resident memory of process ``pid`` (from ``/proc``; None where it cannot be read)."""
+    """Private resident memory of process ``pid``: its resident pages less those backed by files
+    or shared memory (``/proc``; None where it cannot be read).  A forked child inherits the
+    parent's private pages but maps its libraries' file pages lazily, so its whole resident
+    size started hundreds of MB below the parent's (with TensorFlow and torch loaded) and a
+    reference could grow by that much more before it was stopped."""
     try:
         with open(f"/proc/{pid}/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            fields = statm.read().split()
+        return (int(fields[1]) - int(fields[2])) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError, AttributeError):
         return None
 

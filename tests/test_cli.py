@@ -305,9 +305,8 @@ def test_a_reference_that_takes_too_long_is_reported_not_waited_for(monkeypatch)
                         report.Reference("math", ref.bound_type, slow, ref.install))
     monkeypatch.setattr(report, "REFERENCE_TIME_LIMIT", 0.2)
     config = report.TrainingConfig(6000, 60, 2, 1.0, 1e-5)
-    start = time.perf_counter()
+    # (not waited for: a reference that finished would give its value, 1.0)
     row = report.evaluate(config, "opacus.rdp")
-    assert time.perf_counter() - start < 3
     assert row.epsilon is None and "TimeoutError" in row.error and "0.2 s" in row.error
     with pytest.raises(TimeoutError):
         report.evaluate(config, "opacus.rdp", catch=False)
@@ -317,7 +316,10 @@ def test_a_reference_that_takes_too_long_is_reported_not_waited_for(monkeypatch)
 def test_a_reference_that_grows_past_its_memory_limit_is_stopped(monkeypatch):
     """dp-accounting's PLD at 10^8 Poisson steps (noise 0.5) grew to 4.3 GB within its time
     limit; a reference's process is now stopped when its resident memory grows by more than
-    REFERENCE_MEMORY_LIMIT (here 50 MiB), and its row says so."""
+    REFERENCE_MEMORY_LIMIT (here 50 MiB), and its row says so.  In the full suite the parent
+    holds TensorFlow and torch, whose file pages the forked child maps lazily: its whole
+    resident size started far below the parent's and the limit was never reached (the private
+    resident size is compared now)."""
     import time
 
     import numpy as np
@@ -334,9 +336,45 @@ def test_a_reference_that_grows_past_its_memory_limit_is_stopped(monkeypatch):
                         report.Reference("math", ref.bound_type, hungry, ref.install))
     monkeypatch.setattr(report, "REFERENCE_MEMORY_LIMIT", 50 << 20)
     config = report.TrainingConfig(6000, 60, 2, 1.0, 1e-5)
-    start = time.perf_counter()
+    # (stopped, not finished: a reference that finished would give its value, 1.0)
     row = report.evaluate(config, "opacus.rdp")
-    assert time.perf_counter() - start < 4
+    assert row.epsilon is None and "beyond 50 MiB of memory" in row.error
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc")
+def test_the_memory_limit_holds_beside_a_parent_with_many_file_pages(monkeypatch, tmp_path):
+    """The parent of the reference's process holds 300 MB of file pages (as TensorFlow's and
+    torch's libraries in the full suite); the forked child maps them lazily, so its whole
+    resident size starts that far below the parent's, and a reference growing by 120 MiB was
+    not stopped at a limit of 50 MiB."""
+    import mmap
+    import time
+
+    import numpy as np
+
+    from dpplugins import report
+
+    path = tmp_path / "pages"
+    with open(path, "wb") as out:
+        out.truncate(300 << 20)
+    with open(path, "rb") as source:
+        pages = mmap.mmap(source.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        total = sum(pages[i] for i in range(0, len(pages), mmap.PAGESIZE))   # resident now
+        assert total == 0
+
+        def hungry(runs, delta):
+            held = np.ones(15 * 2 ** 20)       # 120 MiB, touched
+            time.sleep(5)
+            return float(held[0])
+
+        ref = report.REFERENCES["opacus.rdp"]
+        monkeypatch.setitem(report.REFERENCES, "opacus.rdp",
+                            report.Reference("math", ref.bound_type, hungry, ref.install))
+        monkeypatch.setattr(report, "REFERENCE_MEMORY_LIMIT", 50 << 20)
+        row = report.evaluate(report.TrainingConfig(6000, 60, 2, 1.0, 1e-5), "opacus.rdp")
+    finally:
+        pages.close()
     assert row.epsilon is None and "beyond 50 MiB of memory" in row.error
 
 

@@ -312,14 +312,9 @@ def test_a_reference_that_takes_too_long_is_reported_not_waited_for(monkeypatch)
         report.evaluate(config, "opacus.rdp", catch=False)
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc")
-def test_a_reference_that_grows_past_its_memory_limit_is_stopped(monkeypatch):
-    """dp-accounting's PLD at 10^8 Poisson steps (noise 0.5) grew to 4.3 GB within its time
-    limit; a reference's process is now stopped when its resident memory grows by more than
-    REFERENCE_MEMORY_LIMIT (here 50 MiB), and its row says so.  In the full suite the parent
-    holds TensorFlow and torch, whose file pages the forked child maps lazily: its whole
-    resident size started far below the parent's and the limit was never reached (the private
-    resident size is compared now)."""
+def _row_of_a_hungry_reference(monkeypatch, mib: int):
+    """The row of a reference that touches ``mib`` MiB and then sleeps 5 s, under a memory
+    limit of 50 MiB (a reference that finished would give its value, 1.0)."""
     import time
 
     import numpy as np
@@ -327,7 +322,7 @@ def test_a_reference_that_grows_past_its_memory_limit_is_stopped(monkeypatch):
     from dpplugins import report
 
     def hungry(runs, delta):
-        held = np.ones(40 * 2 ** 20)       # 320 MiB, touched
+        held = np.ones(mib * 2 ** 17)       # mib MiB of float64, touched
         time.sleep(5)
         return float(held[0])
 
@@ -335,9 +330,15 @@ def test_a_reference_that_grows_past_its_memory_limit_is_stopped(monkeypatch):
     monkeypatch.setitem(report.REFERENCES, "opacus.rdp",
                         report.Reference("math", ref.bound_type, hungry, ref.install))
     monkeypatch.setattr(report, "REFERENCE_MEMORY_LIMIT", 50 << 20)
-    config = report.TrainingConfig(6000, 60, 2, 1.0, 1e-5)
-    # (stopped, not finished: a reference that finished would give its value, 1.0)
-    row = report.evaluate(config, "opacus.rdp")
+    return report.evaluate(report.TrainingConfig(6000, 60, 2, 1.0, 1e-5), "opacus.rdp")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc")
+def test_a_reference_that_grows_past_its_memory_limit_is_stopped(monkeypatch):
+    """dp-accounting's PLD at 10^8 Poisson steps (noise 0.5) grew to 4.3 GB within its time
+    limit; a reference's process is now stopped when its private resident memory grows by more
+    than REFERENCE_MEMORY_LIMIT (here 50 MiB), and its row says so."""
+    row = _row_of_a_hungry_reference(monkeypatch, 320)
     assert row.epsilon is None and "beyond 50 MiB of memory" in row.error
 
 
@@ -346,13 +347,8 @@ def test_the_memory_limit_holds_beside_a_parent_with_many_file_pages(monkeypatch
     """The parent of the reference's process holds 300 MB of file pages (as TensorFlow's and
     torch's libraries in the full suite); the forked child maps them lazily, so its whole
     resident size starts that far below the parent's, and a reference growing by 120 MiB was
-    not stopped at a limit of 50 MiB."""
+    not stopped at a limit of 50 MiB (the private resident size is compared now)."""
     import mmap
-    import time
-
-    import numpy as np
-
-    from dpplugins import report
 
     path = tmp_path / "pages"
     with open(path, "wb") as out:
@@ -362,17 +358,7 @@ def test_the_memory_limit_holds_beside_a_parent_with_many_file_pages(monkeypatch
     try:
         total = sum(pages[i] for i in range(0, len(pages), mmap.PAGESIZE))   # resident now
         assert total == 0
-
-        def hungry(runs, delta):
-            held = np.ones(15 * 2 ** 20)       # 120 MiB, touched
-            time.sleep(5)
-            return float(held[0])
-
-        ref = report.REFERENCES["opacus.rdp"]
-        monkeypatch.setitem(report.REFERENCES, "opacus.rdp",
-                            report.Reference("math", ref.bound_type, hungry, ref.install))
-        monkeypatch.setattr(report, "REFERENCE_MEMORY_LIMIT", 50 << 20)
-        row = report.evaluate(report.TrainingConfig(6000, 60, 2, 1.0, 1e-5), "opacus.rdp")
+        row = _row_of_a_hungry_reference(monkeypatch, 120)
     finally:
         pages.close()
     assert row.epsilon is None and "beyond 50 MiB of memory" in row.error

@@ -480,10 +480,11 @@ REFERENCE_MEMORY_LIMIT = 1 << 30
 
 def _resident_bytes(pid: int) -> int | None:
     """Private resident memory of process ``pid``: its resident pages less those backed by files
-    or shared memory (``/proc``; None where it cannot be read).  A forked child inherits the
-    parent's private pages but maps its libraries' file pages lazily, so its whole resident
-    size started hundreds of MB below the parent's (with TensorFlow and torch loaded) and a
-    reference could grow by that much more before it was stopped."""
+    or shared memory (``/proc``; None where it cannot be read).  A reference's growth is
+    measured from its own process's size before it runs, never from the parent's: a forked
+    child maps its parent's file pages lazily, so its whole resident size started hundreds of
+    MB below the parent's (with TensorFlow and torch loaded), and where the kernel counts file
+    pages as private, the private size did too."""
     try:
         with open(f"/proc/{pid}/statm") as statm:
             fields = statm.read().split()
@@ -526,19 +527,35 @@ def _within_time_limit(name: str, compute: Callable[[], float], seconds: float) 
         receive, send = context.Pipe(duplex=False)
 
         def child() -> None:
+            # the child's own private resident size before the reference runs: the baseline
+            # its growth is measured from (the parent's size is not: pages it maps from files,
+            # or holds outside the child, are counted differently from one kernel to another,
+            # and a reference grew by 120 MiB unstopped beside 300 MB of such pages)
+            send.send(("start", _resident_bytes(os.getpid())))
             result = outcome()
             try:
                 send.send(result)
             except Exception:  # noqa: BLE001 -- a warning category that does not pickle
                 send.send(result[:2] + ([],))
 
-        start = _resident_bytes(os.getpid())
         process = context.Process(target=child, name=f"dpplugins-{name}", daemon=True)
         process.start()
         send.close()
         try:
             deadline = time.monotonic() + seconds
-            while not receive.poll(min(0.1, max(deadline - time.monotonic(), 0.0))):
+            start = None
+            while True:
+                if receive.poll(min(0.1, max(deadline - time.monotonic(), 0.0))):
+                    try:
+                        message = receive.recv()
+                    except EOFError:   # killed, e.g. out of memory
+                        process.join(1)
+                        message = ("error", "its process ended without an answer (exit "
+                                   f"code {process.exitcode})", [])
+                    if message[0] != "start":
+                        kind, value, caught = message
+                        break
+                    start = message[1]
                 if time.monotonic() >= deadline:
                     raise TimeoutError(f"{name} gave no answer within {seconds:g} s (the "
                                        "reference's own computation; ours are not limited "
@@ -549,12 +566,6 @@ def _within_time_limit(name: str, compute: Callable[[], float], seconds: float) 
                     raise _ReferenceFailure(
                         f"its process grew beyond {REFERENCE_MEMORY_LIMIT >> 20:,} MiB of memory "
                         "and was stopped")
-            try:
-                kind, value, caught = receive.recv()
-            except EOFError:   # killed, e.g. out of memory
-                process.join(1)
-                kind, value, caught = ("error", "its process ended without an answer (exit "
-                                       f"code {process.exitcode})", [])
         finally:
             if process.is_alive():
                 process.kill()

@@ -364,6 +364,25 @@ def test_the_memory_limit_holds_beside_a_parent_with_many_file_pages(monkeypatch
     assert row.epsilon is None and "beyond 50 MiB of memory" in row.error
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc")
+def test_the_memory_limit_is_measured_from_the_references_own_start(monkeypatch):
+    """The CI's kernel counted the parent's 300 MB of file pages (the test above) as private,
+    and the reference, measured from the parent's size, grew by 120 MiB unstopped; its growth
+    is measured from its own process's size before it runs.  Here the parent's size is read
+    300 MiB too high, as there."""
+    from dpplugins import report
+
+    parent, read = os.getpid(), report._resident_bytes
+
+    def misread(pid):
+        size = read(pid)
+        return size + (300 << 20) if pid == parent and size is not None else size
+
+    monkeypatch.setattr(report, "_resident_bytes", misread)
+    row = _row_of_a_hungry_reference(monkeypatch, 120)
+    assert row.epsilon is None and "beyond 50 MiB of memory" in row.error
+
+
 def test_a_failing_reference_is_named_as_the_other_librarys_failure(monkeypatch):
     """A reference that raised inside its own library (Opacus' PRV at delta = 1e-320: "cannot
     convert float NaN to integer") was reported as "unexpected ValueError"; it is now a

@@ -361,6 +361,20 @@ def _check_plot(args: argparse.Namespace):
     return path, points
 
 
+#: the parameters whose errors name this command's options (the library's ``eps0=...`` is the
+#: option ``--eps0``)
+_OPTIONS = ("eps0", "n", "groups", "delta", "randomizer", "k", "d", "g", "delta0", "plot",
+            "points")
+
+
+def _named_by_option(error: ParameterError) -> ParameterError:
+    """``error`` naming the option (``--eps0=-1.0 is invalid: ...``) where its parameter is one
+    of this command's options; other errors as they are."""
+    if error.name in _OPTIONS:
+        return ParameterError("--" + error.name, error.value, error.valid, error.hint)
+    return error
+
+
 def run(args: argparse.Namespace, out: Callable[[str], object] | None = None) -> int:
     """Run the subcommand; returns the exit status (0).  Bad input raises
     :class:`~dpplugins.errors.ParameterError` naming the option (the ``dpplugins`` entry point
@@ -368,6 +382,13 @@ def run(args: argparse.Namespace, out: Callable[[str], object] | None = None) ->
     of users of :func:`plot_users` is drawn by
     :func:`dpplugins.plots.plot_shuffle_against_users` (progress on stderr when it is a
     terminal)."""
+    try:
+        return _run(args, out)
+    except ParameterError as error:
+        raise _named_by_option(error) from None
+
+
+def _run(args: argparse.Namespace, out: Callable[[str], object] | None) -> int:
     write = out or (lambda text: sys.stdout.write(text + "\n"))
     plot = getattr(args, "plot", None)
     if plot is not None:

@@ -354,3 +354,19 @@ def test_eps0_zero_answers_zero_and_a_family_names_its_own_range():
         with pytest.raises(ParameterError, match=re.escape("must be in [1e-12, 50]")):
             cli_shuffle.run(parse("--eps0", eps0, "--n", "1000", "--delta", "1e-6",
                                   "--randomizer", "oue", "--d", "64"), out=lambda line: None)
+
+
+@pytest.mark.parametrize("argv,start", [
+    (("--eps0", "-1", "--n", "1000"), "--eps0=-1.0 is invalid"),
+    (("--eps0", "1", "--n", "1"), "--n=1 is invalid"),
+    (("--eps0", "1", "--n", "1000", "--delta0", "2"), "--delta0=2.0 is invalid"),
+    (("--eps0", "1", "--n", "1000", "--randomizer", "oue"), "--d=None is invalid"),
+    (("--eps0", "1", "--n", "1000", "--randomizer", "krr", "--k", "1"), "--k=1 is invalid"),
+    (("--eps0", "90", "--n", "1000", "--randomizer", "laplace"), "--eps0=90.0 is invalid"),
+])
+def test_errors_name_the_option(argv, start):
+    """From a hostile sweep: the errors named the library's parameters (``eps0=-1.0 is
+    invalid``), not the options that set them (``--eps0``), as the other commands do."""
+    with pytest.raises(ParameterError) as raised:
+        cli_shuffle.run(parse(*argv, "--delta", "1e-6"), out=lambda text: None)
+    assert str(raised.value).startswith(start)

@@ -634,3 +634,16 @@ def test_clt_queries_on_a_ledger_beyond_two_to_the_63_steps():
     def gdp_delta(e):
         return stats.norm.cdf(-e / mu + mu / 2) - math.exp(e) * stats.norm.cdf(-e / mu - mu / 2)
     assert eps == pytest.approx(brentq(lambda e: gdp_delta(e) - 1e-5, 0, 1), rel=1e-6)
+
+
+def test_accuracy_warnings_name_the_fdp_accountant():
+    """From a hostile sweep: fdp's Poisson path is answered by a PLD accountant, and its
+    accuracy warnings said "pld: certified bounds ..." to a user who had asked for fdp.  (An
+    accuracy target of 1e-7 cannot be met: the warning is certain.)"""
+    acc = create("fdp", eps_tolerance=1e-7)
+    acc.step(noise_multiplier=1.0, sample_rate=0.01, count=1000)
+    with pytest.warns(AccuracyWarning) as record:
+        bounds = acc.get_epsilon_bounds(1e-5)
+    messages = [str(w.message) for w in record if issubclass(w.category, AccuracyWarning)]
+    assert messages and all(m.startswith("fdp: certified bounds") for m in messages)
+    assert bounds.lower <= bounds.upper

@@ -358,6 +358,7 @@ class GDPAccountant(Accountant):
     # -- certified path -------------------------------------------------------------------------
     def _poisson_for(self, history) -> PLDAccountant:
         poisson = PLDAccountant(**self._poisson.options())
+        poisson.name = self.name    # its warnings and errors are this accountant's ("pld: ...")
         poisson.history = list(history)
         # share the composed-PLD cache (keyed by history and grid step) across queries, so that
         # later queries reuse earlier compositions; every query holds this accountant's lock

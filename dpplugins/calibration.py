@@ -124,7 +124,11 @@ def find_noise_multiplier(*, target_epsilon: float, delta: float,
     to the accountant's constructor (``dpplugins.accountants.create``).  The accountant must
     support the event (``UnsupportedEventError`` otherwise, before any search).  The search
     covers ``[1e-12, 1e12]``; when the target holds even at ``1e-12`` (a negligible sample
-    rate, say) that is the answer.
+    rate, say) that is the answer.  It is the smallest noise multiplier at which the
+    accountant *certifies* the target: where its certified bound is infinite at every smaller
+    one (a target of 1e300 at q = 0.01, 100 steps: the PLD engine's upper bound is inf below
+    sigma = 0.0325, where epsilon is already about 4,000), the answer is above the true
+    smallest, never below it.
 
     Example::
 

@@ -470,7 +470,7 @@ REFERENCES: dict[str, Reference] = {
 #: records a TimeoutError and the table goes on (dp-accounting's PLD took minutes for 200
 #: steps at noise 0.05).  The reference runs in a child process, killed at the limit.
 REFERENCE_TIME_LIMIT = 15.0
-#: private resident memory a reference's child process may grow by (Linux, where ``/proc``
+#: private memory a reference's child process may grow by (Linux, where ``/proc``
 #: shows it; checked ten times a second, the child is killed past it and its row says so).
 #: dp-accounting's PLD at 10^8 Poisson steps (noise 0.5, rate 0.01) reached 4.3 GB within its
 #: 15 s.  (A cap on the address space would also count reserved, unused memory -- thread
@@ -478,17 +478,30 @@ REFERENCE_TIME_LIMIT = 15.0
 REFERENCE_MEMORY_LIMIT = 1 << 30
 
 
-def _resident_bytes(pid: int) -> int | None:
-    """Private resident memory of process ``pid``: its resident pages less those backed by files
-    or shared memory (``/proc``; None where it cannot be read).  A reference's growth is
-    measured from its own process's size before it runs, never from the parent's: a forked
-    child maps its parent's file pages lazily, so its whole resident size started hundreds of
-    MB below the parent's (with TensorFlow and torch loaded), and where the kernel counts file
-    pages as private, the private size did too."""
+def _private_bytes(pid: int) -> tuple[str, int] | None:
+    """Memory process ``pid`` holds on its own, with the file it was read from (Linux
+    ``/proc``; None where it cannot be read): its private pages (``Private_Clean +
+    Private_Dirty`` of ``smaps_rollup``), else its resident pages less those backed by files or
+    shared memory (``statm``).  Only values read from the same file are compared.
+
+    A forked child shares every page of its parent until it writes to one, and it maps its
+    parent's file pages lazily; so neither its whole resident size (hundreds of MB below the
+    parent's with TensorFlow and torch loaded) nor that less its file pages (``statm``: a
+    page copied on write replaces the shared one, and a child that reused its parent's freed
+    heap grew by 120 MiB with no change there -- the full suite's failure) shows what it
+    allocated; its private pages do.  Growth is measured from the child's own value before the
+    reference runs (see :func:`_within_time_limit`)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as rollup:
+            kib = sum(int(line.split()[1]) for line in rollup
+                      if line.startswith(("Private_Clean:", "Private_Dirty:")))
+        return "smaps_rollup", kib * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         with open(f"/proc/{pid}/statm") as statm:
             fields = statm.read().split()
-        return (int(fields[1]) - int(fields[2])) * os.sysconf("SC_PAGE_SIZE")
+        return "statm", (int(fields[1]) - int(fields[2])) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError, AttributeError):
         return None
 
@@ -527,11 +540,9 @@ def _within_time_limit(name: str, compute: Callable[[], float], seconds: float) 
         receive, send = context.Pipe(duplex=False)
 
         def child() -> None:
-            # the child's own private resident size before the reference runs: the baseline
-            # its growth is measured from (the parent's size is not: pages it maps from files,
-            # or holds outside the child, are counted differently from one kernel to another,
-            # and a reference grew by 120 MiB unstopped beside 300 MB of such pages)
-            send.send(("start", _resident_bytes(os.getpid())))
+            # the child's own private memory before the reference runs: the baseline its
+            # growth is measured from (not the parent's: see _private_bytes)
+            send.send(("start", _private_bytes(os.getpid())))
             result = outcome()
             try:
                 send.send(result)
@@ -560,9 +571,9 @@ def _within_time_limit(name: str, compute: Callable[[], float], seconds: float) 
                     raise TimeoutError(f"{name} gave no answer within {seconds:g} s (the "
                                        "reference's own computation; ours are not limited "
                                        "this way)")
-                resident = _resident_bytes(process.pid)
-                if start is not None and resident is not None \
-                        and resident > start + REFERENCE_MEMORY_LIMIT:
+                now = _private_bytes(process.pid)
+                if start is not None and now is not None and now[0] == start[0] \
+                        and now[1] > start[1] + REFERENCE_MEMORY_LIMIT:
                     raise _ReferenceFailure(
                         f"its process grew beyond {REFERENCE_MEMORY_LIMIT >> 20:,} MiB of memory "
                         "and was stopped")

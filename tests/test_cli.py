@@ -366,21 +366,49 @@ def test_the_memory_limit_holds_beside_a_parent_with_many_file_pages(monkeypatch
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc")
 def test_the_memory_limit_is_measured_from_the_references_own_start(monkeypatch):
-    """The CI's kernel counted the parent's 300 MB of file pages (the test above) as private,
-    and the reference, measured from the parent's size, grew by 120 MiB unstopped; its growth
-    is measured from its own process's size before it runs.  Here the parent's size is read
-    300 MiB too high, as there."""
+    """The reference's growth is measured from its own process's size before it runs, not
+    from its parent's (which a forked child does not start with).  Here the parent's size is
+    read 300 MiB too high: measured from it, a reference growing by 120 MiB was not stopped."""
     from dpplugins import report
 
-    parent, read = os.getpid(), report._resident_bytes
+    parent, read = os.getpid(), report._private_bytes
 
     def misread(pid):
-        size = read(pid)
-        return size + (300 << 20) if pid == parent and size is not None else size
+        found = read(pid)
+        return (found[0], found[1] + (300 << 20)) if pid == parent and found else found
 
-    monkeypatch.setattr(report, "_resident_bytes", misread)
+    monkeypatch.setattr(report, "_private_bytes", misread)
     row = _row_of_a_hungry_reference(monkeypatch, 120)
     assert row.epsilon is None and "beyond 50 MiB of memory" in row.error
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc")
+def test_the_memory_limit_counts_pages_copied_on_write(monkeypatch):
+    """The full suite's failure: a forked reference that writes into memory its parent already
+    holds (the parent's freed heap, reused by the child's allocator) copies every page it
+    writes, yet its resident size less its file pages does not grow (the copy replaces the
+    shared page); its private pages do.  The reference here writes 120 MiB into an array of
+    the parent's."""
+    import time
+
+    import numpy as np
+
+    from dpplugins import report
+
+    held = np.ones(120 * 2 ** 17)      # resident in the parent before the fork
+
+    def hungry(runs, delta):
+        held[:] = 2.0                   # every page copied on write in the child
+        time.sleep(5)
+        return 1.0
+
+    ref = report.REFERENCES["opacus.rdp"]
+    monkeypatch.setitem(report.REFERENCES, "opacus.rdp",
+                        report.Reference("math", ref.bound_type, hungry, ref.install))
+    monkeypatch.setattr(report, "REFERENCE_MEMORY_LIMIT", 50 << 20)
+    row = report.evaluate(report.TrainingConfig(6000, 60, 2, 1.0, 1e-5), "opacus.rdp")
+    assert row.epsilon is None and "beyond 50 MiB of memory" in row.error
+    assert float(held[0]) == 1.0       # (the parent's array is untouched)
 
 
 def test_a_failing_reference_is_named_as_the_other_librarys_failure(monkeypatch):

@@ -42,10 +42,22 @@ class ParameterError(ValueError):
         self.value = value
         self.valid = valid
         self.hint = hint
-        message = f"{name}={value!r} is invalid: must be {valid}"
+        message = f"{name}={_short_repr(value)} is invalid: must be {valid}"
         if hint:
             message += f". {hint}"
         super().__init__(message)
+
+
+def _short_repr(value: Any) -> str:
+    """``repr(value)``; an int of more than 4000 digits as ``about 10^k`` (repr of one of more
+    than 4300 digits raises ValueError)."""
+    if isinstance(value, int) and value.bit_length() > 13000:
+        sign = "-" if value < 0 else ""
+        return f"{sign}about 10^{int((abs(value).bit_length() - 1) * 0.30103)}"
+    try:
+        return repr(value)
+    except ValueError:   # e.g. a Fraction or container holding such an int
+        return f"<{type(value).__name__} too large to print>"
 
 
 class NumericalError(ArithmeticError):

@@ -164,14 +164,17 @@ def _encode(value: Any) -> Any:
     return value
 
 
-def _decode(value: Any) -> Any:
+def _decode(value: Any, depth: int = 0) -> Any:
     if isinstance(value, dict) and "type" in value:
-        return from_dict(value)
+        return from_dict(value, _depth=depth + 1)
     if isinstance(value, list):
-        return tuple(_decode(v) for v in value)
+        return tuple(_decode(v, depth) for v in value)
     if isinstance(value, str) and "/" in value:
-        num, den = value.split("/", 1)
-        if num.strip().lstrip("-").isdigit() and den.strip().isdigit():
+        num, den = (part.strip() for part in value.split("/", 1))
+        # ASCII digits only ('²'.isdigit() is True and int('²') raised ValueError), and at most
+        # 4000 of them (int() refuses more than 4300: ValueError)
+        if (num.lstrip("-").isascii() and num.lstrip("-").isdigit() and den.isascii()
+                and den.isdigit() and len(num) + len(den) <= 4000):
             if int(den) == 0:
                 raise ParameterError("fraction", value, "a numerator/denominator with a "
                                      "denominator > 0")
@@ -405,7 +408,8 @@ class PersonalizedRandomizedResponseEvent(Event):
                                  "a sequence of (epsilon0, num_users) pairs")
         groups = []
         for i, item in enumerate(self.groups):
-            if isinstance(item, (str, bytes)) or not hasattr(item, "__len__") or len(item) != 2:
+            if (isinstance(item, (str, bytes, dict)) or not hasattr(item, "__len__")
+                    or len(item) != 2):   # (a dict of two keys raised KeyError 0)
                 raise ParameterError(f"{name}.groups[{i}]", item, "an (epsilon0, num_users) pair")
             groups.append((_local_epsilon(f"{name}.groups[{i}].epsilon0", item[0]),
                            check_count(f"{name}.groups[{i}].num_users", item[1], minimum=1)))
@@ -893,8 +897,15 @@ EVENT_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     UnsupportedEvent, PersonalizedRandomizedResponseEvent) + LOCAL_RANDOMIZER_EVENTS}
 
 
-def from_dict(data: dict[str, Any]) -> Event:
+#: the deepest nesting of events (composed in composed ...) that from_dict reads
+MAX_NESTING = 100
+
+
+def from_dict(data: dict[str, Any], *, _depth: int = 0) -> Event:
     """The event :meth:`Event.to_dict` produced (ParameterError for anything else)."""
+    if _depth > MAX_NESTING:   # (RecursionError from a depth of about 200)
+        raise ParameterError("data", f"events nested more than {MAX_NESTING} deep",
+                             f"events nested at most {MAX_NESTING} deep")
     kind = data.get("type") if isinstance(data, dict) else None
     if not isinstance(kind, str) or kind not in EVENT_TYPES:
         raise ParameterError("data", data if not isinstance(data, dict) else kind,
@@ -905,7 +916,7 @@ def from_dict(data: dict[str, Any]) -> Event:
     names = {f.name for f in fields}
     unknown = set(data) - names - {"type"}
     if unknown:
-        raise ParameterError(f"{kind} fields", sorted(unknown),
+        raise ParameterError(f"{kind} fields", sorted(unknown, key=repr),
                              "fields of " + kind + ": " + ", ".join(sorted(names)))
     required = {f.name for f in fields if f.default is dataclasses.MISSING
                 and f.default_factory is dataclasses.MISSING}
@@ -915,7 +926,8 @@ def from_dict(data: dict[str, Any]) -> Event:
                              "present: " + kind + " needs " + ", ".join(sorted(required)))
     # a text field keeps its text ("1/2" is a Fraction only where a number is meant)
     text = {f.name for f in fields if f.type in ("str", str)}
-    return cls(**{k: v if k in text else _decode(v) for k, v in data.items() if k != "type"})
+    return cls(**{k: v if k in text else _decode(v, _depth) for k, v in data.items()
+                  if k != "type"})
 
 
 #: repetitions, in all (nested ones multiply), of compositions that contain protocol events

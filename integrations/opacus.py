@@ -747,22 +747,34 @@ class DPPluginsAccountant:
             raise ValueError(f"state_dict of {state_dict['mechanism']} cannot be loaded into "
                              f"Privacy Accountant with mechanism {self.mechanism()}")
         extra = state_dict.get("dpplugins") or {}
+        if not isinstance(extra, dict):
+            raise ParameterError("state_dict['dpplugins']", extra, "a dict (accountant, version, "
+                                 "options, accumulation) as state_dict() saved it")
         accumulation = extra.get("accumulation")
         if accumulation is not None:   # checked before anything is loaded
             accumulation = check_count("state_dict['dpplugins']['accumulation']", accumulation,
                                        minimum=1)
         options = extra.get("options")
+        if options is not None and not isinstance(options, dict):
+            raise ParameterError("state_dict['dpplugins']['options']", options, "a dict of options")
+        if options == {}:   # as in Accountant.load_state_dict: no options saved, keep ours ({}
+            options = None  # re-created the accountant with its defaults: replace_one -> add_remove)
         if options is not None and (self.inner is None or options != self.inner.options()):
             inner = create(self._dpplugins_name, **options)
         else:
             inner = create(self._dpplugins_name, **self._require().options())
-        history = list(state_dict["history"])
+        history = state_dict["history"]
+        if isinstance(history, tuple):
+            history = list(history)
+        if not isinstance(history, list):
+            raise ParameterError("state_dict['history']", history, "a list of event dicts or of "
+                                 "(noise_multiplier, sample_rate, steps)")
         ours = {"accountant": extra.get("accountant", inner.name),
                 "version": extra.get("version", "0.1"), "options": options or {}}
         if all(isinstance(entry, dict) for entry in history):
             ours["events"] = history
         else:
-            ours["history"] = [tuple(entry) for entry in history]
+            ours["history"] = history   # (checked and read by Accountant.load_state_dict)
         inner.load_state_dict(ours)
         self.inner = inner
         if "accumulation" in extra:   # logical steps of this many batches

@@ -147,3 +147,34 @@ def test_replace_one_is_less_private_than_add_remove():
     for acc in (a, r):
         acc.step(noise_multiplier=1.0, sample_rate=0.01, count=1000)
     assert r.get_epsilon_bounds(1e-5).lower > a.get_epsilon_bounds(1e-5).upper
+
+
+@pytest.mark.parametrize("name", available())
+@pytest.mark.parametrize("entry", [5, None, "abc", (1.0, 0.01)])
+def test_a_legacy_history_entry_that_is_not_a_triple_is_named(name, entry):
+    """From a hostile sweep: a version-0.1 history entry that is not iterable raised
+    "TypeError: 'int' object is not iterable"; it is a ParameterError naming the entry."""
+    acc = create(name)
+    with pytest.raises(ParameterError, match=r"history\[0\]"):
+        acc.load_state_dict({"history": [entry]})
+    assert acc.history == []
+
+
+def test_integers_too_long_to_print_still_give_a_parameter_error():
+    """From a hostile sweep: an integer of more than 4,300 digits made the error message itself
+    fail (Python refuses str() of such an int: ValueError); the message gives its size."""
+    from dpplugins.events import GaussianEvent, SelfComposedEvent
+
+    with pytest.raises(ParameterError, match=r"about 10\^4999") as raised:
+        GaussianEvent(10 ** 5000)
+    assert "noise_multiplier" in str(raised.value)
+    with pytest.raises(ParameterError, match=r"-about 10\^4999"):
+        SelfComposedEvent(GaussianEvent(1.0), -10 ** 5000)
+    from dpplugins.errors import NumericalError
+
+    for name in ("pld", "fdp"):
+        acc = create(name)
+        acc.compose(SelfComposedEvent(GaussianEvent(1.0), 10 ** 5000))
+        assert "about 10^4999 steps" in repr(acc)
+        with pytest.raises(NumericalError, match=r"about 10\^4999 compositions"):
+            acc.get_epsilon(1e-5)

@@ -261,3 +261,38 @@ def test_malformed_event_dicts_and_huge_counts_are_parameter_errors():
     half = from_dict({"type": "ShuffledEpochsEvent", "dataset_size": 10, "batch_size": 2,
                       "epochs": "2/5", "event": gauss.to_dict()})
     assert half == ShuffledEpochsEvent(10, 2, Fraction(2, 5), gauss)
+
+
+def _nested(depth: int):
+    event = GaussianEvent(1.0)
+    for _ in range(depth):
+        event = ComposedEvent((event, NoOpEvent()))
+    return event
+
+
+@pytest.mark.parametrize("document,name", [
+    ({"type": "PersonalizedRandomizedResponseEvent", "groups": [{"a": 1, "b": 2}]},
+     r"groups\[0\]"),
+    ({"type": "NoOpEvent", 1: 2, "x": 3}, "NoOpEvent fields"),
+    ({"type": "SelfComposedEvent", "event": {"type": "GaussianEvent", "noise_multiplier": 1.0},
+      "count": "\u00b2/3"}, "count"),
+    ({"type": "SelfComposedEvent", "event": {"type": "GaussianEvent", "noise_multiplier": 1.0},
+      "count": "1" * 5000 + "/1"}, "count"),
+])
+def test_hostile_documents_are_parameter_errors(document, name):
+    """From a hostile sweep: a dict as a group raised KeyError 0, mixed key types TypeError
+    from sorted(), a superscript digit or a 5,000-digit fraction ValueError from int()."""
+    with pytest.raises(ParameterError, match=name):
+        from_dict(document)
+
+
+def test_deep_nesting_loads_to_its_limit_and_is_refused_beyond():
+    """A composition nested 200 deep was written by to_dict and raised RecursionError in
+    from_dict; documents are read to MAX_NESTING levels (round trip exact) and refused beyond
+    with a ParameterError."""
+    from dpplugins.events import MAX_NESTING
+
+    event = _nested(MAX_NESTING)
+    assert from_dict(json.loads(json.dumps(event.to_dict()))) == event
+    with pytest.raises(ParameterError, match=f"nested more than {MAX_NESTING} deep"):
+        from_dict(_nested(200).to_dict())

@@ -1136,3 +1136,38 @@ def test_steps_for_epochs_never_undercounts():
     from dpplugins.calibration import find_noise_multiplier   # ours answered, not Opacus' search
     assert by_steps[1] == find_noise_multiplier(target_epsilon=3.0, delta=DELTA,
                                                 sample_rate=1 / 93, steps=93, accountant="fdp")
+
+
+def test_a_state_with_empty_options_keeps_the_accountants_options():
+    """From a hostile sweep: a state whose options were {} re-created the adapter's accountant
+    with its defaults (replace_one became add_remove: epsilon 2.84 -> 1.83 for the same
+    ledger), where a state without options kept them, as Accountant.load_state_dict does."""
+    from dpplugins.integrations.opacus import configure
+
+    register()
+    saved = create_accountant("pld")
+    configure(saved, neighbouring="replace_one")
+    saved.history = [(1.0, 0.01, 1000)]
+    state = saved.state_dict()
+    state["dpplugins"]["options"] = {}
+    loaded = create_accountant("pld")
+    configure(loaded, neighbouring="replace_one")
+    loaded.load_state_dict(state)
+    assert loaded.inner.options()["neighbouring"] == "replace_one"
+    assert loaded.get_epsilon(1e-5) == saved.get_epsilon(1e-5)
+
+
+@pytest.mark.parametrize("change", [
+    {"dpplugins": [1]}, {"dpplugins": "x"}, {"dpplugins": {"options": [1, 2]}},
+    {"history": 5}, {"history": [5]}, {"history": [None]},
+])
+def test_hostile_adapter_states_are_parameter_errors(change):
+    """From a hostile sweep: these raised AttributeError or TypeError."""
+    from dpplugins.errors import ParameterError
+
+    register()
+    acc = create_accountant("pld")
+    acc.step(noise_multiplier=1.0, sample_rate=0.01)
+    state = {**acc.state_dict(), **change}
+    with pytest.raises(ParameterError):
+        create_accountant("pld").load_state_dict(state)

@@ -126,3 +126,56 @@ def test_load_state_dict_without_a_key_is_a_parameter_error():
         with pytest.raises(ParameterError, match=f"without \\['{key}'\\]"):
             sampler.load_state_dict(broken)
     ShuffledEpochs(10, 2, num_replicas=1, rank=0)
+
+
+@pytest.mark.parametrize("seed", [None, -1, True, 2.0, "3"])
+def test_a_state_without_an_int_seed_is_refused_and_changes_nothing(seed):
+    """From a hostile sweep: a state whose seed was None loaded on every rank drew fresh entropy
+    on each (a different global schedule per rank: example 3 twice in one global step, example 6
+    never) -- what the constructor refuses for several ranks.  A refused state also changed the
+    seed and epoch before the error."""
+    ranks = [balls_and_bins(10, 2, rng=3, num_replicas=2, rank=r) for r in range(2)]
+    for sampler in ranks:
+        sampler.set_epoch(2)
+    state = ranks[0].state_dict()
+    state.update(seed=seed, epoch=7)
+    for sampler in ranks:
+        with pytest.raises(ParameterError, match=r"state\['seed'\]"):
+            sampler.load_state_dict(state)
+        assert (sampler.seed, sampler.epoch) == (3, 2)
+    # the two ranks still deal one global schedule: every example exactly once per pass
+    steps = [np.concatenate(shards) for shards in zip(*(list(s) for s in ranks))]
+    assert sorted(np.concatenate(steps).tolist()) == list(range(10))
+
+
+SEEDED = [
+    lambda seed: ShuffledEpochs(60, 7, rng=seed),
+    lambda seed: RandomCheckIn(60, 9, checkin_probability=0.5, rng=seed),
+    lambda seed: RandomCheckIn(60, 9, variant="averaged", max_batch_size=4, rng=seed),
+    lambda seed: balls_and_bins(60, 9, rng=seed),
+    lambda seed: SlidingWindowCheckIn(60, 8, rng=seed),
+]
+
+
+@pytest.mark.parametrize("make", SEEDED)
+def test_a_loaded_seed_gives_the_schedule_of_that_seed(make):
+    """A state with another seed gives the passes of a sampler built with that seed."""
+    state = make(3).state_dict()
+    state["seed"] = 11
+    loaded = make(3)
+    loaded.load_state_dict(state)
+    assert passes(loaded, 2) == passes(make(11), 2)
+    assert passes(make(3), 1) != passes(make(11), 1)
+
+
+@pytest.mark.parametrize("size", [0, 1, 5, 17, 64])
+@pytest.mark.parametrize("replicas", [1, 2, 3, 7, 64, 100])
+def test_a_rank_shard_is_numpys_array_split_piece(size, replicas):
+    """A rank's shard is its piece of numpy.array_split (computed for that rank alone: split
+    into 10^6 pieces a step took seconds, and 10^400 ranks overflowed)."""
+    batch = np.arange(100, 100 + size)
+    for rank in range(replicas):
+        sampler = ShuffledEpochs(60, 7, rng=3, num_replicas=replicas, rank=rank)
+        assert sampler.shard(batch).tolist() == np.array_split(batch, replicas)[rank].tolist()
+    huge = ShuffledEpochs(60, 7, rng=3, num_replicas=10 ** 400, rank=5)
+    assert huge.shard(batch).tolist() == batch[5:6].tolist()

@@ -211,8 +211,9 @@ def _float_range(accountant: str):
 
 def _magnitude(n: int) -> str:
     """A short text for a possibly huge integer: ``n`` itself, or ``about 10^k``."""
-    text = str(n)
-    return text if len(text) <= 20 else f"about 10^{len(text) - 1}"
+    if n.bit_length() > 64:   # (str() of more than 4300 digits raises ValueError)
+        return f"about 10^{int((n.bit_length() - 1) * 0.30103)}"
+    return str(n)
 
 
 def _parse_version(text: Any) -> tuple[int, ...]:
@@ -584,7 +585,8 @@ class Accountant:
                 self.history = [SelfComposedEvent(Accountant.step_event(self, sigma, q), steps)
                                 for sigma, q, steps in validate_history(raw)]
             else:
-                self.history = [tuple(entry) for entry in raw]
+                # validate_history names a non-iterable entry (tuple(5) raised TypeError)
+                self.history = [tuple(entry) for entry in validate_history(raw)]
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -598,5 +600,5 @@ class Accountant:
 
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options().items())
-        return f"{type(self).__name__}({opts}; {self.steps} steps)"   # (len: at most 2**63-1)
+        return f"{type(self).__name__}({opts}; {_magnitude(self.steps)} steps)"   # (len: at most 2**63-1)
 

@@ -117,7 +117,11 @@ class SeededSampler:
         """This rank's part of a global step (module docstring)."""
         if self.num_replicas == 1:
             return batch
-        return np.array_split(batch, self.num_replicas)[self.rank]
+        # numpy.array_split's pieces, computed for this rank only (array_split made all R
+        # pieces: O(R) per step, and OverflowError for R beyond the index range)
+        q, extra = divmod(len(batch), self.num_replicas)
+        start = self.rank * q + min(self.rank, extra)
+        return batch[start:start + q + (1 if self.rank < extra else 0)]
 
     def __iter__(self) -> Iterator[np.ndarray]:
         batches = self.global_pass()
@@ -150,9 +154,19 @@ class SeededSampler:
             raise ParameterError("state['params']", state.get("params"),
                                  f"{self._params()} (the parameters of this {self.scheme} "
                                  "sampler)", "rebuild the sampler with the saved parameters")
-        self.seed = make_seed(state["seed"])
-        self.epoch = check_count("state['epoch']", state["epoch"], minimum=0)
+        seed = state["seed"]
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            # only the int seed state_dict() writes: None drew fresh entropy on every rank (a
+            # different global schedule per rank, as the constructor refuses for num_replicas > 1)
+            raise ParameterError("state['seed']", seed, "a non-negative int (the seed "
+                                 "state_dict() saved)")
+        epoch = check_count("state['epoch']", state["epoch"], minimum=0)
         position = check_count("state['position']", state["position"], minimum=0)
         if position > len(self):
             raise ParameterError("state['position']", position, f"<= {len(self)} steps per pass")
+        # everything checked: nothing changes on a refused state
+        self.seed = int(seed)
+        self.epoch = epoch
         self._position = position
+        self._stream = np.random.default_rng(np.random.SeedSequence(self.seed,
+                                                                   spawn_key=(1 << 32,)))

@@ -144,9 +144,33 @@ def _flag(name: str, value: Any) -> bool:
     return check_flag(name, value)
 
 
+#: the deepest nesting of events (composed in composed ...): deeper ones are refused when built
+#: and when read (Python's recursion limit stopped hashing, counting the steps of and reading
+#: compositions nested a few hundred deep: RecursionError)
+MAX_NESTING = 100
+
+
+def _nesting(event: "Event") -> int:
+    """Levels of events in ``event`` (1 for a leaf), remembered on it: each event's is found
+    when it is checked as a part of another, from its parts' (already remembered)."""
+    found = event.__dict__.get("_nesting")
+    if found is None:
+        parts = [v for f in dataclasses.fields(event) for v in (
+            getattr(event, f.name) if isinstance(getattr(event, f.name), tuple)
+            else (getattr(event, f.name),)) if isinstance(v, Event)]
+        found = 1 + max((_nesting(part) for part in parts), default=0)
+        object.__setattr__(event, "_nesting", found)
+    return found
+
+
 def _event(name: str, value: Any) -> "Event":
     if not isinstance(value, Event):
         raise ParameterError(name, type(value).__name__, "an event from dpplugins.events")
+    if _nesting(value) >= MAX_NESTING:
+        raise ParameterError(name, f"an event nested {_nesting(value)} deep",
+                             f"an event nested at most {MAX_NESTING - 1} deep (compositions "
+                             f"nest at most {MAX_NESTING} levels)",
+                             "compose a flat list of events: ComposedEvent((a, b, c, ...))")
     return value
 
 
@@ -895,10 +919,6 @@ EVENT_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     FixedBatchEvent, ShuffledEpochsEvent, RandomAllocationEvent, RandomCheckInEvent, SwapEvent,
     PNSGDEvent, ShuffleEvent, ComposedEvent, SelfComposedEvent, NoOpEvent, NonPrivateEvent,
     UnsupportedEvent, PersonalizedRandomizedResponseEvent) + LOCAL_RANDOMIZER_EVENTS}
-
-
-#: the deepest nesting of events (composed in composed ...) that from_dict reads
-MAX_NESTING = 100
 
 
 def from_dict(data: dict[str, Any], *, _depth: int = 0) -> Event:

@@ -288,11 +288,20 @@ def test_hostile_documents_are_parameter_errors(document, name):
 
 def test_deep_nesting_loads_to_its_limit_and_is_refused_beyond():
     """A composition nested 200 deep was written by to_dict and raised RecursionError in
-    from_dict; documents are read to MAX_NESTING levels (round trip exact) and refused beyond
-    with a ParameterError."""
+    from_dict (and 1,000 deep in hash and .steps); events nest at most MAX_NESTING levels:
+    deeper ones are refused when built and when read, with a ParameterError, and every event
+    that can be built round-trips."""
     from dpplugins.events import MAX_NESTING
 
-    event = _nested(MAX_NESTING)
-    assert from_dict(json.loads(json.dumps(event.to_dict()))) == event
+    deepest = _nested(MAX_NESTING - 1)          # a leaf in MAX_NESTING - 1 compositions
+    assert from_dict(json.loads(json.dumps(deepest.to_dict()))) == deepest
+    assert deepest.steps == 1 and hash(deepest) == hash(_nested(MAX_NESTING - 1))
+    with pytest.raises(ParameterError, match=f"nested {MAX_NESTING} deep"):
+        ComposedEvent((deepest, NoOpEvent()))
+    with pytest.raises(ParameterError, match=f"nested {MAX_NESTING} deep"):
+        SelfComposedEvent(deepest, 2)
+    document = deepest.to_dict()
+    for _ in range(150):
+        document = {"type": "ComposedEvent", "events": [document, {"type": "NoOpEvent"}]}
     with pytest.raises(ParameterError, match=f"nested more than {MAX_NESTING} deep"):
-        from_dict(_nested(200).to_dict())
+        from_dict(document)

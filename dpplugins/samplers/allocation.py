@@ -75,19 +75,26 @@ class RandomAllocation(SeededSampler):
 
     def draw_allocation(self, generator: np.random.Generator | None = None) -> np.ndarray:
         """One pass's allocation: an ``(num_examples, participations)`` array of the steps of
-        every example (``k`` distinct uniform steps: the ``k`` smallest of ``t`` i.i.d.
-        uniforms), a row of ``-1`` where the example abstains.  Drawn in chunks of at most
-        about 4 million uniforms."""
+        every example (``k`` distinct uniform steps), a row of ``-1`` where the example
+        abstains.  Where ``k^2 <= t``, ``k`` uniform steps are drawn and a row with a repeated
+        step is drawn again (each row is kept with probability at least ``1 - k^2 / (2 t) >=
+        1/2``, and a kept row is a uniform ordered ``k``-tuple of distinct steps, so its set
+        is a uniform ``k``-subset: ``O(n k)`` work); otherwise the ``k`` smallest of ``t``
+        i.i.d. uniforms (``O(n t)``: 10^6 examples with 10^3 steps took 14 s that way).  Drawn
+        in chunks of at most about 4 million numbers."""
         rng = self._stream if generator is None else generator
         n, t, k = self.num_examples, self._steps, self.participations
         out = np.empty((n, k), dtype=np.int64)
-        chunk = max(1, (1 << 22) // t)
+        rejection = 1 < k < t and k * k <= t
+        chunk = max(1, (1 << 22) // (k if rejection else t))
         for start in range(0, n, chunk):
             rows = min(chunk, n - start)
             if k == t:
                 out[start:start + rows] = np.arange(t)
             elif k == 1:
                 out[start:start + rows, 0] = rng.integers(0, t, size=rows)
+            elif rejection:
+                out[start:start + rows] = _distinct_rows(rng, rows, k, t)
             else:
                 keys = rng.random((rows, t))
                 out[start:start + rows] = np.argpartition(keys, k - 1, axis=1)[:, :k]
@@ -115,3 +122,18 @@ class RandomAllocation(SeededSampler):
         return (f"RandomAllocation(num_examples={self.num_examples}, steps_per_epoch="
                 f"{self._steps}, participations={self.participations}, checkin_probability="
                 f"{self.checkin_probability})")
+
+
+def _distinct_rows(rng: np.random.Generator, rows: int, k: int, t: int) -> np.ndarray:
+    """``rows`` rows of ``k`` distinct integers in ``[0, t)``, each row's set a uniform
+    ``k``-subset: uniform rows drawn, those with a repeat drawn again (rejection sampling; at
+    least half are kept when ``k^2 <= t``, since a row repeats with probability at most ``k (k
+    - 1) / (2 t)``)."""
+    out = rng.integers(0, t, size=(rows, k))
+    redraw = np.arange(rows)
+    while True:
+        ordered = np.sort(out[redraw], axis=1)
+        redraw = redraw[np.any(ordered[:, 1:] == ordered[:, :-1], axis=1)]
+        if not len(redraw):
+            return out
+        out[redraw] = rng.integers(0, t, size=(len(redraw), k))

@@ -312,103 +312,94 @@ def test_a_reference_that_takes_too_long_is_reported_not_waited_for(monkeypatch)
         report.evaluate(config, "opacus.rdp", catch=False)
 
 
-def _row_of_a_hungry_reference(monkeypatch, mib: int):
-    """The row of a reference that touches ``mib`` MiB and then sleeps 5 s, under a memory
-    limit of 50 MiB (a reference that finished would give its value, 1.0)."""
-    import time
+#: set-up of the memory-limit tests, run in a fresh interpreter: the suite's own process (with
+#: TensorFlow, torch and thousands of tests behind it) is no part of what they check, and the
+#: full suite once failed two of them where they passed on their own
+_HUNGRY = """
+import json, mmap, os, sys, time
+import numpy as np
+from dpplugins import report
 
-    import numpy as np
+mib, kind, pages_path = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+held = np.ones(mib * 2 ** 17) if kind == "copy" else None   # resident before the fork
+if pages_path:                   # 300 MB of file pages resident in the parent
+    with open(pages_path, "rb") as source:
+        pages = mmap.mmap(source.fileno(), 0, access=mmap.ACCESS_READ)
+    assert sum(pages[i] for i in range(0, len(pages), mmap.PAGESIZE)) == 0
+if kind == "misread":            # the parent's own size read 300 MiB too high
+    parent, read = os.getpid(), report._private_bytes
+    report._private_bytes = lambda pid: (
+        (read(pid)[0], read(pid)[1] + (300 << 20)) if pid == parent and read(pid) else read(pid))
 
-    from dpplugins import report
+def hungry(runs, delta):
+    if kind == "copy":
+        held[:] = 2.0            # every page copied on write in the child
+        kept = None
+    else:
+        kept = np.ones(mib * 2 ** 17)   # mib MiB, touched
+    time.sleep(5)
+    return 1.0
 
-    def hungry(runs, delta):
-        held = np.ones(mib * 2 ** 17)       # mib MiB of float64, touched
-        time.sleep(5)
-        return float(held[0])
+ref = report.REFERENCES["opacus.rdp"]
+report.REFERENCES["opacus.rdp"] = report.Reference("math", ref.bound_type, hungry, ref.install)
+report.REFERENCE_MEMORY_LIMIT = 50 << 20
+row = report.evaluate(report.TrainingConfig(6000, 60, 2, 1.0, 1e-5), "opacus.rdp")
+print(json.dumps({"epsilon": row.epsilon, "error": row.error,
+                  "parent_array": None if held is None else float(held[0])}))
+"""
 
-    ref = report.REFERENCES["opacus.rdp"]
-    monkeypatch.setitem(report.REFERENCES, "opacus.rdp",
-                        report.Reference("math", ref.bound_type, hungry, ref.install))
-    monkeypatch.setattr(report, "REFERENCE_MEMORY_LIMIT", 50 << 20)
-    return report.evaluate(report.TrainingConfig(6000, 60, 2, 1.0, 1e-5), "opacus.rdp")
+
+def _row_of_a_hungry_reference(mib: int, kind: str = "new", pages: str = "") -> dict:
+    """The row (epsilon, error) of a reference that touches ``mib`` MiB and then sleeps 5 s,
+    under a memory limit of 50 MiB, computed in a fresh interpreter (a reference that finished
+    would give its value, 1.0).  ``kind``: ``"new"`` memory, ``"copy"`` (writes into an array
+    of the parent's), ``"misread"`` (the parent's size read 300 MiB high)."""
+    result = subprocess.run([sys.executable, "-c", _HUNGRY, str(mib), kind, pages],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc")
-def test_a_reference_that_grows_past_its_memory_limit_is_stopped(monkeypatch):
+def test_a_reference_that_grows_past_its_memory_limit_is_stopped():
     """dp-accounting's PLD at 10^8 Poisson steps (noise 0.5) grew to 4.3 GB within its time
-    limit; a reference's process is now stopped when its private resident memory grows by more
-    than REFERENCE_MEMORY_LIMIT (here 50 MiB), and its row says so."""
-    row = _row_of_a_hungry_reference(monkeypatch, 320)
-    assert row.epsilon is None and "beyond 50 MiB of memory" in row.error
+    limit; a reference's process is now stopped when its private memory grows by more than
+    REFERENCE_MEMORY_LIMIT (here 50 MiB), and its row says so."""
+    row = _row_of_a_hungry_reference(320)
+    assert row["epsilon"] is None and "beyond 50 MiB of memory" in row["error"]
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc")
-def test_the_memory_limit_holds_beside_a_parent_with_many_file_pages(monkeypatch, tmp_path):
+def test_the_memory_limit_holds_beside_a_parent_with_many_file_pages(tmp_path):
     """The parent of the reference's process holds 300 MB of file pages (as TensorFlow's and
-    torch's libraries in the full suite); the forked child maps them lazily, so its whole
-    resident size starts that far below the parent's, and a reference growing by 120 MiB was
-    not stopped at a limit of 50 MiB (the private resident size is compared now)."""
-    import mmap
-
+    torch's libraries do); the forked child maps them lazily, so its whole resident size
+    starts that far below the parent's, and a reference growing by 120 MiB was not stopped at
+    a limit of 50 MiB."""
     path = tmp_path / "pages"
     with open(path, "wb") as out:
         out.truncate(300 << 20)
-    with open(path, "rb") as source:
-        pages = mmap.mmap(source.fileno(), 0, access=mmap.ACCESS_READ)
-    try:
-        total = sum(pages[i] for i in range(0, len(pages), mmap.PAGESIZE))   # resident now
-        assert total == 0
-        row = _row_of_a_hungry_reference(monkeypatch, 120)
-    finally:
-        pages.close()
-    assert row.epsilon is None and "beyond 50 MiB of memory" in row.error
+    row = _row_of_a_hungry_reference(120, pages=str(path))
+    assert row["epsilon"] is None and "beyond 50 MiB of memory" in row["error"]
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc")
-def test_the_memory_limit_is_measured_from_the_references_own_start(monkeypatch):
+def test_the_memory_limit_is_measured_from_the_references_own_start():
     """The reference's growth is measured from its own process's size before it runs, not
     from its parent's (which a forked child does not start with).  Here the parent's size is
     read 300 MiB too high: measured from it, a reference growing by 120 MiB was not stopped."""
-    from dpplugins import report
-
-    parent, read = os.getpid(), report._private_bytes
-
-    def misread(pid):
-        found = read(pid)
-        return (found[0], found[1] + (300 << 20)) if pid == parent and found else found
-
-    monkeypatch.setattr(report, "_private_bytes", misread)
-    row = _row_of_a_hungry_reference(monkeypatch, 120)
-    assert row.epsilon is None and "beyond 50 MiB of memory" in row.error
+    row = _row_of_a_hungry_reference(120, "misread")
+    assert row["epsilon"] is None and "beyond 50 MiB of memory" in row["error"]
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc")
-def test_the_memory_limit_counts_pages_copied_on_write(monkeypatch):
-    """The full suite's failure: a forked reference that writes into memory its parent already
-    holds (the parent's freed heap, reused by the child's allocator) copies every page it
-    writes, yet its resident size less its file pages does not grow (the copy replaces the
-    shared page); its private pages do.  The reference here writes 120 MiB into an array of
-    the parent's."""
-    import time
-
-    import numpy as np
-
-    from dpplugins import report
-
-    held = np.ones(120 * 2 ** 17)      # resident in the parent before the fork
-
-    def hungry(runs, delta):
-        held[:] = 2.0                   # every page copied on write in the child
-        time.sleep(5)
-        return 1.0
-
-    ref = report.REFERENCES["opacus.rdp"]
-    monkeypatch.setitem(report.REFERENCES, "opacus.rdp",
-                        report.Reference("math", ref.bound_type, hungry, ref.install))
-    monkeypatch.setattr(report, "REFERENCE_MEMORY_LIMIT", 50 << 20)
-    row = report.evaluate(report.TrainingConfig(6000, 60, 2, 1.0, 1e-5), "opacus.rdp")
-    assert row.epsilon is None and "beyond 50 MiB of memory" in row.error
-    assert float(held[0]) == 1.0       # (the parent's array is untouched)
+def test_the_memory_limit_counts_pages_copied_on_write():
+    """A forked reference that writes into memory its parent holds (e.g. its parent's freed
+    heap, reused by its allocator) copies every page it writes, yet its resident size less its
+    file pages does not grow (the copy replaces the shared page); its private pages do.  The
+    reference here writes 120 MiB into an array of its parent's."""
+    row = _row_of_a_hungry_reference(120, "copy")
+    assert row["epsilon"] is None and "beyond 50 MiB of memory" in row["error"]
+    assert row["parent_array"] == 1.0        # (the parent's array is untouched)
 
 
 def test_a_failing_reference_is_named_as_the_other_librarys_failure(monkeypatch):

@@ -847,6 +847,40 @@ def test_group_privacy_epsilon_infinite_and_uncertified_cases():
         assert info.value.name == name
 
 
+def test_group_privacy_epsilon_ends_at_any_tolerance():
+    """From a hostile sweep: tolerance=1e-300 (accepted) looped for ever once the bisection's
+    ends were adjacent floats.  mu = 1 Gaussian, k = 2: the same answer as at the default
+    tolerance, checked against Vadhan's conversion on a grid."""
+    exact_inverse = lambda d: _gaussian_epsilon_exact(1.0, d)   # noqa: E731
+    fine = group_privacy_epsilon(exact_inverse, 2, DELTA, tolerance=1e-300)
+    assert fine == pytest.approx(group_privacy_epsilon(exact_inverse, 2, DELTA), rel=1e-9)
+    reference = _vadhan_by_grid(1.0, 2, DELTA)
+    assert reference - 2e-4 <= fine <= reference * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("k", [65, 1000, 10 ** 6, 10 ** 9])
+@pytest.mark.parametrize("eps", [0.0, 1e-300, 1e-12, 1e-6, 0.01, 0.5, 3.0, 50.0])
+def test_the_group_factor_of_a_large_group_is_never_below_its_exact_value(k, eps):
+    """From a hostile sweep: the factor log sum_{i<k} e^(i eps) summed an array of k terms
+    (10^9 examples per user: MemoryError; 10^8: 32 s).  Above 64 it is the closed form log((e^(k
+    eps) - 1) / (e^eps - 1)), rounded up; checked against 60-digit arithmetic (mpmath)."""
+    import mpmath
+
+    from dpplugins.integrations.group_privacy import _log_group_factor
+
+    mpmath.mp.dps = 60
+    e = mpmath.mpf(eps)
+    exact = mpmath.log(k) if eps == 0 else mpmath.log(mpmath.expm1(k * e) / mpmath.expm1(e))
+    ours = _log_group_factor(eps, k)
+    assert ours >= exact and ours <= exact * (1 + 2e-12)
+
+
+def test_a_huge_group_is_infinite_at_once():
+    """k = 10^9 examples per user at an example-level epsilon of 1e-3: k eps = 10^6, so no
+    user-level epsilon below inf exists (it raised MemoryError)."""
+    assert group_privacy_epsilon(lambda d: 0.001, 10 ** 9, DELTA) == math.inf
+
+
 # -- user-level statement -------------------------------------------------------------------------
 def _flat(text):
     return " ".join(text.split())

@@ -345,9 +345,20 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
                                  optimizer.gradient_accumulation_steps, "1",
                                  "PrivacyCallback counts one DP-SGD step per Keras batch")
         self.noise_multiplier = self._training_noise_multiplier(optimizer)
+        micro = getattr(optimizer, "_num_microbatches", None) if optimizer is not None else None
+        read = bool(micro is not None and int(micro) < self.batch_size)
         if self._given_microbatching is None:
-            micro = getattr(optimizer, "_num_microbatches", None) if optimizer is not None else None
-            self.used_microbatching = bool(micro is not None and int(micro) < self.batch_size)
+            self.used_microbatching = read
+        elif read and not self._given_microbatching \
+                and self.accountant.neighbouring == "add_remove":
+            # (used_microbatching=False with num_microbatches=1 accounted the full noise
+            # multiplier where one example moves a microbatch's clipped mean twice as far;
+            # replace-one charges that sensitivity either way)
+            raise ParameterError("used_microbatching", False,
+                                 f"True (or None): the optimizer's num_microbatches={int(micro)} "
+                                 f"puts several of the {self.batch_size} examples of a batch in "
+                                 "one microbatch", "the accountant must record the noise "
+                                 "relative to the sensitivity that training has")
         self._check_microbatching()
         self.accountant.check(self.epoch_event()[0])
         if (getattr(self.sampler_object, "_dpplugins_skips_empty_slots", False)

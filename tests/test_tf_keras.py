@@ -371,6 +371,27 @@ def test_microbatching_halves_noise_only_under_add_remove():
     assert replace.accounted_noise_multiplier == SIGMA
 
 
+def test_callback_refuses_no_microbatching_when_the_optimizer_microbatches():
+    """From a hostile sweep: used_microbatching=False beside an optimizer with 4 microbatches of
+    a 30-example batch was taken at its word: the full noise multiplier was accounted where
+    TF-Privacy (and this callback, left to read the optimizer) halves it -- epsilon about 4
+    times too small in the sweep's case.  It is refused under add/remove; under replace-one,
+    which charges that sensitivity either way, it stands."""
+    x, y = _data()
+    refused = PrivacyCallback(delta=DELTA, batch_size=BATCH, num_examples=N,
+                              used_microbatching=False)
+    with pytest.raises(ParameterError) as info:
+        _dp_model(num_microbatches=4).fit(x, y, batch_size=BATCH, epochs=1, verbose=0,
+                                          callbacks=[refused])
+    assert info.value.name == "used_microbatching" and refused.accountant.history == []
+    replace = PrivacyCallback(delta=DELTA, batch_size=BATCH, num_examples=N,
+                              used_microbatching=False,
+                              accountant_options={"neighbouring": "replace_one"})
+    _dp_model(num_microbatches=4).fit(x, y, batch_size=BATCH, epochs=1, verbose=0,
+                                      callbacks=[replace])
+    assert replace.accounted_noise_multiplier == SIGMA
+
+
 def test_callback_refuses_microbatching_with_the_checkin_accountant():
     sampler = RandomCheckIn(N, 16, variant="averaged", max_batch_size=32, rng=1)
     x, y = _data()

@@ -488,8 +488,9 @@ def _private_bytes(pid: int) -> tuple[str, int] | None:
     parent's file pages lazily; so neither its whole resident size (hundreds of MB below the
     parent's with TensorFlow and torch loaded) nor that less its file pages (``statm``: a
     page copied on write replaces the shared one, so a child writing 120 MiB into its
-    parent's memory showed no change there) shows what it allocated; its private pages do.  Growth is measured from the child's own value before the
-    reference runs (see :func:`_within_time_limit`)."""
+    parent's memory showed no change there) shows what it allocated; its private pages do.
+    Growth is measured from the child's own value before the reference runs (see
+    :func:`_within_time_limit`)."""
     try:
         with open(f"/proc/{pid}/smaps_rollup") as rollup:
             kib = sum(int(line.split()[1]) for line in rollup

@@ -600,5 +600,6 @@ class Accountant:
 
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options().items())
-        return f"{type(self).__name__}({opts}; {_magnitude(self.steps)} steps)"   # (len: at most 2**63-1)
+        # (_magnitude: str() of an int of more than 4,300 digits raises ValueError)
+        return f"{type(self).__name__}({opts}; {_magnitude(self.steps)} steps)"
 

@@ -687,8 +687,9 @@ class PLDAccountant(Accountant):
                 break
         if best.upper > 0 and (best.upper - best.lower) > self.eps_tolerance * best.upper:
             warnings.warn(
-                f"{self.name}: certified bounds [{best.lower:.6g}, {best.upper:.6g}] have a relative gap "
-                f"of {(best.upper - best.lower) / best.upper:.3g}, above eps_tolerance="
+                f"{self.name}: certified bounds [{best.lower:.6g}, {best.upper:.6g}] have a "
+                f"relative gap of {(best.upper - best.lower) / best.upper:.3g}, above "
+                "eps_tolerance="
                 f"{self.eps_tolerance:g}: {reason}. The bounds are valid; the upper one is the "
                 "certified value", AccuracyWarning, stacklevel=4)
         return best
@@ -866,8 +867,9 @@ class PLDAccountant(Accountant):
                     break
             h = max(finer, _REFINE_MIN_H)
         warnings.warn(
-            f"{self.name}: certified bounds [{best.lower:.6g}, {best.upper:.6g}] have a relative gap of "
-            f"{(best.upper - best.lower) / best.upper:.3g}, above eps_tolerance="
+            f"{self.name}: certified bounds [{best.lower:.6g}, {best.upper:.6g}] have a "
+            f"relative gap of {(best.upper - best.lower) / best.upper:.3g}, above "
+            "eps_tolerance="
             f"{tolerance:g}: {reason}. The bounds are valid; the upper one is the certified "
             "value", AccuracyWarning, stacklevel=4)
         return best

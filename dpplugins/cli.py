@@ -18,7 +18,7 @@ import re
 import sys
 import warnings
 
-from dpplugins.cli_types import finite_number, integer
+from dpplugins.cli_types import finite_number, integer, named_by_flag
 from dpplugins.display import lower_text, upper_text
 from dpplugins.errors import NumericalError, ParameterError
 
@@ -375,11 +375,9 @@ def _run_noise(args) -> int:
 
 def _flag_error(error: ParameterError, names) -> _Failure | ParameterError:
     """``error`` with its parameter named as the flag (``points`` -> ``--points``) when it is
-    one of ``names``."""
-    message = str(error)
-    if error.name in names and message.startswith(error.name):
-        return _Failure("--" + error.name.replace("_", "-") + message[len(error.name):])
-    return error
+    one of ``names`` (:func:`~dpplugins.cli_types.named_by_flag`)."""
+    renamed = named_by_flag(error, names)
+    return error if renamed is error else _Failure(str(renamed))
 
 
 #: (width, height, dpi) a plot has when the flags do not set them: one panel against epochs,

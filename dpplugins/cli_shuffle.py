@@ -43,7 +43,7 @@ from typing import Callable
 
 import numpy as np
 
-from dpplugins.cli_types import finite_number, integer
+from dpplugins.cli_types import finite_number, integer, named_by_flag
 from dpplugins.display import lower_text, upper_text
 from dpplugins.errors import ParameterError
 
@@ -367,14 +367,6 @@ _OPTIONS = ("eps0", "n", "groups", "delta", "randomizer", "k", "d", "g", "delta0
             "points")
 
 
-def _named_by_option(error: ParameterError) -> ParameterError:
-    """``error`` naming the option (``--eps0=-1.0 is invalid: ...``) where its parameter is one
-    of this command's options; other errors as they are."""
-    if error.name in _OPTIONS:
-        return ParameterError("--" + error.name, error.value, error.valid, error.hint)
-    return error
-
-
 def run(args: argparse.Namespace, out: Callable[[str], object] | None = None) -> int:
     """Run the subcommand; returns the exit status (0).  Bad input raises
     :class:`~dpplugins.errors.ParameterError` naming the option (the ``dpplugins`` entry point
@@ -385,7 +377,7 @@ def run(args: argparse.Namespace, out: Callable[[str], object] | None = None) ->
     try:
         return _run(args, out)
     except ParameterError as error:
-        raise _named_by_option(error) from None
+        raise named_by_flag(error, _OPTIONS) from None
 
 
 def _run(args: argparse.Namespace, out: Callable[[str], object] | None) -> int:

@@ -5,8 +5,27 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import Iterable
 
-__all__ = ["finite_number", "integer"]
+from dpplugins.errors import ParameterError
+
+__all__ = ["finite_number", "integer", "named_by_flag"]
+
+
+def named_by_flag(error: ParameterError, names: Iterable[str]) -> ParameterError:
+    """``error`` naming the flag that sets its parameter (``dataset_size=0 is invalid`` ->
+    ``--dataset-size=0 is invalid``) where the parameter is one of ``names``; any other error
+    as it is.
+
+    Example::
+
+        >>> str(named_by_flag(ParameterError("eps0", -1.0, ">= 0"), ["eps0"]))
+        '--eps0=-1.0 is invalid: must be >= 0'
+    """
+    if error.name in names and str(error).startswith(error.name):
+        return ParameterError("--" + error.name.replace("_", "-"), error.value, error.valid,
+                              error.hint)
+    return error
 
 
 def finite_number(text: str) -> float:

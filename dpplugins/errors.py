@@ -19,6 +19,7 @@ from typing import Any
 __all__ = [
     "ParameterError",
     "NumericalError",
+    "integer_text",
     "check_real",
     "check_float_count",
     "check_positive",
@@ -48,12 +49,24 @@ class ParameterError(ValueError):
         super().__init__(message)
 
 
+def integer_text(n: int, max_bits: int = 64) -> str:
+    """``str(n)``, or ``about 10^k`` (``k`` the exponent of its leading digit) for an integer of
+    more than ``max_bits`` bits: ``str()`` of one of more than 4,300 digits raises ValueError.
+
+    Example::
+
+        >>> integer_text(10 ** 5000)
+        'about 10^5000'
+    """
+    if n.bit_length() <= max_bits:
+        return str(n)
+    return ("-" if n < 0 else "") + f"about 10^{int(math.log10(abs(n)))}"
+
+
 def _short_repr(value: Any) -> str:
-    """``repr(value)``; an int of more than 4000 digits as ``about 10^k`` (repr of one of more
-    than 4300 digits raises ValueError)."""
-    if isinstance(value, int) and value.bit_length() > 13000:
-        sign = "-" if value < 0 else ""
-        return f"{sign}about 10^{int((abs(value).bit_length() - 1) * 0.30103)}"
+    """``repr(value)``; an int of more than 13,000 bits (about 3,900 digits) as ``about 10^k``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return integer_text(value, 13000) if value.bit_length() > 13000 else repr(value)
     try:
         return repr(value)
     except ValueError:   # e.g. a Fraction or container holding such an int

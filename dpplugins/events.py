@@ -155,9 +155,9 @@ def _nesting(event: "Event") -> int:
     when it is checked as a part of another, from its parts' (already remembered)."""
     found = event.__dict__.get("_nesting")
     if found is None:
-        parts = [v for f in dataclasses.fields(event) for v in (
-            getattr(event, f.name) if isinstance(getattr(event, f.name), tuple)
-            else (getattr(event, f.name),)) if isinstance(v, Event)]
+        values = [getattr(event, f.name) for f in dataclasses.fields(event)]
+        parts = [v for value in values for v in (value if isinstance(value, tuple) else (value,))
+                 if isinstance(v, Event)]
         found = 1 + max((_nesting(part) for part in parts), default=0)
         object.__setattr__(event, "_nesting", found)
     return found

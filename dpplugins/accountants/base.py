@@ -35,8 +35,8 @@ import threading
 import warnings
 from typing import Any, Callable, ClassVar, Iterable
 
-from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_count, check_nonnegative,
-                              check_probability, check_real)
+from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_count,
+                              check_nonnegative, check_probability, check_real, integer_text)
 from dpplugins.events import (Event, GaussianEvent, NonPrivateEvent, PoissonSampledEvent,
                               SelfComposedEvent, UnsupportedEvent, from_dict, leaves)
 from dpplugins.numerics import epsilon_lower_from_larger_delta
@@ -164,7 +164,7 @@ def check_representable(history) -> None:
     n = compositions(history)
     if n > MAX_COMPOSITIONS:
         raise NumericalError(
-            f"the history needs {_magnitude(n)} compositions (steps, or passes of a protocol), "
+            f"the history needs {integer_text(n)} compositions (steps, or passes of a protocol), "
             f"more than the {MAX_COMPOSITIONS} (2**53) the composition engines represent "
             "exactly (counts are used as floats)",
             "account for fewer steps or passes (split the run), or use more noise per step")
@@ -207,13 +207,6 @@ def _float_range(accountant: str):
             f"{accountant}: a size or count of the history is beyond the floating-point range "
             f"({error})", "use dataset sizes, steps per epoch and counts below 2**53 "
             "(about 9.0e15)") from None
-
-
-def _magnitude(n: int) -> str:
-    """A short text for a possibly huge integer: ``n`` itself, or ``about 10^k``."""
-    if n.bit_length() > 64:   # (str() of more than 4300 digits raises ValueError)
-        return f"about 10^{int((n.bit_length() - 1) * 0.30103)}"
-    return str(n)
 
 
 def _parse_version(text: Any) -> tuple[int, ...]:
@@ -600,6 +593,5 @@ class Accountant:
 
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options().items())
-        # (_magnitude: str() of an int of more than 4,300 digits raises ValueError)
-        return f"{type(self).__name__}({opts}; {_magnitude(self.steps)} steps)"
+        return f"{type(self).__name__}({opts}; {integer_text(self.steps)} steps)"
 

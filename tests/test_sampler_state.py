@@ -179,3 +179,58 @@ def test_a_rank_shard_is_numpys_array_split_piece(size, replicas):
         assert sampler.shard(batch).tolist() == np.array_split(batch, replicas)[rank].tolist()
     huge = ShuffledEpochs(60, 7, rng=3, num_replicas=10 ** 400, rank=5)
     assert huge.shard(batch).tolist() == batch[5:6].tolist()
+
+
+@pytest.mark.parametrize("make", MAKERS)
+def test_a_pass_drawn_before_is_not_drawn_again(make):
+    """``set_epoch(0)`` before every epoch (a common slip) replayed pass 0: the same batches
+    again, which the accountants took as a fresh draw.  Now refused at the first batch; a pass
+    continued where it stopped, a pass never drawn (also below the last one) and a run restored
+    from its state go on."""
+    sampler = make()
+    first = passes(sampler, 1)[0]
+    sampler.set_epoch(0)
+    with pytest.raises(ParameterError, match=r"epoch=0 is invalid.*steps 0 to \d+ of pass 0"):
+        next(iter(sampler))
+    # part of a pass, stopped, then started again from its first step: refused; continued: fine
+    sampler.set_epoch(4)
+    it = iter(sampler)
+    next(it), next(it)
+    del it
+    reference = make()
+    reference.set_epoch(4)
+    rest = [b.tolist() for b in reference][2:]
+    it = iter(sampler)
+    assert next(it).tolist() == rest[0]      # continued at step 2
+    del it
+    sampler.set_epoch(4)
+    with pytest.raises(ParameterError, match=r"steps 0 to 2 of pass 4"):
+        next(iter(sampler))
+    # a pass not drawn yet, below the last one drawn
+    sampler.set_epoch(2)
+    assert len(passes(sampler, 1)[0]) == len(first)
+    # restoring a saved state in the same process continues from its position
+    restored = make()
+    state = restored.state_dict()
+    passes(restored, 1)
+    restored.load_state_dict(state)
+    assert passes(restored, 1)[0] == first
+
+
+def test_drawn_passes_agree_with_the_set_of_drawn_steps():
+    """DrawnPasses (merged runs of whole passes, partial passes) against a plain set of
+    (epoch, step) pairs over random records, 2,000 of them."""
+    from dpplugins.samplers.base import DrawnPasses
+
+    rng = np.random.default_rng(11)
+    per_pass = 5
+    drawn, plain = DrawnPasses(), set()
+    for _ in range(2000):
+        epoch = int(rng.integers(0, 60))
+        upto = int(rng.integers(1, per_pass + 1))
+        drawn.record(epoch, upto, per_pass)
+        plain.update((epoch, i) for i in range(upto))
+        probe = int(rng.integers(0, 62))
+        expected = next((i for i in range(per_pass) if (probe, i) not in plain), per_pass)
+        assert drawn.yielded(probe, per_pass) == expected
+    assert all(a[1] < b[0] for a, b in zip(drawn.runs, drawn.runs[1:]))  # disjoint, apart

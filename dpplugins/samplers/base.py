@@ -5,7 +5,12 @@
   rebuilt from the same seed, or another process with the same seed, draws the same pass.
   Iterating the sampler runs the current pass and then moves to the next epoch (a fresh,
   independent pass -- what the accountants assume); ``set_epoch(e)`` jumps to pass ``e`` like
-  ``torch.utils.data.DistributedSampler.set_epoch``.
+  ``torch.utils.data.DistributedSampler.set_epoch``.  A pass is drawn once: iterating steps of a
+  pass that this sampler object has already yielded (``set_epoch(0)`` before every epoch, or
+  ``set_epoch(e)`` back to a pass begun earlier) raises :class:`~dpplugins.errors.ParameterError`
+  at the first batch, because the accountants take every pass as a fresh draw and a replayed pass
+  would reuse its batches unaccounted (torch's sampler replays silently).  ``load_state_dict``
+  starts the record afresh (a restored run continues from the saved position).
 * **Ranks.**  With ``num_replicas = R`` and ``rank = r`` every rank draws the same *global* pass
   and yields its shard of every global step: the step's index array split into ``R`` contiguous
   pieces by ``numpy.array_split`` (the first ``len % R`` ranks get one index more), piece ``r``.
@@ -21,6 +26,7 @@
 
 from __future__ import annotations
 
+import bisect
 import sys
 from typing import Any, Iterator
 
@@ -28,7 +34,7 @@ import numpy as np
 
 from dpplugins.errors import ParameterError, check_count
 
-__all__ = ["SeededSampler", "make_seed", "default_replicas"]
+__all__ = ["SeededSampler", "DrawnPasses", "make_seed", "default_replicas"]
 
 
 def make_seed(rng) -> int:
@@ -58,6 +64,48 @@ def default_replicas() -> tuple[int, int]:
     return 1, 0
 
 
+class DrawnPasses:
+    """The steps of each pass that a sampler object has yielded: the passes drawn to their end
+    as runs of consecutive epochs (``[first, end)``, merged, so a run of any length is one
+    entry) and the passes begun but not finished (epoch -> steps yielded from the start).
+
+    Example::
+
+        >>> drawn = DrawnPasses()
+        >>> for epoch in range(3):
+        ...     drawn.record(epoch, 4, 4)
+        >>> drawn.record(5, 2, 4)
+        >>> drawn.runs, drawn.yielded(1, 4), drawn.yielded(5, 4), drawn.yielded(4, 4)
+        ([[0, 3]], 4, 2, 0)
+    """
+
+    def __init__(self) -> None:
+        self.runs: list[list[int]] = []
+        self.partial: dict[int, int] = {}
+
+    def yielded(self, epoch: int, steps_per_pass: int) -> int:
+        """Steps of pass ``epoch`` yielded so far (from its start)."""
+        i = bisect.bisect_right(self.runs, [epoch, float("inf")]) - 1
+        if i >= 0 and self.runs[i][0] <= epoch < self.runs[i][1]:
+            return steps_per_pass
+        return self.partial.get(epoch, 0)
+
+    def record(self, epoch: int, yielded: int, steps_per_pass: int) -> None:
+        """Pass ``epoch`` has yielded its first ``yielded`` steps."""
+        if yielded < steps_per_pass:
+            self.partial[epoch] = max(self.partial.get(epoch, 0), yielded)
+            return
+        self.partial.pop(epoch, None)
+        i = bisect.bisect_right(self.runs, [epoch, float("inf")])
+        if i > 0 and self.runs[i - 1][1] >= epoch:      # inside or right after the run before
+            self.runs[i - 1][1] = max(self.runs[i - 1][1], epoch + 1)
+            i -= 1
+        else:
+            self.runs.insert(i, [epoch, epoch + 1])
+        if i + 1 < len(self.runs) and self.runs[i + 1][0] <= self.runs[i][1]:
+            self.runs[i][1] = max(self.runs[i][1], self.runs.pop(i + 1)[1])
+
+
 class SeededSampler:
     """Base class (module docstring).  Subclasses implement ``_global_pass(generator)``
     returning the list of the pass's global index arrays, and ``_params()`` (the constructor
@@ -69,6 +117,7 @@ class SeededSampler:
         self.seed = make_seed(rng)
         self.epoch = 0
         self._position = 0
+        self._drawn = DrawnPasses()
         world, own = default_replicas()
         if num_replicas is None and rank is not None:
             raise ParameterError("num_replicas", None, "given together with rank")
@@ -124,10 +173,20 @@ class SeededSampler:
         return batch[start:start + q + (1 if self.rank < extra else 0)]
 
     def __iter__(self) -> Iterator[np.ndarray]:
+        epoch, start = self.epoch, self._position
+        drawn = self._drawn.yielded(epoch, len(self))
+        if start < drawn:
+            raise ParameterError(
+                "epoch", epoch, f"a pass this sampler has not drawn yet: steps {start} to "
+                f"{drawn - 1} of pass {epoch} were drawn already, and the accountants take "
+                "every pass as a fresh draw (a replayed pass reuses its batches, unaccounted)",
+                "Call set_epoch(epoch) with every epoch once, counting up, or not at all (after "
+                "a pass the sampler moves to the next one by itself); to resume a run, "
+                "load_state_dict() the state saved with it")
         batches = self.global_pass()
-        start = self._position
         for i in range(start, len(batches)):
             self._position = i + 1
+            self._drawn.record(epoch, i + 1, len(batches))
             yield self.shard(batches[i])
         self.epoch += 1
         self._position = 0
@@ -168,5 +227,6 @@ class SeededSampler:
         self.seed = int(seed)
         self.epoch = epoch
         self._position = position
+        self._drawn = DrawnPasses()   # a restored run continues from the saved position
         self._stream = np.random.default_rng(np.random.SeedSequence(self.seed,
                                                                    spawn_key=(1 << 32,)))

@@ -56,10 +56,10 @@ except ImportError as _error:  # pragma: no cover - exercised only without dp_ac
                       "'dp-accounting>=0.4.3' (tensorflow-privacy installs it)") from _error
 
 from dpplugins.errors import ParameterError, check_count, check_probability
-from dpplugins.events import (ComposedEvent, EpsilonDeltaEvent, Event, FixedBatchEvent,
-                              GaussianEvent, LaplaceEvent, NonPrivateEvent, NoOpEvent,
-                              PoissonSampledEvent, RandomizedResponseEvent, SelfComposedEvent,
-                              UnsupportedEvent)
+from dpplugins.events import (MAX_NESTING, ComposedEvent, EpsilonDeltaEvent, Event,
+                              FixedBatchEvent, GaussianEvent, LaplaceEvent, NonPrivateEvent,
+                              NoOpEvent, PoissonSampledEvent, RandomizedResponseEvent,
+                              SelfComposedEvent, UnsupportedEvent)
 from dpplugins.integrations.dp_events import (DPPluginsDpEvent, EpsilonDeltaDpEvent,
                                               PNSGDDpEvent, RandomAllocationDpEvent,
                                               RandomCheckInDpEvent, RandomizedResponseDpEvent,
@@ -90,8 +90,13 @@ def translate(event: Any) -> tuple[Event, dict]:
     return _translate(event, origins), origins
 
 
-def _translate(event: Any, origins: dict) -> Event:
-    ours = _convert(event, origins)
+def _translate(event: Any, origins: dict, depth: int = 1) -> Event:
+    if depth > MAX_NESTING:   # (RecursionError from a depth of about 250)
+        raise ParameterError("event", f"a dp_accounting event nested more than {MAX_NESTING} "
+                             "deep", f"events nested at most {MAX_NESTING} deep (the deepest "
+                             "dpplugins' events can be, dpplugins.events.MAX_NESTING)",
+                             "Compose a flat list: ComposedDpEvent([a, b, c, ...])")
+    ours = _convert(event, origins, depth)
     origins.setdefault(ours, event)
     return ours
 
@@ -100,7 +105,7 @@ def _unsupported(event: Any, what: str) -> UnsupportedEvent:
     return UnsupportedEvent(f"dp_accounting's {type(event).__name__} ({what})")
 
 
-def _convert(event: Any, origins: dict) -> Event:
+def _convert(event: Any, origins: dict, depth: int) -> Event:
     if not isinstance(event, dp_event.DpEvent):
         raise ParameterError("event", type(event).__name__, "a dp_accounting DpEvent")
     name = type(event).__name__
@@ -130,20 +135,21 @@ def _convert(event: Any, origins: dict) -> Event:
     if isinstance(event, dp_event.PoissonSampledDpEvent):
         q = check_probability(f"{name}.sampling_probability", event.sampling_probability,
                               allow_zero=True)
-        return PoissonSampledEvent(q, _translate(event.event, origins))
+        return PoissonSampledEvent(q, _translate(event.event, origins, depth + 1))
     if isinstance(event, dp_event.SampledWithoutReplacementDpEvent):
         n = check_count(f"{name}.source_dataset_size", event.source_dataset_size, minimum=1)
         b = check_count(f"{name}.sample_size", event.sample_size, minimum=0)
         if b > n:
             raise ParameterError(f"{name}.sample_size", event.sample_size,
                                  f"<= source_dataset_size={n}")
-        inner = _translate(event.event, origins)
+        inner = _translate(event.event, origins, depth + 1)
         return NoOpEvent() if b == 0 else FixedBatchEvent(n, b, inner)
     if isinstance(event, dp_event.SelfComposedDpEvent):
         count = check_count(f"{name}.count", event.count, minimum=0)
-        return SelfComposedEvent(_translate(event.event, origins), count)
+        return SelfComposedEvent(_translate(event.event, origins, depth + 1), count)
     if isinstance(event, dp_event.ComposedDpEvent):
-        return ComposedEvent(tuple(_translate(sub, origins) for sub in event.events))
+        return ComposedEvent(tuple(_translate(sub, origins, depth + 1)
+                                    for sub in event.events))
     return _unsupported(event, "no dpplugins event describes it")
 
 

@@ -105,6 +105,13 @@ def _sampler_name(sampler: Any) -> str:
                          "'random_allocation' (aliases 'checkin', 'random_checkin')")
 
 
+def _ceil(epochs: float, numerator: int, denominator: int) -> int:
+    """``ceil(epochs numerator / denominator)`` in exact arithmetic, ``epochs`` read as the
+    decimal it prints as (what was typed: 0.1 is 1/10, not the double just above it, which
+    would add a step to 0.1 epochs of 10 steps)."""
+    return int(-((-Fraction(str(float(epochs))) * numerator) // denominator))
+
+
 def dp_sgd_event(sampler: str, number_of_examples: int, batch_size: int, num_epochs: float,
                  noise_multiplier: float) -> Event:
     """The event of DP-SGD on ``number_of_examples`` examples with ``batch_size`` examples per
@@ -115,7 +122,9 @@ def dp_sgd_event(sampler: str, number_of_examples: int, batch_size: int, num_epo
 
     * ``"poisson"``: ``ceil(num_epochs / q)`` steps of
       ``PoissonSampledEvent(q, GaussianEvent(noise_multiplier))``, ``q = batch_size /
-      number_of_examples``;
+      number_of_examples`` (in floating point, as TF-Privacy; at least the exact
+      ``ceil(num_epochs * number_of_examples / batch_size)``, ``num_epochs`` read as the
+      decimal it prints as);
     * ``"shuffled_epochs"``: ``ShuffledEpochs(n, batch_size).event(noise_multiplier, epochs)``,
       ``T = ceil(n / batch_size)`` steps per epoch for ``ceil(num_epochs * T)`` steps (a partial
       last epoch is a prefix of a full one; TF-Privacy rounds up to ``ceil(num_epochs)`` whole
@@ -139,10 +148,15 @@ def dp_sgd_event(sampler: str, number_of_examples: int, batch_size: int, num_epo
     sigma = check_positive("noise_multiplier", noise_multiplier)
     if sampler == "poisson":
         q = b / n
+        # TF-Privacy's count in floating point, but never below the exact ceil(epochs n / b):
+        # from about 10^16 steps on the float quotient can round down to the integer below
+        # (10^18 examples, batch 1, one epoch gave 999999999999999872 steps)
         return SelfComposedEvent(PoissonSampledEvent(q, GaussianEvent(sigma)),
-                                 int(math.ceil(epochs / q)))
-    steps_per_epoch = int(math.ceil(n / b))
-    passes = Fraction(int(math.ceil(epochs * steps_per_epoch)), steps_per_epoch)
+                                 max(int(math.ceil(epochs / q)), _ceil(epochs, n, b)))
+    steps_per_epoch = -(-n // b)   # exact (n / b in floating point rounds above 2^53)
+    steps = max(int(math.ceil(epochs * steps_per_epoch)),   # never below the exact count
+                _ceil(epochs, steps_per_epoch, 1))
+    passes = Fraction(steps, steps_per_epoch)
     passes = int(passes) if passes.denominator == 1 else passes
     if sampler == "shuffled_epochs":
         return ShuffledEpochs(n, b, rng=0).event(sigma, passes)

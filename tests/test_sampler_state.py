@@ -234,3 +234,10 @@ def test_drawn_passes_agree_with_the_set_of_drawn_steps():
         expected = next((i for i in range(per_pass) if (probe, i) not in plain), per_pass)
         assert drawn.yielded(probe, per_pass) == expected
     assert all(a[1] < b[0] for a, b in zip(drawn.runs, drawn.runs[1:]))  # disjoint, apart
+
+
+def test_steps_per_epoch_is_exact_for_huge_datasets():
+    """ShuffledEpochs counted ceil(n / b) in floating point: 2^53 steps for 2^53 + 1 examples
+    of batch 1, one fewer than its own event (exact integer arithmetic)."""
+    sampler = ShuffledEpochs(2 ** 53 + 1, 1, rng=0)
+    assert len(sampler) == sampler.event(1.0).steps == 2 ** 53 + 1

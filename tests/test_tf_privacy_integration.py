@@ -50,7 +50,7 @@ from dpplugins.integrations.tf_privacy import (CheckInAccountant, GDPAccountant,
                                                RandomAllocationDpEvent, RandomCheckInDpEvent,
                                                ShuffleAccountant, ShuffledEpochsDpEvent,
                                                compute_dp_sgd_privacy_numbers,
-                                               compute_dp_sgd_privacy_statement,
+                                               compute_dp_sgd_privacy_statement, dp_sgd_event,
                                                group_privacy_epsilon, to_event)
 
 G = dp_accounting.GaussianDpEvent
@@ -385,6 +385,25 @@ def test_fractional_epochs_count_steps_like_tf_privacy():
     # a partial epoch cannot cost more than TF-Privacy's ceil(epochs) whole epochs
     tf_shuffled, _ = _reference_epsilons(1000, 30, 1.5, 1.0, DELTA, False, "PLD")
     assert numbers.shuffled_upper <= tf_shuffled * (1 + REL)
+
+
+@pytest.mark.parametrize("sampler, n, batch, epochs, exact", [
+    # 1e-18 is not a double: 1 / q rounded down to 999999999999999872
+    ("poisson", 10 ** 18, 1, 1.0, 10 ** 18),
+    # 2^53 + 1 steps per epoch: epochs x steps rounded to 2^53 in floating point
+    ("shuffled_epochs", 2 ** 53 + 1, 1, 1.0, 2 ** 53 + 1),
+    ("random_checkin", 2 ** 53 + 1, 1, 1.0, 2 ** 53 + 1),
+    # ordinary inputs keep TF-Privacy's count; 0.1 epochs is 1/10 (the double is above it)
+    ("poisson", 1000, 30, 1.5, 50),
+    ("shuffled_epochs", 1000, 100, 0.1, 1),
+    ("poisson", 1000, 10, 0.3, 30),
+])
+def test_step_counts_are_never_below_the_exact_count(sampler, n, batch, epochs, exact):
+    """dp_sgd_event counted steps in floating point: from about 10^16 steps on it could count
+    fewer than ceil(epochs n / b) (Poisson) or ceil(epochs T) (epochs; T = ceil(n / b)) --
+    fewer steps, a smaller epsilon.  Checked against the exact integer count of the decimal
+    inputs."""
+    assert dp_sgd_event(sampler, n, batch, epochs, 1.0).steps == exact
 
 
 def test_max_examples_per_user_one_is_example_level():

@@ -6,7 +6,6 @@ subsampling; pair it with an accountant that is valid for shuffling.
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
@@ -63,7 +62,7 @@ class ShuffledEpochs(SeededSampler):
     @property
     def steps_per_epoch(self) -> int:
         n, b = self.num_examples, self.batch_size
-        return n // b if self.drop_last else math.ceil(n / b)
+        return n // b if self.drop_last else -(-n // b)
 
     @property
     def expected_batch_size(self) -> float:

@@ -46,7 +46,8 @@ anything is released for that round.
 participation decisions (a ``query`` message, :data:`PARTICIPATION_MESSAGE_TYPE`, answered by
 :func:`participation_query`), sends the model to the clients that take part, clips every
 client's update ``local - global`` to L2 norm ``C`` (over all arrays, as Flower's
-``DifferentialPrivacyServerSideFixedClipping``), adds ``N(0, (noise_multiplier C)^2 I)`` once to
+``DifferentialPrivacyServerSideFixedClipping``; an update with an infinite or NaN entry, a
+diverged local training, counts as zero), adds ``N(0, (noise_multiplier C)^2 I)`` once to
 the *sum* and divides by a fixed public denominator (the expected number of updates; McMahan et
 al. 2018's fixed-denominator estimator -- dividing by the realised count would not be the
 accounted mechanism).  Every update has weight one (user-level: ``num-examples`` is ignored).
@@ -422,13 +423,15 @@ def participation_query(*, seed: int | None = None, protocol: Participation | No
 
     The client draws its decision for the block with **its own** randomness:
     ``numpy.random.default_rng()`` (fresh OS entropy) by default, or -- for reproducible tests --
-    ``default_rng(SeedSequence(seed, spawn_key=(client_index, block)))``.  ``protocol``, if given,
-    is the protocol this client agreed to: a query for another one is answered with an error
+    ``default_rng(SeedSequence(seed, spawn_key=(client_index, block)))``, or ``(client_index,
+    block, stream)`` when the server sends a ``stream`` > 0 (a run resumed over a saved
+    accountant, whose blocks start again at 0).  ``protocol``, if given, is the protocol this
+    client agreed to: a query for another one is answered with an error
     (the server then stops).  ``client_index(context)`` gives the client's index ``j`` (default:
     ``context.node_config["partition-id"]``, which the simulation engine sets and
     ``flower-supernode --node-config "partition-id=3"`` sets on a real deployment); the sliding
     window needs it, the other protocols only report it.  ``on_choice(record)`` is called with
-    the decision and the protocol's parameters (for audit logs).
+    the decision, the protocol's parameters and the ``stream`` (for audit logs).
 
     Reply: a ``ConfigRecord`` under ``"participation"`` with ``client-index``, ``block``,
     ``slot`` (the raw choice, -1 for no check-in; for Poisson the number of rounds joined) and
@@ -439,20 +442,22 @@ def participation_query(*, seed: int | None = None, protocol: Participation | No
     def query(message, context):
         config = next(iter(message.content.config_records.values()))
         requested = participation_from_config({k: v for k, v in config.items()
-                                               if k not in ("block", "first-round")})
+                                               if k not in ("block", "first-round", "stream")})
         if protocol is not None and requested != protocol:
             raise ParticipationError(f"the server asked for {requested!r}; this client runs "
                                      f"{protocol!r}")
         block = int(config["block"])
+        stream = int(config.get("stream", 0))
         j = int(client_index(context) if client_index is not None
                 else context.node_config["partition-id"])
         rng = (np.random.default_rng() if seed is None else
-               np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(j, block))))
+               np.random.default_rng(np.random.SeedSequence(
+                   seed, spawn_key=(j, block) if stream == 0 else (j, block, stream))))
         slot, rounds = requested.client_choice(j, rng)
         record = {"client-index": j, "block": block, "slot": int(slot),
                   "rounds": [int(r) for r in rounds]}
         if on_choice is not None:
-            on_choice(dict(requested.config(), **record))
+            on_choice(dict(requested.config(), stream=stream, **record))
         return Message(RecordDict({_REPLY_KEY: ConfigRecord(record)}), reply_to=message)
 
     return query
@@ -592,7 +597,59 @@ class RoundPrivacy:
 
 # -- server side (needs Flower) --------------------------------------------------------------------
 def _flat_norm(arrays) -> float:
-    return math.sqrt(sum(float(np.sum(np.square(a, dtype=np.float64))) for a in arrays))
+    """L2 norm over all arrays, scaled by the largest entry so that finite updates above about
+    1e154 do not overflow to inf (they were zeroed instead of clipped); inf or NaN when an entry
+    is not finite."""
+    top = max((float(np.max(np.abs(a))) for a in arrays if a.size), default=0.0)
+    if top == 0.0:
+        return 0.0
+    if not math.isfinite(top):
+        return math.nan if any(np.isnan(a).any() for a in arrays) else math.inf
+    # (a NaN that max() passed over makes the sum NaN)
+    return top * math.sqrt(sum(float(np.sum(np.square(a / top))) for a in arrays))
+
+
+def _check_seed(name: str, seed):
+    """None, or a seed numpy's SeedSequence takes (non-negative integers)."""
+    if seed is None:
+        return None
+    if isinstance(seed, (bool, np.bool_, float, np.floating, str, bytes)):
+        raise ParameterError(name, seed, "None or a non-negative integer")
+    try:
+        np.random.SeedSequence(seed)
+    except (TypeError, ValueError):
+        raise ParameterError(name, seed, "None or a non-negative integer") from None
+    return seed
+
+
+def _check_key(name: str, key) -> str:
+    if not isinstance(key, str) or not key:
+        raise ParameterError(name, key, "a non-empty string (a Flower record key)")
+    return key
+
+
+def _exact_int(value) -> int:
+    """An int from a client's ConfigRecord; TypeError for anything else (floats, bools, strings,
+    bytes were truncated or parsed by int(): 2.9 -> 2, "01" -> [0, 1])."""
+    if type(value) is not int:
+        raise TypeError(f"{value!r} is not an integer")
+    return value
+
+
+def _consistent_choice(participation: "Participation", j: int, slot: int, rounds: tuple) -> bool:
+    """Whether ``(slot, rounds)`` is a choice ``participation.client_choice(j, .)`` can make."""
+    if isinstance(participation, PoissonSampling):
+        return slot == len(rounds)
+    if isinstance(participation, RandomCheckIns):
+        m = participation.window
+        if participation.variant == "sliding":
+            offset = slot - (m - 1)
+            return j <= slot < j + m and rounds == (
+                (offset,) if 0 <= offset < participation.block_rounds else ())
+        if slot == -1:
+            return rounds == () and participation.checkin_probability < 1.0
+        return 0 <= slot < m and rounds == (slot,)
+    return True
 
 
 def _wait_for_nodes(grid, n: int, node_wait: float) -> list[int]:
@@ -634,8 +691,12 @@ class _DPFedAvg:
     query_timeout : seconds to wait for the participation answers (every client must answer).
     node_wait : seconds to wait for ``num_clients`` nodes to connect.
     noise_seed : seed of the noise (``SeedSequence(noise_seed, spawn_key=(index,))`` per round)
-        for tests that reproduce a round; the default draws fresh OS entropy every round.
+        for tests that reproduce a round; the default draws fresh OS entropy every round.  A
+        seeded noise is private only while the seed is secret.
     selection_seed : seed of the server's choice among the clients that checked in to a round.
+        Wrapped by :class:`PrivacyAccounting` over an accountant that has recorded ``s > 0``
+        steps (a resumed run), both seeds and the clients' seeded choices take ``s`` into their
+        keys, so that the resumed rounds do not replay the first run's noise and choices.
 
     ``rounds`` (:class:`RoundRecord`) and ``checkins`` (:class:`CheckIn`) record what happened;
     they are server-side logs, not covered by the guarantee.  Federated evaluation is not run
@@ -659,12 +720,17 @@ class _DPFedAvg:
                             else check_positive("denominator", denominator))
         if self.denominator <= 0:
             raise ParameterError("denominator", self.denominator, "> 0")
-        self.arrayrecord_key = arrayrecord_key
-        self.configrecord_key = configrecord_key
+        self.arrayrecord_key = _check_key("arrayrecord_key", arrayrecord_key)
+        self.configrecord_key = _check_key("configrecord_key", configrecord_key)
         self.query_timeout = check_positive("query_timeout", query_timeout)
         self.node_wait = check_nonnegative("node_wait", node_wait)
-        self.noise_seed = noise_seed
-        self._selection_rng = np.random.default_rng(selection_seed)
+        self.noise_seed = _check_seed("noise_seed", noise_seed)
+        self.selection_seed = _check_seed("selection_seed", selection_seed)
+        self._selection_rng = np.random.default_rng(self.selection_seed)
+        #: > 0 when PrivacyAccounting resumes a run over an accountant with history: mixed into
+        #: the seeded noise, the selection and the clients' seeded choices, which would otherwise
+        #: replay those of the first run (block and round indices start again at 0)
+        self.stream = 0
         self.rounds: list[RoundRecord] = []
         self.checkins: list[CheckIn] = []
         self._schedule: dict[int, list[tuple[int, int]]] = {}
@@ -695,8 +761,9 @@ class _DPFedAvg:
     def noise_draw(self, index: int, shapes) -> list[np.ndarray]:
         """The noise of round ``index`` (0-based) on arrays of ``shapes``: i.i.d.
         ``N(0, noise_std^2)``; reproducible only with ``noise_seed``."""
+        key = (int(index),) if self.stream == 0 else (int(index), self.stream)
         rng = (np.random.default_rng() if self.noise_seed is None else np.random.default_rng(
-            np.random.SeedSequence(self.noise_seed, spawn_key=(int(index),))))
+            np.random.SeedSequence(self.noise_seed, spawn_key=key)))
         return [rng.normal(0.0, self.noise_std, size=tuple(shape)) if self.noise_std > 0
                 else np.zeros(tuple(shape)) for shape in shapes]
 
@@ -706,7 +773,8 @@ class _DPFedAvg:
 
     def _query(self, grid, nodes: list[int], block: int, server_round: int) -> None:
         flwr = _flwr()
-        config = dict(self.participation.config(), block=block, **{"first-round": server_round})
+        config = dict(self.participation.config(), block=block, stream=self.stream,
+                      **{"first-round": server_round})
         messages = [flwr.Message(flwr.RecordDict({self.configrecord_key:
                                                   flwr.ConfigRecord(config)}),
                                  message_type=PARTICIPATION_MESSAGE_TYPE, dst_node_id=node)
@@ -720,8 +788,19 @@ class _DPFedAvg:
             if reply.has_error():
                 raise ParticipationError(f"node {node} answered the participation query of "
                                          f"block {block} with an error: {reply.error.reason}")
-            record = reply.content[_REPLY_KEY]
-            j, rounds = int(record["client-index"]), tuple(int(r) for r in record["rounds"])
+            try:
+                record = reply.content.config_records[_REPLY_KEY]
+                j, slot = _exact_int(record["client-index"]), _exact_int(record["slot"])
+                echoed = _exact_int(record["block"])
+                if not isinstance(record["rounds"], list):
+                    raise TypeError("rounds is not a list")
+                rounds = tuple(_exact_int(r) for r in record["rounds"])
+            except (KeyError, TypeError) as error:
+                raise ParticipationError(f"node {node} answered the participation query of block "
+                                         f"{block} with a malformed record ({type(error).__name__}"
+                                         f" {error}); expected a ConfigRecord {_REPLY_KEY!r} with "
+                                         "integers client-index, block, slot and a list of "
+                                         "integers rounds") from None
             if node in answers or node not in nodes or j in seen_index or not 0 <= j < n:
                 raise ParticipationError(f"node {node} answered with client index {j}: every "
                                          f"node must answer once with a distinct index in "
@@ -729,8 +808,12 @@ class _DPFedAvg:
             if any(not 0 <= r < length for r in rounds) or len(set(rounds)) != len(rounds):
                 raise ParticipationError(f"node {node} chose rounds {rounds} outside the "
                                          f"{length} rounds of the block")
+            if echoed != block or not _consistent_choice(self.participation, j, slot, rounds):
+                raise ParticipationError(f"node {node} (client {j}) answered block {echoed} with "
+                                         f"slot {slot}, rounds {rounds}: not a choice of "
+                                         f"{self.participation!r} for block {block}")
             seen_index.add(j)
-            answers[node] = CheckIn(block, node, j, int(record["slot"]), rounds)
+            answers[node] = CheckIn(block, node, j, slot, rounds)
         if len(answers) != len(nodes):
             raise ParticipationError(f"{len(nodes) - len(answers)} of {len(nodes)} clients did "
                                      f"not answer the participation query of block {block} "
@@ -785,7 +868,11 @@ class _DPFedAvg:
             if node not in expected or node in got:
                 raise ParticipationError(f"unexpected reply from node {node} in round "
                                          f"{server_round}")
-            got[node] = reply.content[self.arrayrecord_key]
+            record = reply.content.array_records.get(self.arrayrecord_key)
+            if record is None:
+                raise ParticipationError(f"node {node} replied in round {server_round} without an "
+                                         f"ArrayRecord {self.arrayrecord_key!r}")
+            got[node] = record
         if set(got) != expected:
             raise ParticipationError(f"{len(expected - set(got))} of the {len(expected)} "
                                      f"selected clients did not reply in round {server_round} "
@@ -798,12 +885,19 @@ class _DPFedAvg:
         for node, _ in pending["selected"]:
             local = [np.asarray(a) for a in got[node].to_numpy_ndarrays()]
             if list(got[node].keys()) != keys or any(
-                    a.shape != c.shape for a, c in zip(local, current)):
+                    a.shape != c.shape or a.dtype.kind not in "biuf"    # (complex, strings)
+                    for a, c in zip(local, current)):
                 raise ParticipationError(f"node {node} replied with arrays that do not match "
                                          "the global model")
             delta = [a.astype(np.float64) - c.astype(np.float64) for a, c in zip(local, current)]
             norm = _flat_norm(delta)
             norms.append(norm)
+            if not math.isfinite(norm):
+                # clipping bounds finite updates only: an inf or NaN update (a diverged local
+                # training) made the released model NaN exactly when that client took part;
+                # it counts as a zero update (norm 0 <= C), what the accountant assumes
+                delta = [np.zeros_like(d) for d in delta]
+                norm = 0.0
             scale = 1.0 if norm <= self.clipping_norm else self.clipping_norm / norm
             for t, d in zip(total, delta):
                 t += scale * d
@@ -848,7 +942,8 @@ class _PrivacyAccounting:
     accountant for fixed-size sampling happens here, at construction.
 
     With Flower's strategies each round must be the accounted mechanism: exactly ``K`` replies
-    without error and equal client weights (Flower's noise ``sigma C / K`` on the weighted
+    without error, with finite arrays (Flower's clipping does not bound an infinite or NaN
+    update) and equal client weights (Flower's noise ``sigma C / K`` on the weighted
     average is ``N(0, (sigma C)^2)`` on the sum only then); otherwise
     :class:`ParticipationError` is raised before the aggregate is computed.  With
     ``DifferentialPrivacyClientSideFixedClipping`` the clients' ``fixedclipping_mod`` does the
@@ -915,6 +1010,17 @@ class _PrivacyAccounting:
         self.accountant = choose_accountant(self.participation, self.noise_multiplier,
                                             accountant)
         self._check_position()
+        if isinstance(strategy, _DPFedAvg) and not strategy.rounds and not strategy.checkins:
+            # a fresh strategy over an accountant with history: its seeded noise, selection and
+            # clients' seeded check-ins must not replay the earlier run's (found by a hostile
+            # sweep: with noise_seed the resumed rounds added the very same noise vectors, which
+            # cancel between the two runs' releases).  The steps recorded so far: they grow
+            # with every round (the history's length does not: equal rounds merge into one
+            # entry, so a third run would have replayed the second's)
+            strategy.stream = int(self.accountant.steps)
+            if strategy.selection_seed is not None and strategy.stream:
+                strategy._selection_rng = np.random.default_rng(np.random.SeedSequence(
+                    strategy.selection_seed, spawn_key=(strategy.stream,)))
         self.rounds: list[RoundPrivacy] = []
         self._sampled: dict[int, set[int]] = {}
 
@@ -1018,6 +1124,13 @@ class _PrivacyAccounting:
             raise ParticipationError(f"round {server_round}: {len(nodes)} good replies from the "
                                      f"{len(sampled)} sampled clients; Flower's noise is "
                                      "calibrated to all of them (nothing was released)")
+        for reply in replies:
+            for record in reply.content.array_records.values():
+                if not all(np.all(np.isfinite(a)) for a in record.to_numpy_ndarrays()):
+                    raise ParticipationError(
+                        f"round {server_round}: node {reply.metadata.src_node_id} replied with "
+                        "non-finite arrays; Flower's clipping does not bound them (its noisy "
+                        "average would be NaN); nothing was released")
         key = self.strategy.strategy.weighted_by_key
         weights = []
         for reply in replies:

@@ -38,8 +38,8 @@ from dpplugins.errors import ParameterError  # noqa: E402
 from dpplugins.events import (FixedBatchEvent, GaussianEvent, PoissonSampledEvent,  # noqa: E402
                               RandomCheckInEvent, SelfComposedEvent)
 from dpplugins.integrations.flower import (METRIC_DELTA, METRIC_EPSILON,  # noqa: E402
-                                           DPFedAvg, FixedSizeSampling, PoissonSampling,
-                                           PrivacyAccounting, RandomCheckIns,
+                                           DPFedAvg, FixedSizeSampling, ParticipationError,
+                                           PoissonSampling, PrivacyAccounting, RandomCheckIns,
                                            register_participation)
 from dpplugins.samplers import RandomCheckIn, SlidingWindowCheckIn  # noqa: E402
 
@@ -58,6 +58,11 @@ RUNS = {
 }
 FLOWER_ROUNDS = 4
 NOISE_SEEDS = {"checkin": 11, "sliding": 12, "poisson": 13, "fixed": 14}
+#: run "diverged": clients whose local training returns an infinite or NaN model
+DIVERGED = {0: np.inf, 1: np.nan}
+DIVERGED_RUN = (PoissonSampling(N, 0.5, block_rounds=3), 3)
+#: rounds of the run resumed over the "poisson" run's accountant (one block)
+RESUMED_ROUNDS = 6
 
 
 def client_update(j):
@@ -103,6 +108,9 @@ def federation(tmp_path_factory):
                    "server-round": int(config["server-round"])})
         arrays = msg.content["arrays"]
         update = client_update(j)
+        if config["run"] == "flower_diverged" or (config["run"] == "diverged"
+                                                  and j in DIVERGED):
+            update = {k: np.full(v.shape, DIVERGED.get(j, np.nan)) for k, v in update.items()}
         local = {k: np.asarray(v) + update[k] for k, v in zip(arrays.keys(),
                                                               arrays.to_numpy_ndarrays())}
         return Message(RecordDict({"arrays": ArrayRecord({k: flwr.app.Array(v)
@@ -110,7 +118,7 @@ def federation(tmp_path_factory):
                                    "metrics": MetricRecord({"num-examples": 1})}),
                        reply_to=msg)
 
-    out = {"strategies": {}, "results": {}, "models": {}}
+    out = {"strategies": {}, "results": {}, "models": {}, "errors": {}}
     server = ServerApp()
 
     def initial():
@@ -136,24 +144,45 @@ def federation(tmp_path_factory):
             strategy = DPFedAvg(protocol, SIGMA, CLIP, server_learning_rate=LR,
                                 noise_seed=NOISE_SEEDS[tag], selection_seed=5, query_timeout=300)
             run(tag, PrivacyAccounting(strategy, delta=DELTA), rounds)
+        protocol, rounds = DIVERGED_RUN
+        run("diverged", PrivacyAccounting(DPFedAvg(protocol, SIGMA, CLIP, server_learning_rate=LR,
+                                                   noise_seed=15, selection_seed=5,
+                                                   query_timeout=300), delta=DELTA), rounds)
+        # a second run over the "poisson" run's accountant, with the same seeds everywhere
+        resumed = DPFedAvg(RUNS["poisson"][0], SIGMA, CLIP, server_learning_rate=LR,
+                           noise_seed=NOISE_SEEDS["poisson"], selection_seed=5, query_timeout=300)
+        run("resumed", PrivacyAccounting(
+            resumed, delta=DELTA, accountant=out["strategies"]["poisson"].accountant),
+            RESUMED_ROUNDS)
         flower = DifferentialPrivacyServerSideFixedClipping(
             FedAvg(fraction_train=0.25, fraction_evaluate=0.0, min_train_nodes=3,
                    min_available_nodes=N), SIGMA, CLIP, 3)
         run("flower_dp", PrivacyAccounting(flower, delta=DELTA, num_clients=N), FLOWER_ROUNDS)
+        flower = DifferentialPrivacyServerSideFixedClipping(
+            FedAvg(fraction_train=0.25, fraction_evaluate=0.0, min_train_nodes=3,
+                   min_available_nodes=N), SIGMA, CLIP, 3)
+        try:   # every client's training diverges: refused before anything is released
+            run("flower_diverged", PrivacyAccounting(flower, delta=DELTA, num_clients=N), 1)
+        except Exception as error:   # (the other runs' tests go on whatever happens here)
+            out["errors"]["flower_diverged"] = f"{type(error).__name__}: {error}"
 
     run_simulation(server, client, num_supernodes=N, backend_config={
         "client_resources": {"num_cpus": 1},
         "init_args": {"num_cpus": 2, "include_dashboard": False, "logging_level": "ERROR",
                       "object_store_memory": 128 * 1024 * 1024}})
     out["logs"] = read_logs(log_dir)
-    assert set(out["results"]) == set(RUNS) | {"flower_dp"}, "the ServerApp did not finish"
+    assert set(RUNS) | {"flower_dp", "diverged", "resumed"} <= set(out["results"]), \
+        "the ServerApp did not finish"
     return out
 
 
-def choices(fed, variant):
-    """The clients' own records of their participation decisions in run ``variant``."""
-    return [e for e in fed["logs"] if e["kind"] == "choice" and e.get("variant", "poisson")
-            == variant]
+def choices(fed, variant, stream=0):
+    """The clients' own records of their participation decisions in the run of RUNS with
+    ``variant`` ("fixed" check-ins, "sliding", "poisson"); ``stream``: of the run resumed over
+    an accountant that had recorded that many steps."""
+    config = RUNS[{"fixed": "checkin"}.get(variant, variant)][0].config()
+    return [e for e in fed["logs"] if e["kind"] == "choice" and e.get("stream", 0) == stream
+            and all(e.get(k) == v for k, v in config.items())]
 
 
 def trained(fed, tag):
@@ -392,6 +421,70 @@ def test_flower_dp_noise_has_the_accounted_scale(federation):
     assert stats.chi2.sf(z2, df=count) > ALPHA and stats.chi2.cdf(z2, df=count) > ALPHA
 
 
+def test_a_diverged_client_update_counts_as_zero(federation):
+    """A client whose local training returns an infinite or NaN model made the released model
+    NaN exactly in the rounds it took part in (C / norm with norm NaN, 0 x inf), while epsilon
+    was reported finite: taking part was visible with probability q.  Such an update now counts
+    as zero (what clipping to norm C allows): every released model is finite and moves by
+    (lr / D) (sum of the other selected clients' clipped updates + the round's noise)."""
+    strategy = federation["strategies"]["diverged"].strategy
+    models = federation["models"]["diverged"]
+    scale = LR / strategy.denominator
+    took_part = [j for rec in strategy.rounds for _, j in rec.selected if j in DIVERGED]
+    assert set(took_part) == set(DIVERGED), "the seeds select both diverging clients"
+    for rec in strategy.rounds:
+        r = rec.server_round
+        assert all(np.all(np.isfinite(models[r][k])) for k in SHAPES)
+        noise = dict(zip(SHAPES, strategy.noise_draw(rec.index, SHAPES.values())))
+        for k in SHAPES:
+            signal = sum((clipped(client_update(j))[k] for _, j in rec.selected
+                          if j not in DIVERGED), np.zeros(SHAPES[k]))
+            np.testing.assert_allclose(models[r][k] - models[r - 1][k],
+                                       scale * (signal + noise[k]), rtol=1e-10, atol=1e-12)
+
+
+def test_flower_dp_refuses_non_finite_updates(federation):
+    """Flower's own clipping does not bound an infinite or NaN update (its noisy average was
+    NaN): the round is refused before anything is released."""
+    error = federation["errors"].get("flower_diverged", "not refused")
+    assert error.startswith(ParticipationError.__name__) and "non-finite" in error, error
+
+
+def test_a_resumed_run_draws_fresh_noise_and_choices(federation):
+    """A second run over the first run's accountant with the same seeds (noise, selection,
+    clients) replayed the first run's noise and check-ins: the noise cancels between the two
+    runs' releases, leaving the sums without noise, while epsilon counted both runs.  The seeds'
+    keys now take the steps the accountant had recorded: other noise, other choices, and the
+    releases are the resumed strategy's own noise plus the clipped updates."""
+    first = federation["strategies"]["poisson"].strategy
+    resumed = federation["strategies"]["resumed"].strategy
+    assert resumed.stream == RUNS["poisson"][1]
+    shapes = list(SHAPES.values())
+    assert all(np.all(a != b) for a, b in zip(first.noise_draw(0, shapes),
+                                               resumed.noise_draw(0, shapes)))
+    assert [selected(resumed)[r] for r in range(1, RESUMED_ROUNDS + 1)] != \
+        [selected(first)[r] for r in range(1, RESUMED_ROUNDS + 1)]
+    again = {e["client-index"]: e["rounds"]
+             for e in choices(federation, "poisson", resumed.stream)}
+    before = {e["client-index"]: e["rounds"] for e in choices(federation, "poisson")
+              if e["block"] == 0}
+    assert len(again) == len(before) == N and again != before
+    models, scale = federation["models"]["resumed"], LR / resumed.denominator
+    for rec in resumed.rounds:
+        r = rec.server_round
+        noise = dict(zip(SHAPES, resumed.noise_draw(rec.index, SHAPES.values())))
+        for k in SHAPES:
+            signal = sum((clipped(client_update(j))[k] for _, j in rec.selected),
+                         np.zeros(SHAPES[k]))
+            np.testing.assert_allclose(models[r][k] - models[r - 1][k],
+                                       scale * (signal + noise[k]), rtol=1e-10, atol=1e-12)
+    eps = epsilons(federation, "resumed")
+    offline = create("pld")
+    offline.compose(PoissonSampledEvent(0.25, GaussianEvent(SIGMA)),
+                    RUNS["poisson"][1] + RESUMED_ROUNDS)
+    assert eps[RESUMED_ROUNDS] == pytest.approx(offline.get_epsilon(DELTA), rel=1e-9)
+
+
 # -- set-up (no federation) ------------------------------------------------------------------------
 def test_poisson_accountant_refused_for_fixed_size_sampling():
     ours = DPFedAvg(FixedSizeSampling(N, 3), SIGMA, CLIP)
@@ -511,3 +604,64 @@ def test_import_without_flower():
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert "refused:" in out.stdout and "flwr" in out.stdout
+
+
+def test_update_norm_is_exact_for_huge_and_non_finite_updates():
+    """The L2 norm over all arrays (closed forms): 3e200 and 4e200 gave inf (the squares
+    overflow), so a finite update was zeroed instead of clipped; inf and NaN are reported as
+    such (and then count as a zero update)."""
+    from dpplugins.integrations.flower import _flat_norm
+
+    assert _flat_norm([np.array([3e200]), np.array([[4e200]])]) == pytest.approx(5e200,
+                                                                               rel=1e-15)
+    assert _flat_norm([np.zeros(3), np.zeros((0,))]) == 0.0
+    assert _flat_norm([np.array([1.0, np.inf])]) == np.inf
+    assert np.isnan(_flat_norm([np.array([np.nan, np.inf])]))
+    rng = np.random.default_rng(3)
+    arrays = [rng.normal(size=(4, 3)), rng.normal(size=5) * 1e-300]
+    assert _flat_norm(arrays) == pytest.approx(
+        np.linalg.norm(np.concatenate([a.ravel() for a in arrays])), rel=1e-14)
+
+
+@pytest.mark.parametrize("option, value", [
+    ("noise_seed", -1), ("noise_seed", 0.5), ("noise_seed", "3"), ("noise_seed", True),
+    ("selection_seed", -2), ("selection_seed", 1.5), ("arrayrecord_key", 5),
+    ("configrecord_key", ""),
+])
+def test_seeds_and_record_keys_are_checked_at_construction(option, value):
+    """A noise seed of -1 was refused only after the clients had trained (ValueError in the
+    aggregation); 0.5 or "3" raised TypeError there; a record key of 5 failed inside Flower."""
+    with pytest.raises(ParameterError, match=option):
+        DPFedAvg(PoissonSampling(N, 0.25), SIGMA, CLIP, **{option: value})
+
+
+@pytest.mark.parametrize("protocol", [RandomCheckIns(N, 4, 0.5), RandomCheckIns(N, 4),
+                                      RandomCheckIns(N, 4, variant="averaged"),
+                                      RandomCheckIns(N, 4, variant="sliding"),
+                                      PoissonSampling(N, 0.25, block_rounds=6)])
+def test_a_reply_is_accepted_only_if_the_protocol_can_make_it(protocol):
+    """The server checks every client's answer against the protocol (a client in every round
+    of a pass, a sliding slot outside its window, a Poisson slot that is not the number of
+    rounds joined were accepted): every choice the protocol's own client_choice makes passes,
+    and every other (slot, rounds) with slot in [-1, N + 4) and at most two rounds of the
+    block is refused, by enumeration (for Poisson sampling every set of rounds has a positive
+    probability: exactly the choices with slot = the number of rounds pass)."""
+    from itertools import combinations
+
+    from dpplugins.integrations.flower import _consistent_choice
+
+    rng = np.random.default_rng(5)
+    made = set()
+    for j in range(N):
+        for _ in range(300):
+            slot, rounds = protocol.client_choice(j, rng)
+            made.add((j, int(slot), tuple(int(r) for r in rounds)))
+    length = protocol.block_rounds
+    for j in range(N):
+        for slot in range(-1, N + 4):
+            for size in range(3):
+                for rounds in combinations(range(length), size):
+                    possible = (slot == size if isinstance(protocol, PoissonSampling)
+                                else (j, slot, rounds) in made)
+                    assert _consistent_choice(protocol, j, slot, rounds) == possible, \
+                        (j, slot, rounds)

@@ -6,7 +6,6 @@ subsampling; pair it with an accountant that is valid for shuffling.
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from dpplugins.errors import ParameterError, check_count, check_flag

@@ -41,6 +41,9 @@ anything is released for that round.
   decided locally (a block of rounds at a time).  Event: ``PoissonSampledEvent``.
 * :class:`FixedSizeSampling` -- the server samples ``K`` of the ``N`` clients uniformly without
   replacement each round (Flower's ``FedAvg`` / ``sample_nodes``).  Event: ``FixedBatchEvent``.
+  ``sample_nodes`` draws with Python's ``random`` module, and the amplification by sampling
+  assumes the selection is secret: do not seed ``random`` on the server (``random.seed(0)`` for
+  reproducibility makes every round's selection predictable).
 
 **Server side.**  :class:`DPFedAvg` runs any of the three: it asks the clients for their
 participation decisions (a ``query`` message, :data:`PARTICIPATION_MESSAGE_TYPE`, answered by

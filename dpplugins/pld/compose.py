@@ -72,8 +72,8 @@ from scipy.optimize import minimize_scalar
 
 from dpplugins.errors import NumericalError, larger_delta_advice
 from dpplugins.pld.grid import GridPMF
-from dpplugins.pld.spectra import (from_log_polar, reduce_phase, summed_spectral_terms,
-                                   transform_size)
+from dpplugins.pld.spectra import (before_transform, from_log_polar, reduce_phase,
+                                   summed_spectral_terms, transform_size)
 
 __all__ = ["ComposedPLD", "compose_grid_pmfs"]
 
@@ -1130,6 +1130,7 @@ def compose_grid_pmfs(components: Sequence[tuple[GridPMF, int]], *, tail_mass: f
     # rounded to it is off by at most 4 u absolutely (half an ulp in [4, 8)), the exponential,
     # the sine and cosine and the complex product add about 4 u more; 10 u covers them
     u_out = u_work if full else _U
+    before_transform(size, product.real.dtype)
     composed = sp_fft.irfft(product, n=size)
     # The l1 norm of the output error is at most the 2-norm of the coefficient error over the
     # full spectrum (the inverse DFT scaled by 1/N has 2-norm 1/sqrt(N)); the inverse transform's

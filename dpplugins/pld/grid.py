@@ -272,6 +272,7 @@ def optimistic_from_bins(bins: LossBins, top_q: float = 0.0) -> GridPMF:
     q_ld = np.asarray(bins.q, dtype=ld)
     sp = (np.concatenate([np.cumsum(p_ld[::-1])[::-1], [ld(0)]]) + ld(bins.p_above)).astype(float)
     sq = (np.concatenate([np.cumsum(q_ld[::-1])[::-1], [ld(0)]]) + ld(bins.q_above)).astype(float)
+    del p_ld, q_ld  # 32 bytes a bin, not needed below (they were held through the hull)
     sum_rel = r_b + 2 * n * float(np.finfo(ld).eps) + 2 * u  # relative error of sp, sq
     profile_finite = np.maximum(sp - x * sq, 0.0)
     gap = g * x * em1  # G_{j-1} = g_{j-1} * (x_{j+1} - x_j)
@@ -352,6 +353,10 @@ def optimistic_from_bins(bins: LossBins, top_q: float = 0.0) -> GridPMF:
     # down costs c x_j (e^h - 1) of fp_error, 2e-288 at x_j = e^35 for a deficit of 5e-302,
     # which left no lower bound at delta = 1e-300)
     if np.any(plain < -tolerance - 1e-300 / np.maximum(x[: last + 1], 1.0)):
+        # the hull needs x, v and v_err only: the other arrays (about 120 bytes a bin) are
+        # freed before it (they were held through it, the peak of the construction)
+        del eps, abs_eps, p_ext, q_ext, g, g_err, sp, sq, profile_finite, gap, pmf
+        del g_up, q_low, m, plain, tolerance
         return _optimistic_hull(bins, x, v, v_err, last, q_gt_last, sum_rel)
     # raising g can leave rounding-level negative kinks: carry each deficit down to the next
     # kink (moving Q-mass c from x_{j-1} up to x_j raises the profile by at most

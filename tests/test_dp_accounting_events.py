@@ -274,14 +274,15 @@ def test_deeply_nested_dp_accounting_events_are_refused_clearly(kind):
 
     from dpplugins.events import MAX_NESTING
 
+    wrap = {"composed": lambda e: dp_accounting.ComposedDpEvent([e]),
+            "poisson": lambda e: dp_accounting.PoissonSampledDpEvent(1.0, e),
+            "self": lambda e: dp_accounting.SelfComposedDpEvent(e, 1),
+            "sampled": lambda e: dp_accounting.SampledWithoutReplacementDpEvent(5, 5, e)}[kind]
+
     def nest(depth):
         event = dp_accounting.GaussianDpEvent(1.0)
         for _ in range(depth - 1):
-            event = {"composed": lambda e: dp_accounting.ComposedDpEvent([e]),
-                     "poisson": lambda e: dp_accounting.PoissonSampledDpEvent(1.0, e),
-                     "self": lambda e: dp_accounting.SelfComposedDpEvent(e, 1),
-                     "sampled": lambda e: dp_accounting.SampledWithoutReplacementDpEvent(5, 5, e)}[kind](
-                event)
+            event = wrap(event)
         return event
 
     for depth in (MAX_NESTING + 1, 400, 5000):

@@ -612,17 +612,10 @@ def _flat_norm(arrays) -> float:
     return top * math.sqrt(sum(float(np.sum(np.square(a / top))) for a in arrays))
 
 
-def _check_seed(name: str, seed):
-    """None, or a seed numpy's SeedSequence takes (non-negative integers)."""
-    if seed is None:
-        return None
-    if isinstance(seed, (bool, np.bool_, float, np.floating, str, bytes)):
-        raise ParameterError(name, seed, "None or a non-negative integer")
-    try:
-        np.random.SeedSequence(seed)
-    except (TypeError, ValueError):
-        raise ParameterError(name, seed, "None or a non-negative integer") from None
-    return seed
+def _check_seed(name: str, seed) -> int | None:
+    """None, or a non-negative integer seed (numpy's SeedSequence refuses the rest only when
+    the round draws, after the clients have trained)."""
+    return None if seed is None else check_count(name, seed, minimum=0)
 
 
 def _check_key(name: str, key) -> str:

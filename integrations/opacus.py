@@ -72,6 +72,16 @@ Calibration (``make_private_with_epsilon`` with our accountants):
 (``epochs`` passes), verified ``<= target``; ``opacus.accountants.utils.get_noise_multiplier``
 called directly with one of our names calibrates the Poisson event it describes.
 
+Non-finite gradients.  Opacus clips with the factor ``C / (norm + 1e-6)``: one example whose
+gradient is infinite or NaN (a diverged loss, an infinite input) made the noisy update NaN, and
+only when that example was in the batch -- the released model showed whether it was sampled.
+With our accountants such an example's per-example gradients are set to zero before clipping
+(zero is a valid clipped value: the sensitivity and every epsilon are unchanged), with a
+``RuntimeWarning`` naming how many (:func:`zero_non_finite_examples`).  Ghost clipping
+(``grad_sample_mode="ghost"``) holds no per-example gradients; there a step whose summed
+gradient is not finite raises :class:`~dpplugins.errors.NumericalError` before its noise is
+drawn.  Opacus' own accountants keep Opacus' behaviour.
+
 Also: ``noise_multiplier=0`` records non-private steps (epsilon ``inf``); state dicts carry our
 events (and load the ``(sigma, q, steps)`` histories of version 0.1 with the meaning they had);
 adapters pickle and deep-copy (``torch.save(privacy_engine.accountant)``).
@@ -91,7 +101,7 @@ from fractions import Fraction
 from typing import Any
 
 from dpplugins.accountants import UnsupportedEventError, available, create, get_class, supporting
-from dpplugins.errors import (ParameterError, check_count, check_positive,
+from dpplugins.errors import (NumericalError, ParameterError, check_count, check_positive,
                               check_probability)
 from dpplugins.events import (Event, GaussianEvent, NonPrivateEvent, PNSGDEvent,
                               PoissonSampledEvent, ProtocolEvent, SelfComposedEvent,
@@ -424,6 +434,117 @@ def _describe(event: Event) -> str:
         return (f"a shuffled-batches data loader ({event.dataset_size} examples, batch size "
                 f"{event.batch_size})")
     return f"a data loader whose steps are {type(event).__name__}s"
+
+
+# -- non-finite per-example gradients -----------------------------------------------------------
+def _non_finite_rows(chunk) -> Any:
+    """A boolean tensor: which rows (examples) of one per-example gradient tensor hold a value
+    that is not finite."""
+    import torch
+
+    finite = torch.isfinite(chunk)
+    if chunk.dim() > 1:
+        finite = finite.all(dim=tuple(range(1, chunk.dim())))
+    return ~finite
+
+
+def zero_non_finite_examples(params) -> int:
+    """Set to zero every example's per-example gradients (``p.grad_sample``, a tensor or Opacus'
+    list of accumulated batches) when any of its values, in any parameter, is not finite; returns
+    the number of examples zeroed.
+
+    Why: Opacus clips with the factor ``C / (norm + 1e-6)``, which is 0 or NaN for an infinite or
+    NaN norm, and ``0 * inf`` is NaN, so one diverged example made the whole noisy update -- and
+    the model -- NaN.  NaN appears only when that example is in the batch: the released model
+    shows whether it was sampled, and no epsilon holds for that.  Zero is a valid clipped value
+    (norm 0 <= C), so replacing the example's gradient by zero is clipping with a function that is
+    still bounded by C: the sensitivity, and so every epsilon we report, is unchanged (our
+    reading of the clipping argument of Abadi et al., CCS 2016, arXiv:1607.00133, Sec. 3.1).
+    Batches Opacus has already processed are left alone (Opacus raises for them).
+    """
+    import torch
+
+    chunks = []
+    for p in params:
+        sample = getattr(p, "grad_sample", None)
+        if sample is None:
+            continue
+        parts = list(sample) if isinstance(sample, list) else [sample]
+        if any(getattr(part, "_processed", False) for part in parts):
+            return 0
+        chunks.append((p, isinstance(sample, list), parts))
+    if not chunks:
+        return 0
+    bad = None
+    for _, _, parts in chunks:
+        rows = torch.cat([_non_finite_rows(part).cpu() for part in parts])
+        if bad is not None and len(rows) != len(bad):
+            return 0   # inconsistent batch layouts: Opacus raises for them
+        bad = rows if bad is None else bad | rows
+    count = int(bad.sum())
+    if count == 0:
+        return 0
+    for p, is_list, parts in chunks:
+        start, fixed = 0, []
+        for part in parts:
+            mask = bad[start:start + len(part)].to(part.device)
+            start += len(part)
+            mask = mask.reshape((-1,) + (1,) * (part.dim() - 1))
+            fixed.append(torch.where(mask, torch.zeros((), dtype=part.dtype,
+                                                       device=part.device), part))
+        p.grad_sample = fixed if is_list else fixed[0]
+    return count
+
+
+def _count_non_finite_as_zero(optimizer) -> None:
+    """Make ``optimizer`` (an Opacus DP optimizer) count an example whose per-example gradient is
+    not finite as zero (:func:`zero_non_finite_examples`), with a warning naming how many;
+    Opacus' ghost clipping never holds per-example gradients, so there a step whose summed
+    gradient is not finite raises :class:`~dpplugins.errors.NumericalError` before its noise is
+    drawn (nothing of the step is released)."""
+    if getattr(optimizer, "_dpplugins_finite_guard", False):
+        return
+    optimizer._dpplugins_finite_guard = True
+    if type(optimizer).clip_and_accumulate is _ghost_clip_and_accumulate():
+        original_accumulate = optimizer.accumulate
+
+        def accumulate() -> None:
+            import torch
+
+            if any(p.grad is not None and not bool(torch.isfinite(p.grad).all())
+                   for p in optimizer.params):
+                raise NumericalError(
+                    "an example's gradient is not finite (a diverged loss or an infinite "
+                    "input) and ghost clipping cannot count it as zero: this step was refused "
+                    "before its noise was drawn",
+                    "train with grad_sample_mode='hooks' (such an example then counts as "
+                    "zero), or find the example and fix the data or the loss")
+            original_accumulate()
+
+        optimizer.accumulate = accumulate
+        return
+    original = optimizer.clip_and_accumulate
+
+    def clip_and_accumulate() -> None:
+        zeroed = zero_non_finite_examples(optimizer.params)
+        if zeroed:
+            warnings.warn(
+                f"{zeroed} example(s) of this step had a gradient that is not finite (a diverged "
+                "loss or an infinite input); dpplugins counted them as zero, which clipping "
+                "allows, instead of letting Opacus release a NaN update", RuntimeWarning,
+                stacklevel=4)
+        original()
+
+    optimizer.clip_and_accumulate = clip_and_accumulate
+
+
+def _ghost_clip_and_accumulate():
+    """Opacus' ghost-clipping ``clip_and_accumulate`` (a no-op there), or None."""
+    try:
+        from opacus.optimizers import DPOptimizerFastGradientClipping
+    except ImportError:   # pragma: no cover - older Opacus
+        return None
+    return DPOptimizerFastGradientClipping.clip_and_accumulate
 
 
 # -- the adapter ---------------------------------------------------------------------------------
@@ -957,6 +1078,7 @@ def _private(engine, original, arguments: dict, step_event=None):
             hook.event = event
         accountant._bind(event)
         accountant._distributed_training = _distributed_module(arguments.get("module"))
+        _count_non_finite_as_zero(optimizer)
         if isinstance(event, ProtocolEvent):
             _watch_passes(returned, accountant)
     else:

@@ -1028,7 +1028,10 @@ class _PrivacyAccounting:
         ``DPFedAvg`` that had run one round of a two-round window, wrapped again, ran the
         second half of that pass and the first of the next (a client in both) accounted as
         one pass, 9.997 where two passes give 15.456; a saved accountant that ended mid-pass
-        resumed with a new ``DPFedAvg`` (a fresh check-in) likewise."""
+        resumed with a new ``DPFedAvg`` (a fresh check-in) likewise.  Checked at construction
+        and again before every round is configured and released: two wrappers sharing one
+        accountant, whose rounds interleave, charged one pass for two independent half-passes
+        (a client may check in to both)."""
         if not isinstance(self.event, ProtocolEvent):
             return      # Poisson and fixed-size rounds: no passes
         done = len(self.strategy.rounds) if isinstance(self.strategy, _DPFedAvg) else 0
@@ -1079,6 +1082,7 @@ class _PrivacyAccounting:
 
     # -- Flower strategy ------------------------------------------------------------------------
     def configure_train(self, server_round: int, arrays, config, grid):
+        self._check_position()  # another run may share the accountant (see _check_position)
         if self._flower_dp:     # FedAvg's own wait for nodes has no time limit
             _wait_for_nodes(grid, self.participation.num_clients, self.node_wait)
         messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
@@ -1098,6 +1102,7 @@ class _PrivacyAccounting:
         replies = list(replies)
         if self._flower_dp:
             self._check_flower_replies(server_round, replies)
+        self._check_position()  # before the release
         arrays, metrics = self.strategy.aggregate_train(server_round, replies)
         released = arrays is not None
         event = self.event if released else NoOpEvent()

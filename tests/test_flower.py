@@ -538,6 +538,29 @@ def test_a_strategy_and_an_accountant_at_different_places_of_a_pass_are_refused(
                           0.25, GaussianEvent(SIGMA))))     # no passes: nothing to align
 
 
+def test_two_runs_sharing_one_accountant_are_refused_before_a_round():
+    """Two PrivacyAccounting wrappers over fresh DPFedAvg runs with one accountant pass the
+    construction check (both at round 0); if their rounds interleave, the accountant records
+    the first round of each as one pass of two rounds, while each run drew its own check-ins
+    (a client may take part in both: two participations where one pass allows one).  Refused
+    before the second run's round is configured (nothing is sent) -- the numbers: one pass
+    against two, with the same accountant."""
+    protocol = RandomCheckIns(3, window=2, checkin_probability=1.0)
+    one_pass = create("checkin").compose(protocol.run_event(SIGMA, 2)).get_epsilon(DELTA)
+    two = create("checkin").compose(protocol.run_event(SIGMA, 4)).get_epsilon(DELTA)
+    assert two > one_pass + 1
+    shared = create("checkin")
+    first = PrivacyAccounting(DPFedAvg(protocol, SIGMA, CLIP), delta=DELTA, accountant=shared)
+    second = PrivacyAccounting(DPFedAvg(protocol, SIGMA, CLIP), delta=DELTA, accountant=shared)
+    shared.compose(first.event)        # the first run's round 1, released and recorded
+    first.strategy.rounds.append(None)
+    for call in (second.configure_train, second.aggregate_train):
+        args = (1, None, {}, None) if call == second.configure_train else (1, [])
+        with pytest.raises(ParameterError, match="1 rounds of this protocol recorded"):
+            call(*args)
+    assert shared.steps == 1    # nothing recorded by the refused calls
+
+
 def test_flower_strategies_that_would_wait_forever_are_refused():
     """FedAvg(min_available_nodes=4) in a federation of 3 blocked the first round forever in
     Flower's node wait (no time limit); now refused at construction."""

@@ -31,6 +31,14 @@ and tf.data pipelines that train with our samplers.
    accountant assumes; empty check-in slots are kept, skipped or turned into dummy (noise-only)
    updates (``empty=``).
 
+3. Non-finite examples.  One example whose gradient is not finite (an infinite or NaN input, a
+   diverged loss) made TF-Privacy 0.9.0's noisy update NaN -- and only when that example was in
+   the batch, so the released model showed whether it was sampled.  TF-Privacy's DP optimizers
+   take per-example gradients from one backward pass over the batch, where such an example
+   makes *every* example's gradient NaN, so it cannot be counted as zero alone (as our Opacus
+   integration does); :func:`guard_non_finite` refuses such a step before it is applied, and
+   :class:`PrivacyCallback` installs it on the model's TF-Privacy optimizer.
+
 TensorFlow is imported when this module is imported (it is only importable as
 ``dpplugins.integrations.tf_keras``; the core never imports it).  Tested with TensorFlow 2.15.1 and
 TF-Privacy 0.9.0.
@@ -57,8 +65,8 @@ from dpplugins.errors import ParameterError, check_choice, check_count, check_op
 from dpplugins.events import Event, GaussianEvent, PoissonSampledEvent
 from dpplugins.samplers import ShuffledEpochs
 
-__all__ = ["PrivacyCallback", "as_tf_dataset", "noise_multiplier_of", "CALLBACK_SAMPLERS",
-           "EMPTY_SLOTS"]
+__all__ = ["PrivacyCallback", "as_tf_dataset", "noise_multiplier_of", "guard_non_finite",
+           "CALLBACK_SAMPLERS", "EMPTY_SLOTS"]
 
 #: the samplers that may be given by name (the others carry their protocol: pass the object)
 CALLBACK_SAMPLERS = ("poisson", "shuffled_epochs")
@@ -96,6 +104,60 @@ def noise_multiplier_of(optimizer: Any) -> float:
         sigma = float(stddev) / float(clip)
     return check_positive("noise_multiplier", float(sigma))
 
+
+
+# -- non-finite per-example gradients -----------------------------------------------------------
+_NON_FINITE_MESSAGE = (
+    "dpplugins: the noisy DP-SGD update of this step is not finite (an example with an infinite "
+    "or NaN input, activation or loss); the step was refused before it was applied.  TF-Privacy's "
+    "DP optimizers compute per-example gradients from one backward pass over the whole batch, so "
+    "one such example makes every example's gradient NaN; fix the data (or the loss), or train "
+    "with an Opacus model, where dpplugins counts such an example as zero")
+
+
+def guard_non_finite(optimizer: Any) -> Any:
+    """Make a TF-Privacy Keras DP optimizer refuse a step whose noisy update is not finite: the
+    step raises ``tf.errors.InvalidArgumentError`` (from ``tf.debugging.assert_all_finite``)
+    before the update is applied, so no NaN model is released.  Returns ``optimizer``.
+
+    Why refuse instead of counting the example as zero: ``DPKerasSGDOptimizer`` and
+    ``VectorizedDPKerasSGDOptimizer`` take per-example gradients as the Jacobian of the batch's
+    losses (``tape.jacobian``), i.e. from one backward pass over the whole batch; for a weight
+    ``W`` that pass computes ``X^T G_i`` for every example ``i``, and one non-finite row of ``X``
+    gives ``0 * inf = NaN`` in every example's row.  Zeroing the non-finite rows would then zero
+    the whole batch -- an update that depends on the other examples through the bad one, whose
+    sensitivity is no longer the clipping norm.  Refusing releases no NaN model; training stops,
+    and that halt itself shows that a sampled example was not finite, so fix the data (or the
+    loss) before training again.  The guard is traced into the training step: call it before
+    the first ``fit`` (:class:`PrivacyCallback` installs it at the start of every ``fit`` and
+    has the training step traced again).  Finite steps are unchanged, bit for bit.
+
+    Example::
+
+        >>> from tensorflow_privacy import DPKerasSGDOptimizer               # doctest: +SKIP
+        >>> optimizer = guard_non_finite(DPKerasSGDOptimizer(1.0, 1.1))       # doctest: +SKIP
+    """
+    if getattr(optimizer, "_dpplugins_finite_guard", False):
+        return optimizer
+    compute = getattr(optimizer, "_compute_gradients", None)
+    if compute is None or getattr(optimizer, "_dp_sum_query", None) is None:
+        raise ParameterError("optimizer", type(optimizer).__name__,
+                             "a TF-Privacy Keras DP optimizer (e.g. DPKerasSGDOptimizer)")
+
+    def _compute_gradients(loss, var_list, grad_loss=None, tape=None):
+        pairs = compute(loss, var_list, grad_loss=grad_loss, tape=tape)
+        return [(g if g is None else tf.debugging.assert_all_finite(g, _NON_FINITE_MESSAGE), v)
+                for g, v in pairs]
+
+    optimizer._compute_gradients = _compute_gradients
+    get_gradients = getattr(optimizer, "get_gradients", None)
+    if get_gradients is not None:
+        def _get_gradients(loss, params):
+            return [g if g is None else tf.debugging.assert_all_finite(g, _NON_FINITE_MESSAGE)
+                    for g in get_gradients(loss, params)]
+        optimizer.get_gradients = _get_gradients
+    optimizer._dpplugins_finite_guard = True
+    return optimizer
 
 
 class PrivacyCallback(tf.keras.callbacks.Callback):
@@ -345,6 +407,14 @@ class PrivacyCallback(tf.keras.callbacks.Callback):
                                  optimizer.gradient_accumulation_steps, "1",
                                  "PrivacyCallback counts one DP-SGD step per Keras batch")
         self.noise_multiplier = self._training_noise_multiplier(optimizer)
+        if (getattr(optimizer, "_dp_sum_query", None) is not None
+                and callable(getattr(optimizer, "_compute_gradients", None))
+                and not getattr(optimizer, "_dpplugins_finite_guard", False)):
+            guard_non_finite(optimizer)
+            # a training step traced before (a fit without this callback) would not see it
+            make = getattr(self.model, "make_train_function", None)
+            if make is not None:
+                self.model.train_function = make(force=True)
         micro = getattr(optimizer, "_num_microbatches", None) if optimizer is not None else None
         read = bool(micro is not None and int(micro) < self.batch_size)
         if self._given_microbatching is None:

@@ -21,7 +21,7 @@ from dpplugins.accountants.pld import PLDAccountant as CorePLD  # noqa: E402
 from dpplugins.errors import ParameterError  # noqa: E402
 from dpplugins.events import GaussianEvent, PoissonSampledEvent, SelfComposedEvent  # noqa: E402
 from dpplugins.integrations.tf_keras import (PrivacyCallback, as_tf_dataset,  # noqa: E402
-                                             noise_multiplier_of)
+                                             guard_non_finite, noise_multiplier_of)
 from dpplugins.samplers import RandomCheckIn, ShuffledEpochs, SlidingWindowCheckIn  # noqa: E402
 
 N, BATCH, SIGMA, DELTA = 256, 32, 1.1, 1e-5
@@ -542,3 +542,89 @@ def test_unknown_accountant_options_are_named_not_the_sampler():
         PrivacyCallback(delta=1e-5, noise_multiplier=1.0, batch_size=10, num_examples=100,
                         accountant_options={"bogus": 1})
     assert "bogus" in str(info.value)
+
+
+# -- non-finite examples ---------------------------------------------------------------------------
+def _bad_batch(value):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(4, 3)).astype("float32")
+    y = rng.normal(size=(4, 1)).astype("float32")
+    x[2, 0] = value
+    return x, y
+
+
+def _layers():
+    tf.keras.utils.set_random_seed(1)
+    return [tf.keras.Input((3,)), tf.keras.layers.Dense(5, activation="tanh"),
+            tf.keras.layers.Dense(1)]
+
+
+def _weights(model):
+    return np.concatenate([v.numpy().ravel() for v in model.trainable_variables])
+
+
+def _guarded_model(guard, optimizer_class=None):
+    model = tf.keras.Sequential(_layers())
+    optimizer = (optimizer_class or tfp_opt.DPKerasSGDOptimizer)(
+        l2_norm_clip=1.0, noise_multiplier=1.0, learning_rate=0.1)
+    if guard:
+        assert guard_non_finite(optimizer) is optimizer
+    model.compile(optimizer=optimizer, loss=tf.keras.losses.MeanSquaredError(
+        reduction=tf.keras.losses.Reduction.NONE))
+    return model
+
+
+def _fitted(guard, x, y, epochs=1, optimizer_class=None):
+    model = _guarded_model(guard, optimizer_class)
+    tf.random.set_seed(7)
+    model.fit(x, y, batch_size=4, epochs=epochs, shuffle=False, verbose=0)
+    return model
+
+
+@pytest.mark.parametrize("value", [np.inf, np.nan])
+@pytest.mark.parametrize("optimizer_class", ["DPKerasSGDOptimizer",
+                                             "VectorizedDPKerasSGDOptimizer"])
+def test_guard_non_finite_refuses_the_step_before_it_is_applied(value, optimizer_class):
+    # TF-Privacy 0.9.0 released an all-NaN model when one example of the batch was not finite;
+    # the Jacobian of the batch's losses makes every example's gradient NaN (0 * inf in X^T G),
+    # so nothing can be counted as zero alone: the step is refused
+    cls = getattr(tfp_opt, optimizer_class)
+    x, y = _bad_batch(value)
+    assert not np.isfinite(_weights(_fitted(False, x, y, optimizer_class=cls))).any()
+    w0 = _weights(tf.keras.Sequential(_layers()))
+    model = _guarded_model(True, cls)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="dpplugins"):
+        model.fit(x, y, batch_size=4, shuffle=False, verbose=0)
+    assert np.array_equal(_weights(model), w0)
+    finite_x, finite_y = _bad_batch(0.5)
+    assert np.array_equal(_weights(_fitted(False, finite_x, finite_y, 2, cls)),
+                          _weights(_fitted(True, finite_x, finite_y, 2, cls)))
+    with pytest.raises(ParameterError, match="optimizer"):
+        guard_non_finite(tf.keras.optimizers.SGD(0.1))
+
+
+def test_the_callback_guards_the_optimizer_even_after_an_unguarded_fit():
+    """PrivacyCallback installs the guard at the start of fit and has the training step traced
+    again: a model fitted once without the callback (its step traced unguarded) is refused on
+    a non-finite batch, and finite training with the callback is bit-identical to without."""
+    finite_x, finite_y = _bad_batch(0.5)
+    x, y = _bad_batch(np.inf)
+
+    def callback(n=4):
+        return PrivacyCallback(delta=DELTA, batch_size=4, num_examples=n,
+                               sampler="shuffled_epochs", accountant="shuffle")
+
+    model = _guarded_model(False)
+    model.fit(finite_x, finite_y, batch_size=4, shuffle=False, verbose=0)   # traced, unguarded
+    before = _weights(model)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="dpplugins"):
+        model.fit(x, y, batch_size=4, shuffle=False, verbose=0, callbacks=[callback()])
+    assert np.array_equal(_weights(model), before)
+    runs = []
+    for callbacks in ([], [callback(8)]):
+        model = _guarded_model(False)
+        tf.random.set_seed(7)
+        model.fit(np.tile(finite_x, (2, 1)), np.tile(finite_y, (2, 1)), batch_size=4, epochs=2,
+                  shuffle=False, verbose=0, callbacks=callbacks)
+        runs.append(_weights(model))
+    assert np.array_equal(runs[0], runs[1])

@@ -448,7 +448,7 @@ def _non_finite_rows(chunk) -> Any:
     return ~finite
 
 
-def zero_non_finite_examples(params) -> int:
+def zero_non_finite_examples(params, *, processed: bool = False) -> int:
     """Set to zero every example's per-example gradients (``p.grad_sample``, a tensor or Opacus'
     list of accumulated batches) when any of its values, in any parameter, is not finite; returns
     the number of examples zeroed.
@@ -460,7 +460,8 @@ def zero_non_finite_examples(params) -> int:
     (norm 0 <= C), so replacing the example's gradient by zero is clipping with a function that is
     still bounded by C: the sensitivity, and so every epsilon we report, is unchanged (our
     reading of the clipping argument of Abadi et al., CCS 2016, arXiv:1607.00133, Sec. 3.1).
-    Batches Opacus has already processed are left alone (Opacus raises for them).
+    Batches Opacus has already processed are left alone (Opacus raises for them) unless
+    ``processed`` (a step clipped again after it was undone).
     """
     import torch
 
@@ -470,14 +471,18 @@ def zero_non_finite_examples(params) -> int:
         if sample is None:
             continue
         parts = list(sample) if isinstance(sample, list) else [sample]
-        if any(getattr(part, "_processed", False) for part in parts):
+        if not parts:
+            continue
+        if not processed and any(getattr(part, "_processed", False) for part in parts):
             return 0
         chunks.append((p, isinstance(sample, list), parts))
     if not chunks:
         return 0
     bad = None
+    device = chunks[0][2][0].device
     for _, _, parts in chunks:
-        rows = torch.cat([_non_finite_rows(part).cpu() for part in parts])
+        # on one device: a single synchronisation per step (the count below)
+        rows = torch.cat([_non_finite_rows(part).to(device) for part in parts])
         if bad is not None and len(rows) != len(bad):
             return 0   # inconsistent batch layouts: Opacus raises for them
         bad = rows if bad is None else bad | rows
@@ -505,7 +510,8 @@ def _count_non_finite_as_zero(optimizer) -> None:
     if getattr(optimizer, "_dpplugins_finite_guard", False):
         return
     optimizer._dpplugins_finite_guard = True
-    if type(optimizer).clip_and_accumulate is _ghost_clip_and_accumulate():
+    ghost = _ghost_optimizer_class()
+    if ghost is not None and isinstance(optimizer, ghost):
         original_accumulate = optimizer.accumulate
 
         def accumulate() -> None:
@@ -524,27 +530,66 @@ def _count_non_finite_as_zero(optimizer) -> None:
         optimizer.accumulate = accumulate
         return
     original = optimizer.clip_and_accumulate
+    # Opacus' own clipping changes nothing but the summed gradients and the processed flags, so
+    # a step can be clipped first and undone in the rare case its sum is not finite: a check of
+    # the summed gradients (the size of the model) instead of a pass over every per-example
+    # gradient (the batch size times that; the pass doubled an MLP's step time).  Other
+    # clipping (adaptive clipping counts the clipped examples) is checked before clipping.
+    undoable = _undoable_clipping()
+    if type(optimizer).clip_and_accumulate not in undoable:
+        def clip_and_accumulate() -> None:
+            _warn_zeroed(zero_non_finite_examples(optimizer.params))
+            original()
+
+        optimizer.clip_and_accumulate = clip_and_accumulate
+        return
 
     def clip_and_accumulate() -> None:
-        zeroed = zero_non_finite_examples(optimizer.params)
-        if zeroed:
-            warnings.warn(
-                f"{zeroed} example(s) of this step had a gradient that is not finite (a diverged "
-                "loss or an infinite input); dpplugins counted them as zero, which clipping "
-                "allows, instead of letting Opacus release a NaN update", RuntimeWarning,
-                stacklevel=4)
+        import torch
+
+        params = optimizer.params
+        saved = [None if p.summed_grad is None else p.summed_grad.clone() for p in params]
+        original()
+        sums = [p.summed_grad for p in params if p.summed_grad is not None]
+        if not sums or bool(torch.stack([torch.isfinite(t).all() for t in sums]).all()):
+            return
+        for p, previous in zip(params, saved):
+            p.summed_grad = previous
+        zeroed = zero_non_finite_examples(params, processed=True)
+        if not zeroed:
+            raise NumericalError(
+                "the clipped sum of this step is not finite although every per-example gradient "
+                "is: this step was refused before its noise was drawn",
+                "report this with the model and optimizer; as a workaround lower max_grad_norm")
+        _warn_zeroed(zeroed)
         original()
 
     optimizer.clip_and_accumulate = clip_and_accumulate
 
 
-def _ghost_clip_and_accumulate():
-    """Opacus' ghost-clipping ``clip_and_accumulate`` (a no-op there), or None."""
+def _warn_zeroed(zeroed: int) -> None:
+    if zeroed:
+        warnings.warn(
+            f"{zeroed} example(s) of this step had a gradient that is not finite (a diverged "
+            "loss or an infinite input); dpplugins counted them as zero, which clipping "
+            "allows, instead of letting Opacus release a NaN update", RuntimeWarning,
+            stacklevel=5)
+
+
+def _undoable_clipping() -> tuple:
+    """Opacus' ``clip_and_accumulate`` implementations that change only ``p.summed_grad`` and the
+    processed flags (flat and per-layer clipping)."""
+    from opacus.optimizers import DPOptimizer, DPPerLayerOptimizer
+    return (DPOptimizer.clip_and_accumulate, DPPerLayerOptimizer.clip_and_accumulate)
+
+
+def _ghost_optimizer_class():
+    """Opacus' ghost-clipping optimizer class (it holds no per-example gradients), or None."""
     try:
         from opacus.optimizers import DPOptimizerFastGradientClipping
     except ImportError:   # pragma: no cover - older Opacus
         return None
-    return DPOptimizerFastGradientClipping.clip_and_accumulate
+    return DPOptimizerFastGradientClipping
 
 
 # -- the adapter ---------------------------------------------------------------------------------

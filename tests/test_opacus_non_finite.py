@@ -109,8 +109,13 @@ def test_accumulated_batches_zero_the_diverged_example_of_the_batch_it_is_in():
     assert engine.accountant.inner.steps == 1
 
 
-@pytest.mark.parametrize("options", [{}, {"clipping": "per_layer", "max_grad_norm": [1.0, 1.0]}],
-                         ids=["flat", "per_layer"])
+ADAPTIVE = {"clipping": "adaptive", "target_unclipped_quantile": 0.5,
+            "clipbound_learning_rate": 0.2, "max_clipbound": 10.0, "min_clipbound": 0.1,
+            "unclipped_num_std": 1.0}
+
+
+@pytest.mark.parametrize("options", [{}, {"clipping": "per_layer", "max_grad_norm": [1.0, 1.0]},
+                                     ADAPTIVE], ids=["flat", "per_layer", "adaptive"])
 def test_with_noise_the_released_model_stays_finite(options):
     x, y = data(INF)
     engine, (model, optimizer, loader), start, reference = private("pld", x, y, 1.0, **options)
@@ -159,7 +164,7 @@ def test_zero_non_finite_examples_zeros_whole_rows_across_parameters_and_batches
     assert zero_non_finite_examples(clean) == 0
     assert all(p.grad_sample is t for p, t in zip(clean, before))
     # an empty batch and a parameter without per-example gradients
-    assert zero_non_finite_examples(fake(torch.zeros(0, 3), None)) == 0
+    assert zero_non_finite_examples(fake(torch.zeros(0, 3), None, [])) == 0
 
 
 def test_zero_non_finite_examples_leaves_processed_batches_to_opacus():
@@ -168,3 +173,25 @@ def test_zero_non_finite_examples_leaves_processed_batches_to_opacus():
     params = fake(processed)
     assert zero_non_finite_examples(params) == 0
     assert params[0].grad_sample is processed
+
+
+def test_a_skipped_physical_batch_keeps_its_sum_when_the_next_one_is_undone():
+    """Opacus' BatchMemoryManager pattern: a physical batch clipped and summed, its step skipped
+    (``signal_skip_step``), then the rest of the logical batch, which holds the diverged example:
+    the first batch's clipped sum is kept, the diverged example counts as zero."""
+    clean_x, clean_y = data(0.25)
+    x, y = data(INF)
+    engine, (model, optimizer, loader), start, reference = private("pld", x, y, 0.0)
+    optimizer.zero_grad()
+    torch.nn.functional.mse_loss(model(clean_x), clean_y).backward()
+    optimizer.signal_skip_step(do_skip=True)
+    optimizer.step()                      # clipped and summed, no release
+    optimizer.zero_grad()                 # keeps the summed gradients of a skipped step
+    with pytest.warns(RuntimeWarning, match="1 example"):
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    summed = [a + b for a, b in zip(clipped_sum(reference, clean_x, clean_y),
+                                    clipped_sum(reference, x, y))]
+    expected = [s - LR * g / len(x) for s, g in zip(start, summed)]
+    for p, e in zip(model.parameters(), expected):
+        assert torch.allclose(p.detach(), e, rtol=1e-5, atol=1e-6), (p, e)

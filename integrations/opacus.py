@@ -551,7 +551,9 @@ def _count_non_finite_as_zero(optimizer) -> None:
         saved = [None if p.summed_grad is None else p.summed_grad.clone() for p in params]
         original()
         sums = [p.summed_grad for p in params if p.summed_grad is not None]
-        if not sums or bool(torch.stack([torch.isfinite(t).all() for t in sums]).all()):
+        # one synchronisation: every flag on the first sum's device (model-parallel parameters)
+        if not sums or bool(torch.stack([torch.isfinite(t).all().to(sums[0].device)
+                                         for t in sums]).all()):
             return
         for p, previous in zip(params, saved):
             p.summed_grad = previous

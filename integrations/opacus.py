@@ -80,7 +80,10 @@ With our accountants such an example's per-example gradients are set to zero bef
 ``RuntimeWarning`` naming how many (:func:`zero_non_finite_examples`).  Ghost clipping
 (``grad_sample_mode="ghost"``) holds no per-example gradients; there a step whose summed
 gradient is not finite raises :class:`~dpplugins.errors.NumericalError` before its noise is
-drawn.  Opacus' own accountants keep Opacus' behaviour.
+drawn; such an error ends the run (caught and continued, the refused steps are not recorded --
+which steps were refused shows when the example was sampled -- and per-pass accountants refuse
+the next pass).  :func:`attach` with an optimizer made without ``make_private`` installs the
+same.  Opacus' own accountants keep Opacus' behaviour.
 
 Also: ``noise_multiplier=0`` records non-private steps (epsilon ``inf``); state dicts carry our
 events (and load the ``(sigma, q, steps)`` histories of version 0.1 with the meaning they had);
@@ -520,9 +523,10 @@ def _count_non_finite_as_zero(optimizer) -> None:
             if any(p.grad is not None and not bool(torch.isfinite(p.grad).all())
                    for p in optimizer.params):
                 raise NumericalError(
-                    "an example's gradient is not finite (a diverged loss or an infinite "
-                    "input) and ghost clipping cannot count it as zero: this step was refused "
-                    "before its noise was drawn",
+                    "the clipped gradient of this step is not finite (an example's gradient, or "
+                    "its ghost-clipping norm, is not finite: a diverged loss, or an infinite or "
+                    "huge input) and ghost clipping cannot count the example as zero: this step "
+                    "was refused before its noise was drawn",
                     "train with grad_sample_mode='hooks' (such an example then counts as "
                     "zero), or find the example and fix the data or the loss")
             original_accumulate()
@@ -1319,6 +1323,9 @@ def attach(privacy_engine, data_loader, optimizer=None) -> None:
         hook = getattr(optimizer, "step_hook", None)
         if isinstance(hook, _StepHook) and hook.adapter is accountant and hook.event is None:
             hook.event = event
+        if hasattr(optimizer, "clip_and_accumulate"):
+            # a DP optimizer made without make_private: count non-finite examples as zero there too
+            _count_non_finite_as_zero(optimizer)
         if isinstance(event, ProtocolEvent):
             _watch_passes(data_loader, accountant)
         return

@@ -195,3 +195,35 @@ def test_a_skipped_physical_batch_keeps_its_sum_when_the_next_one_is_undone():
     expected = [s - LR * g / len(x) for s, g in zip(start, summed)]
     for p, e in zip(model.parameters(), expected):
         assert torch.allclose(p.detach(), e, rtol=1e-5, atol=1e-6), (p, e)
+
+
+def test_attach_installs_the_guard_on_an_optimizer_made_without_make_private():
+    from opacus import GradSampleModule
+    from opacus.data_loader import DPDataLoader
+    from opacus.optimizers import DPOptimizer
+
+    from dpplugins.integrations.opacus import attach
+
+    register()
+    x, y = data(NAN)
+    loader = DPDataLoader.from_data_loader(
+        torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=len(x)))
+    engine = PrivacyEngine(accountant="pld")
+    torch.manual_seed(0)
+    reference = torch.nn.Linear(2, 1)
+    model = GradSampleModule(torch.nn.Linear(2, 1))
+    model._module.load_state_dict(reference.state_dict())
+    start = [p.detach().clone() for p in reference.parameters()]
+    optimizer = DPOptimizer(torch.optim.SGD(model.parameters(), lr=LR), noise_multiplier=0.0,
+                            max_grad_norm=CLIP, expected_batch_size=len(x))
+    optimizer.attach_step_hook(engine.accountant.get_optimizer_hook_fn(sample_rate=1.0))
+    attach(engine, loader, optimizer)
+    with pytest.warns(RuntimeWarning, match="1 example"):
+        for xb, yb in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(xb), yb).backward()
+            optimizer.step()
+    assert len(engine.accountant) == 1
+    expected = [s - LR * g / len(x) for s, g in zip(start, clipped_sum(reference, x, y))]
+    for p, e in zip(model.parameters(), expected):
+        assert torch.allclose(p.detach(), e, rtol=1e-5, atol=1e-6), (p, e)

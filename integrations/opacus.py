@@ -114,7 +114,8 @@ from dpplugins.passes import extend_run
 __all__ = ["register", "configure", "attach", "check_sampler", "valid_accountants",
            "loader_event", "is_random_allocation", "make_data_loader", "torch_batch_sampler",
            "make_private_pnsgd", "logical_sampler", "accumulation_plan",
-           "poisson_accumulation_noise", "steps_for_epochs", "OURS", "DPPluginsAccountant"]
+           "poisson_accumulation_noise", "steps_for_epochs", "zero_non_finite_examples", "OURS",
+           "DPPluginsAccountant"]
 
 #: registry names of our accountants that Opacus users can pass to PrivacyEngine
 OURS: tuple[str, ...] = ()

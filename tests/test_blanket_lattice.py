@@ -380,3 +380,74 @@ def test_cells_cut_by_the_support_are_rounded_up_against_quadrature():
                 if truth > 1e-250:
                     assert value <= truth * (1 + 1.1e-12) + 1e-300, (half, a, b, lo, hi)
             checked += 1
+
+
+@pytest.mark.parametrize("mantissa", [8, 9, 10, 12, 14, 15, 16])
+def test_fft_error_bound_holds_at_every_transform_size(mantissa):
+    # the window's FFT has a size m 2^j (dpplugins.pld.spectra.transform_size, factors 2, 3,
+    # 5, 7), under the same error bound as a power of two (the assumption the PLD engine
+    # makes): the computed n-fold convolution against direct convolution of the same tilted
+    # law, folded onto the same window (non-negative terms, no cancellation)
+    import dataclasses
+
+    law = laplace_law(2.0, 0.6, 4)
+    n = 60
+    tilted = bl._tilt(law, n, False)
+    support = n * (int(tilted.k.max()) - int(tilted.k.min())) + 1
+    size = mantissa << max((support - 1).bit_length() - 3, 0)
+    assert size >= support and bl.transform_size(support) <= 16 << max(
+        (support - 1).bit_length() - 4, 0)
+    tilted = dataclasses.replace(tilted, size=size)
+    lo = int(tilted.k.min())
+    dense = np.zeros(int(tilted.k.max()) - lo + 1)
+    np.add.at(dense, tilted.k.astype(int) - lo, tilted.q)
+    exact_lo, exact = convolution_power(dense, lo, n)
+    folded = np.zeros(size)
+    np.add.at(folded, np.mod(exact_lo + np.arange(len(exact)), size), exact)
+    computed = bl._convolve(n, tilted, lower=False)
+    error = float(np.linalg.norm(computed.folded_sum - folded))
+    # the bound holds, is not vacuous, and the rounding of the direct sums is far below it
+    assert error <= computed.err_l2 < 1e-9
+    assert support * np.finfo(float).eps * float(np.linalg.norm(folded)) < computed.err_l2
+
+
+def test_the_window_takes_a_transform_size_not_the_next_power_of_two():
+    # a window of 630,000 points at n = 10^6 (OUE, eps0 = 0.5): 655,360 = 10 x 2^16 points, not
+    # 2^20 = 1,048,576 (the FFTs and the powers are 1.6 times shorter)
+    oue = fam.unary_encoding(0.5, 64, optimized=True)
+    w10, w11, w00 = oue.blanket_classes
+    eps = 0.00096
+    law = bl.class_blanket_law(0.5, w10, w11, w00, eps, min(
+        bl.class_sd(0.5, w10, w11, w00, eps) / bl.POINTS_PER_SD,
+        (math.exp(0.5) - math.exp(eps)) / bl.TOP_POINTS))
+    size = bl.fft_size(law, 10 ** 6)
+    assert size == bl.transform_size(size) and 600_000 < size < 700_000
+
+
+def test_the_search_interpolates_from_the_trivial_bound_where_eps_0_has_no_lattice(monkeypatch):
+    # Laplace, eps0 = 0.5, n = 10^5: eps = 0 has no lattice (the tilt's window is too large);
+    # delta(0) <= 1 lets the first step interpolate log delta between 0 and the relaxed
+    # blanket's epsilon: four FFT evaluations where bisecting from the midpoint took six
+    family, n, delta = fam.laplace_bounded(0.5), 100_000, 1e-8
+    evaluations = []
+    real = bl.blanket_delta_upper
+
+    def counted(law, users):
+        value = real(law, users)
+        evaluations.append(value)
+        return value
+
+    monkeypatch.setattr(bl, "blanket_delta_upper", counted)
+    hi = fam._blanket(family, n).epsilon(delta)
+    lattice = fam._lattice_blanket(family, n)
+    value = lattice.epsilon(delta, hi=hi)
+    assert evaluations[0] is None                   # eps = 0
+    assert len([v for v in evaluations if v is not None]) <= 4
+    # the answer is certified: the bound at it is within the target, a hair below is not
+    assert value < hi and real(lattice.law_at(value, _spacing(lattice, value)), n) <= delta
+    assert lattice.delta(value * (1 - 2e-3)) > delta
+
+
+def _spacing(lattice, eps):
+    return min(lattice.sd_at(eps) / bl.POINTS_PER_SD,
+               (math.exp(lattice.eps0) - math.exp(eps)) / bl.TOP_POINTS)

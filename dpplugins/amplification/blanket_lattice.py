@@ -27,7 +27,9 @@ Computation (our derivation; every step gives a larger value, so the result is a
    e^(t k) / Z``: ``p^(*n)(K) = Z^n e^(-t K) q^(*n)(K)``, so ``E[(spacing K)_+] = spacing Z^n
    sum_(K >= 1) K e^(-t K) q^(*n)(K)``.  ``t`` is the saddle point (``q`` has mean 0), which
    puts the part of the sum that matters in the bulk of ``q^(*n)``; ``K e^(-t K) <= 1/(e t)``.
-3. **FFT.**  ``q^(*n)`` modulo ``N`` (a power of two) is ``F^-1 (F q)^n``.  On a window of
+3. **FFT.**  ``q^(*n)`` modulo ``N`` (a fast size ``m 2^j``, ``m`` in 8, 9, 10, 12, 14, 15,
+   16: :func:`~dpplugins.pld.spectra.transform_size`, at most 1.2 times the window where the
+   next power of two was up to 2 times it) is ``F^-1 (F q)^n``.  On a window of
    ``N`` consecutive K the folded values are at least the true ones (the folded-in terms are
    non-negative), K <= 0 contributes nothing, and the part above the window is charged by a
    Chernoff bound (``sum_(K > w) K e^(-t K) q^(*n)(K) <= (w+1) e^(-t (w+1)) P(K_n > w)`` once
@@ -65,6 +67,7 @@ from scipy import fft as sp_fft
 
 from dpplugins.amplification.shuffle_model import UNIT_ROUNDOFF, fft_relative_error
 from dpplugins.errors import ParameterError, check_count, check_positive
+from dpplugins.pld.spectra import transform_size
 
 __all__ = ["LatticeLaw", "split_atoms", "laplace_blanket_law", "class_blanket_law",
            "blanket_delta_upper", "positive_part_lower", "positive_part_lower_fitted",
@@ -560,7 +563,7 @@ def _tilt(law: LatticeLaw, n: int, lower: bool) -> _Tilted | None:
         # users and heavy tails: two reports of eps0 = 8 folded a far negative atom into the
         # window and gave 1 where 0.916 is the value)
         w_lo, w_hi, whole = min(n * k_lo, k_pos - 1), max(n * k_hi, k_pos), True
-    size = 1 << max(int(w_hi - w_lo + 1 - 1).bit_length(), 4)
+    size = transform_size(max(w_hi - w_lo + 1, 16))
     outside = 0.0
     if lower and not whole:
         # the mass outside the window, folded in (a lower bound charges it): where Chernoff
@@ -568,7 +571,7 @@ def _tilt(law: LatticeLaw, n: int, lower: bool) -> _Tilted | None:
         # 0.038) and the whole support fits the FFT, the whole support is taken instead
         outside = (_chernoff(k, q, n, w_hi + 1, above=True)
                    + _chernoff(k, q, n, w_hi - size, above=False))
-        whole_size = 1 << max(int(n * (k_hi - k_lo)).bit_length(), 4)
+        whole_size = transform_size(max(n * (k_hi - k_lo) + 1, 16))
         if outside > 1e-9 and whole_size <= MAX_FFT_SIZE:
             w_hi, size, whole, outside = max(n * k_hi, k_pos), whole_size, True, 0.0
     return _Tilted(k, q, t, log_z, o, shift, k_pos, w_hi, whole, size, outside, sd)
@@ -801,7 +804,10 @@ class LatticeBlanket:
             value = self.delta(eps)
             if value is None:
                 failed.append(eps)
-                return math.inf
+                # at 0 the trivial bound delta <= 1 (the lattice of eps = 0 is often too large):
+                # it lets the search's first step interpolate log delta between 0 and ``hi``
+                # instead of bisecting (Laplace, eps0 = 0.5, n = 10^6: one FFT evaluation of six)
+                return 1.0 if eps == 0 else math.inf
             return value
 
         top = self.eps0 if hi is None else min(hi, self.eps0)

@@ -34,6 +34,7 @@ __all__ = ["CountPair", "clone_pair", "krr_laws", "krr_lower_pairs", "count_pair
            "ragged_windows", "binomial_sf",
            "binomial_cdf",
            "binomial_window", "binomial_pmf", "newton_smallest_epsilon", "largest_violated",
+           "loss_scale_guess",
            "RELATIVE_TAIL_ERROR", "UNIT_ROUNDOFF"]
 
 _U = float(np.finfo(float).eps) / 2
@@ -418,6 +419,16 @@ class _Direction:
         return value, error, max(tail, 0.0)
 
 
+def loss_scale_guess(n: int, pi, v0, v1, delta: float) -> float:
+    """A first point for searching the epsilon of the count pair ``(n, pi, v0, v1)`` at
+    ``delta``: ``s sqrt(2 log(1/delta))`` with ``s^2 = sum_y (v0_y - v1_y)^2 / (n pi_y)``, the
+    variance of the privacy loss to first order in ``1/n`` (a Gaussian approximation; only where
+    a search starts, never what it returns); ``inf`` where that is 0."""
+    s2 = sum((a - b) ** 2 / p for a, b, p in zip(v0, v1, pi) if p > 0)
+    guess = math.sqrt(max(s2, 0.0) / n * 2 * math.log(1 / delta))
+    return guess if guess > 0 else math.inf
+
+
 class CountPair:
     """Both directions of a count pair (:class:`_Direction`): certified ``delta(eps)`` of the
     pair, its epsilon at a delta, and its exact pmfs for the PLD engine when small."""
@@ -465,12 +476,8 @@ class CountPair:
         return memo[(delta, hi)]
 
     def _scale_guess(self, delta: float) -> float:
-        """First Newton point: ``s sqrt(2 log(1/delta))`` with ``s^2 = sum_y (v0_y - v1_y)^2 /
-        (n pi_y)``, the variance of the privacy loss to first order in ``1/n`` (a Gaussian
-        approximation; only where the search starts, never what it returns)."""
-        s2 = sum((a - b) ** 2 / p for a, b, p in zip(self.v0, self.v1, self.pi) if p > 0)
-        guess = math.sqrt(max(s2, 0.0) / self.n * 2 * math.log(1 / delta))
-        return guess if guess > 0 else math.inf
+        """First Newton point (:func:`loss_scale_guess`)."""
+        return loss_scale_guess(self.n, self.pi, self.v0, self.v1, delta)
 
     def epsilon_lower(self, delta: float, hi: float) -> float:
         """Certified lower bound on the same quantity (memoised)."""

@@ -212,7 +212,7 @@ from dpplugins.amplification import shuffle as _shuffle
 # the count-pair engine (re-exported here: this module's bounds are count pairs)
 from dpplugins.amplification.count_pair import (_REL_SF, UNIT_ROUNDOFF, CountPair,
                                                 _lower_epsilon, binomial_window, clone_pair,
-                                                count_threshold, krr_lower_pairs,
+                                                count_threshold, krr_lower_pairs, loss_scale_guess,
                                                 newton_smallest_epsilon)
 from dpplugins.amplification.count_pair import krr_laws as _krr_laws
 from dpplugins.amplification.count_pair import binomial_pmf as _pmf
@@ -854,9 +854,15 @@ class Blanket:
         def upper(e):
             b, s = self.evaluate(e)
             return b.upper, s
-        # the k-RR scale sqrt(2 log(1/delta) 2 (E + k - 1) / n), with k / Z = gamma pi_A
+        # the k-RR scale sqrt(2 log(1/delta) 2 (E + k - 1) / n), with k / Z = gamma pi_A, or
+        # the loss scale of the pair of the mean blanket count if smaller (where the search
+        # starts, never what it returns: for unary encoding, subset selection, local hashing
+        # and Laplace the k-RR scale was 1.3-31 times the answer, this one 0.6-2.7 times;
+        # 13 % fewer evaluations over n in 1e3, 1e4, 1e6, eps0 in 0.5, 2, 8)
         guess = math.sqrt(2 * math.log(1 / delta) * 2 / (self.gamma * self.laws[0][0] * self.n)
                           ) * math.tanh(self.eps0 / 2) * 2
+        mean_count = max(2, round(1 + (self.n - 1) * self.gamma))
+        guess = min(guess, loss_scale_guess(mean_count, *self.laws, delta))
         return newton_smallest_epsilon(upper, delta, self.eps0, min(guess, 0.5 * self.eps0))
 
     def profile(self, epsilons: np.ndarray) -> np.ndarray:

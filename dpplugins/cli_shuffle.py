@@ -46,6 +46,7 @@ import numpy as np
 from dpplugins.cli_types import finite_number, integer, named_by_flag
 from dpplugins.display import lower_text, upper_text
 from dpplugins.errors import ParameterError
+from dpplugins.pld.distribution import certified_bounds
 
 RANDOMIZERS = ("general", "rr", "krr", "sue", "oue", "subset", "olh", "laplace")
 
@@ -207,7 +208,9 @@ def bounds(args: argparse.Namespace) -> dict:
         {"bound": f"family: {name}", "kind": "upper", "epsilon": float(up.epsilon),
          "method": up.method},
         {"bound": "exact shuffled lower bound", "kind": "lower",
-         "epsilon": float(min(low.epsilon, up.epsilon)), "method": low.method},
+         "epsilon": float(certified_bounds(low.epsilon, up.epsilon,
+                                           f"epsilon at delta={delta!r}").lower),
+         "method": low.method},
     ]
     # every certified candidate of the family's bound (FMT23's stronger clone: binary and k-ary
     # RR, the errata's class E_eps0, and any one randomizer run by every user), then Wang et

@@ -738,3 +738,105 @@ def test_bad_input_of_the_shuffle_model_functions_is_a_parameter_error():
             count_pair.clone_pair(1.0, 100, c)
     with pytest.raises(ParameterError, match="epsilon=nan"):
         sm.upper_profile(("binary_rr", 1.0), 2)(float("nan"))
+
+
+# -- double-precision limits (a helper's sweep against exact enumeration) -------------------------
+def _krr_two_users_delta(eps0, k, eps):
+    """Exact worst delta(eps) of shuffled k-RR with n = 2 (mpmath, 60 digits): the other user
+    at x0, x1 or a third value, both directions; the multisets of two reports enumerated by
+    type (x0, x1, the third value o, the w = k - 3 or k - 2 other values)."""
+    import mpmath as mp
+
+    mp.mp.dps = 60
+    E = mp.e ** mp.mpf(eps0)
+    Z = E + k - 1
+    ee = mp.e ** mp.mpf(eps)
+    best = mp.mpf(0)
+    for o in ("x0", "x1") + (("o",) if k >= 3 else ()):
+        labels = ["x0", "x1"] + (["o"] if o == "o" else [])
+        nw = k - len(labels)
+
+        def r(y, v):
+            return (E if y == v else 1) / Z
+
+        types = []
+        full = labels + ["w"]
+        for i, a in enumerate(full):
+            for b in full[i:]:
+                count = mp.mpf(nw) if "w" in (a, b) else mp.mpf(1)
+                types.append(((a, b), count))
+        types.append((("w", "w2"), mp.mpf(nw) * (nw - 1) / 2))
+
+        def prob(v, pair):
+            a, b = pair
+            a = "w" if a == "w2" else a
+            b = "w" if b == "w2" else b
+            if pair[0] == pair[1]:
+                return r(a, v) * r(a, o)
+            return r(a, v) * r(b, o) + r(b, v) * r(a, o)
+
+        for first, second in (("x0", "x1"), ("x1", "x0")):
+            total = mp.mpf(0)
+            for pair, count in types:
+                if count > 0:
+                    total += count * max(prob(first, pair) - ee * prob(second, pair), 0)
+            best = max(best, total)
+    return best
+
+
+def test_the_two_user_enumeration_against_brute_force():
+    import itertools
+
+    import mpmath as mp
+
+    mp.mp.dps = 60
+    eps0, k, eps = 1.0, 5, 0.5
+    E, Z = mp.e ** eps0, mp.e ** eps0 + k - 1
+    best = 0
+    for o in range(k):
+        p0, p1 = defaultdict(lambda: mp.mpf(0)), defaultdict(lambda: mp.mpf(0))
+        for y1, y2 in itertools.product(range(k), repeat=2):
+            t = tuple(sorted((y1, y2)))
+            p0[t] += (E if y1 == 0 else 1) / Z * (E if y2 == o else 1) / Z
+            p1[t] += (E if y1 == 1 else 1) / Z * (E if y2 == o else 1) / Z
+        for a, b in ((p0, p1), (p1, p0)):
+            best = max(best, sum(max(a[t] - mp.e ** eps * b[t], 0) for t in a))
+    assert abs(_krr_two_users_delta(eps0, k, eps) - best) < 1e-40
+
+
+@pytest.mark.parametrize("eps0,k,delta", [(1.0, 2 ** 53, 1e-32), (0.5, 2 ** 53, 1e-34),
+                                          (1.0, 10 ** 15, 1e-32)])
+def test_a_blanket_outside_mass_below_rounding_keeps_its_digits(eps0, k, delta):
+    # 1 - gamma of the k-RR blanket is (e^eps0 - 1) / Z, 1.9e-16 at k = 2^53: by subtraction
+    # it kept no digit and the upper bound came out below the exact epsilon (0.6455 against
+    # 0.88369 at eps0 = 1) and below the lower bound
+    up = sm.epsilon(("krr", eps0, k), 2, delta).epsilon
+    assert _krr_two_users_delta(eps0, k, up) <= delta
+    assert sm.lower_bound(("krr", eps0, k), 2, delta).epsilon <= up
+    # the same randomizer as the family subset selection with k = 1 (its relaxed, four-class
+    # and lattice blankets)
+    from dpplugins.amplification import shuffle_model_families as fam
+
+    family = fam.subset_selection(eps0, k, 1)
+    up_family = fam.epsilon(family, 2, delta).epsilon
+    assert _krr_two_users_delta(eps0, k, up_family) <= delta
+    assert fam.lower_bound(family, 2, delta).epsilon <= up_family
+    b = sm.delta_bounds(("krr", eps0, k), 2, 0.6455236938373144 * eps0)
+    assert b.lower <= _krr_two_users_delta(eps0, k, 0.6455236938373144 * eps0) <= b.upper
+
+
+@pytest.mark.parametrize("eps0,delta", [(1e-12, 1e-20), (1e-8, 1e-15), (1e-10, 1e-30)])
+def test_tiny_local_epsilons_are_not_below_the_exact_value(eps0, delta):
+    # exp(eps) in double resolves eps only to about u absolutely: at eps0 = 1e-12 every bound
+    # computed delta = 0 a few u below eps0, where the exact delta is 1e-18 (binary RR, n = 2:
+    # 9.99978e-13 with the exact delta 550 times the target there); the margin of 64 u covers it
+    for spec in (("binary_rr", eps0), ("krr", eps0, 3), ("general", eps0)):
+        k = 3 if spec[0] == "krr" else 2
+        up = sm.epsilon(spec, 2, delta).epsilon
+        assert _krr_two_users_delta(eps0, k, up) <= delta, spec
+        assert sm.lower_bound(spec, 2, delta).epsilon <= up
+    # d-ary randomized response as the family subset selection with k = 1
+    from dpplugins.amplification import shuffle_model_families as fam
+
+    up = fam.epsilon(fam.subset_selection(eps0, 3, 1), 2, delta).epsilon
+    assert _krr_two_users_delta(eps0, 3, up) <= delta

@@ -75,8 +75,13 @@ def binomial_sf(k, n, p):
     return out
 
 
-def binomial_cdf(k, n, p):
-    """``P(Bin(n, p) <= k)`` (Boost's incomplete beta, accurate in the lower tail)."""
+def binomial_cdf(k, n, p, complement: float | None = None):
+    """``P(Bin(n, p) <= k)`` (Boost's incomplete beta, accurate in the lower tail);
+    ``complement``: ``1 - p`` from its own closed form where ``p`` is within rounding of 1 (by
+    subtraction ``1 - p`` keeps no digit below about 1e-16)."""
+    if complement is not None:
+        return binomial_sf(np.asarray(n, dtype=float) - np.asarray(k, dtype=float) - 1, n,
+                           complement)
     if not _FAST_SF:
         return np.asarray(stats.binom.cdf(k, n, p), dtype=float)
     k = np.asarray(k, dtype=float)

@@ -755,6 +755,15 @@ class CountLaw:
         return cls(lo, stats.binom.pmf(np.arange(lo, hi + 1), trials, prob), out, 1e-12)
 
     @classmethod
+    def binomial_complement(cls, trials: int, complement: float) -> "CountLaw":
+        """``Bin(trials, 1 - complement)``, built from ``trials - Bin(trials, complement)`` so
+        that a ``complement`` far below 1 keeps its relative accuracy (``1 - prob`` computed
+        from a rounded ``prob`` near 1 loses it: k-RR with k = 2^53)."""
+        lo, hi, out = binomial_window(trials, complement)
+        pmf = stats.binom.pmf(np.arange(lo, hi + 1), trials, complement)[::-1].copy()
+        return cls(trials - hi, pmf, out, 1e-12)
+
+    @classmethod
     def poisson_binomial(cls, groups: Sequence[tuple[int, float]]) -> "CountLaw":
         """The sum of independent ``Bin(n_g, p_g)`` over ``groups`` (each a group of users with
         one probability): their windows convolved.  The product of the windows holds all but
@@ -796,12 +805,18 @@ class Blanket:
     full.  Needs ``pi_A = pi_B`` and a pair symmetric under swapping A and B."""
 
     def __init__(self, eps0: float, n: int, gamma: float, laws: Laws, *,
-                 eta: float = 1e-3, count_law: CountLaw | None = None) -> None:
+                 eta: float = 1e-3, count_law: CountLaw | None = None,
+                 gamma_complement: float | None = None) -> None:
         self.eps0, self.n, self.gamma = eps0, n, gamma
         self.laws = tuple(tuple(float(v) for v in law) for law in laws)
         # ``count_law``: the law of M - 1 when the other users' blanket masses differ
         # (:mod:`dpplugins.amplification.shuffle_model_heterogeneous`)
-        law = count_law if count_law is not None else CountLaw.binomial(n - 1, gamma)
+        if count_law is not None:
+            law = count_law
+        elif gamma_complement is not None:   # 1 - gamma from its own closed form
+            law = CountLaw.binomial_complement(n - 1, gamma_complement)
+        else:
+            law = CountLaw.binomial(n - 1, gamma)
         lo, pmf = law.lo, law.pmf
         hi = lo + len(pmf) - 1
         self.outside = law.outside
@@ -877,7 +892,8 @@ class KRRBlanket(Blanket):
 
     def __init__(self, eps0: float, n: int, k: int, *, eta: float = 1e-3) -> None:
         self.k = k
-        super().__init__(eps0, n, _krr_laws(eps0, k)[2], krr_blanket_laws(eps0, k), eta=eta)
+        super().__init__(eps0, n, _krr_laws(eps0, k)[2], krr_blanket_laws(eps0, k), eta=eta,
+                         gamma_complement=_krr_blanket_complement(eps0, k))
 
 
 # --------------------------------------------------------------------------------------------
@@ -947,32 +963,43 @@ def _blanket(eps0: float, n: int, k: int) -> Blanket:
 
 @functools.lru_cache(maxsize=64)
 def cached_blanket(eps0: float, n: int, gamma: float, laws: Laws,
-                   max_blocks: int = MAX_BLANKET_BLOCKS) -> Blanket:
+                   max_blocks: int = MAX_BLANKET_BLOCKS,
+                   gamma_complement: float | None = None) -> Blanket:
     """:func:`fitted_blanket`, memoised."""
-    return fitted_blanket(eps0, n, gamma, laws, max_blocks)
+    return fitted_blanket(eps0, n, gamma, laws, max_blocks, gamma_complement=gamma_complement)
 
 
 def fitted_blanket(eps0: float, n: int, gamma: float, laws: Laws,
                    max_blocks: int = MAX_BLANKET_BLOCKS, *,
-                   count_law: CountLaw | None = None) -> Blanket:
+                   count_law: CountLaw | None = None,
+                   gamma_complement: float | None = None) -> Blanket:
     """:class:`Blanket` with at most ``max_blocks`` blocks of M (their width doubles until it
     fits; wider blocks are still valid, only looser)."""
     eta = 2.5e-3
-    blanket = Blanket(eps0, n, gamma, laws, eta=eta, count_law=count_law)
+    blanket = Blanket(eps0, n, gamma, laws, eta=eta, count_law=count_law,
+                      gamma_complement=gamma_complement)
     while len(blanket.blocks) > max_blocks:
         eta *= 2
-        blanket = Blanket(eps0, n, gamma, laws, eta=eta, count_law=count_law)
+        blanket = Blanket(eps0, n, gamma, laws, eta=eta, count_law=count_law,
+                          gamma_complement=gamma_complement)
     return blanket
+
+
+def _krr_blanket_complement(eps0: float, k: int) -> float:
+    """``1 - gamma = (e^eps0 - 1) / (e^eps0 + k - 1)`` of the k-RR blanket, not by subtraction."""
+    return math.expm1(eps0) / _krr_laws(eps0, k)[1]
 
 
 def _cached_blanket(eps0: float, n: int, k: int) -> Blanket:
     """The k-RR blanket with at most ``MAX_BLANKET_BLOCKS`` blocks (cached)."""
-    return cached_blanket(eps0, n, _krr_laws(eps0, k)[2], krr_blanket_laws(eps0, k))
+    return cached_blanket(eps0, n, _krr_laws(eps0, k)[2], krr_blanket_laws(eps0, k),
+                          MAX_BLANKET_BLOCKS, _krr_blanket_complement(eps0, k))
 
 
 def _coarse_blanket(eps0: float, n: int, k: int, max_blocks: int = 48) -> Blanket:
     """The blanket with at most ``max_blocks`` blocks (for privacy profiles: many evaluations)."""
-    return cached_blanket(eps0, n, _krr_laws(eps0, k)[2], krr_blanket_laws(eps0, k), max_blocks)
+    return cached_blanket(eps0, n, _krr_laws(eps0, k)[2], krr_blanket_laws(eps0, k), max_blocks,
+                          _krr_blanket_complement(eps0, k))
 
 
 @functools.lru_cache(maxsize=64)
@@ -1080,8 +1107,39 @@ def _epsilon_cached(r: Randomizer, n: int, delta: float) -> ShuffleBound:
         res = _shuffle.epsilon(eps0, n, delta, randomizer="general", delta0=r.delta0)
         cands.update(res.candidates)
     best = min(cands, key=cands.get)
-    return _bound(min(cands[best], eps0) if r.delta0 == 0 else cands[best], delta, best, r, n,
-                  cands)
+    value = cands[best]
+    if r.delta0 == 0:
+        value = min(eps_rounding_margin(value), eps0)
+    return _bound(value, delta, best, r, n, cands)
+
+
+#: absolute margin added to an upper epsilon below eps0 (and taken off a lower one; profiles
+#: and delta queries are evaluated that far below / above): the bounds' laws are built from
+#: ``exp(eps0)`` and ``exp(eps)`` in double precision, and ``fl(e^eps) = e^eps (1 + r)``,
+#: ``|r| <= u``, is ``e^eps'`` with ``|eps' - eps| <= u`` (likewise eps0 and the laws'
+#: probabilities, a few u each): the computed delta is that of points a few u away, which no
+#: error term charged.  64 u covers it with room (numerically checked, not proven: a helper's
+#: exact enumeration at eps0 in 1e-12, 1e-10, 1e-8, n = 2, 3, found 72 upper bounds below the
+#: exact value without it -- binary RR, n = 2, delta = 1e-20 gave 9.99978e-13 where the exact
+#: delta is 5.5e-18 -- and none with it; tests/test_shuffle_model.py)
+EPS_ROUNDING_MARGIN = 64 * UNIT_ROUNDOFF
+
+
+def eps_rounding_margin(eps: float) -> float:
+    """``eps`` plus :data:`EPS_ROUNDING_MARGIN` (0 stays 0: it was checked at 0 itself)."""
+    return eps + EPS_ROUNDING_MARGIN if eps > 0 else eps
+
+
+def eps_less_margin(eps: float) -> float:
+    """A certified lower epsilon less :data:`EPS_ROUNDING_MARGIN`, at least 0 (inf stays)."""
+    return max(eps - EPS_ROUNDING_MARGIN, 0.0) if math.isfinite(eps) else eps
+
+
+def below_by_margin(eps):
+    """``max(eps - EPS_ROUNDING_MARGIN, 0)`` (elementwise): where an upper bound on a privacy
+    profile is evaluated for ``eps`` -- the profile does not increase, so its bound at the
+    lower point bounds it at ``eps`` whatever the rounding of ``exp(eps)`` there."""
+    return np.maximum(np.asarray(eps, dtype=float) - EPS_ROUNDING_MARGIN, 0.0)
 
 
 def epsilon(spec, n: int, delta: float) -> ShuffleBound:
@@ -1128,7 +1186,8 @@ def _lower_cached(r: Randomizer, n: int, delta: float) -> ShuffleBound:
         for name, pair in fixed_dataset_pairs(r, n).items():
             cands[name] = pair.epsilon_lower(delta, eps0)
     best = max(cands, key=cands.get)
-    return ShuffleBound(cands[best], delta, best, eps0, n, "lower bound", cands)
+    return ShuffleBound(eps_less_margin(cands[best]), delta, best, eps0, n, "lower bound",
+                        cands)
 
 
 def lower_bound(spec, n: int, delta: float) -> ShuffleBound:
@@ -1183,24 +1242,26 @@ def delta_bounds(spec, n: int, epsilon_: float) -> Bounds:
         # the exact delta: binary RR, eps0 = 1, eps = 0.5 gave 0.2876491366452556 where the
         # exact value is 0.2876491366449679)
         return Bounds(v * (1 - 2e-12) if r.delta0 == 0 else 0.0, v)
-    upper = float(_single_user_profile(r)(np.array([eps]))[0])
+    # the upper bounds at eps less EPS_ROUNDING_MARGIN, the lower ones at eps plus it
+    eps_up, eps_low = float(below_by_margin(eps)), eps + EPS_ROUNDING_MARGIN
+    upper = float(_single_user_profile(r)(np.array([eps_up]))[0])
     if r.eps0 > 0 and eps < r.eps0 and r.delta0 == 0:
         if r.kind == "krr" and r.k == 2 and n <= _MAX_EXACT_BINARY_N:
-            upper = min(upper, _binary_worst_case(r.eps0, n).delta(eps)[0].upper)
+            upper = min(upper, _binary_worst_case(r.eps0, n).delta(eps_up)[0].upper)
         elif r.kind == "krr":
-            upper = min(upper, _blanket(r.eps0, n, r.k).delta(eps),
-                        _strong_clone(r.eps0, n).delta(eps).upper)
+            upper = min(upper, _blanket(r.eps0, n, r.k).delta(eps_up),
+                        _strong_clone(r.eps0, n).delta(eps_up).upper)
         else:   # general: the stronger clone (module docstring) is below FMT21's clone pair
-            upper = min(upper, _strong_clone(r.eps0, n).delta(eps).upper,
-                        float(_shuffle.swap.pure_profile(r.eps0, n)(np.array([eps]))[0]))
+            upper = min(upper, _strong_clone(r.eps0, n).delta(eps_up).upper,
+                        float(_shuffle.swap.pure_profile(r.eps0, n)(np.array([eps_up]))[0]))
     elif r.delta0 > 0:
-        upper = float(upper_profile(r, n)(np.array([eps]))[0])
+        upper = float(upper_profile(r, n)(np.array([eps]))[0])  # (shifted there)
     elif eps >= r.eps0:
         upper = 0.0
     # an (eps0, delta0) randomizer may publish its input with probability delta0 (lower_bound)
-    low = fixed_dataset_delta_lower(r, n, eps) if r.eps0 > 0 else r.delta0
+    low = fixed_dataset_delta_lower(r, n, eps_low) if r.eps0 > 0 else r.delta0
     if r.kind == "krr" and r.k == 2 and n <= _MAX_EXACT_BINARY_N and eps < r.eps0:
-        low = max(low, _binary_worst_case(r.eps0, n).delta(eps)[0].lower)
+        low = max(low, _binary_worst_case(r.eps0, n).delta(eps_low)[0].lower)
     return certified_bounds(low, upper, f"delta at epsilon={eps!r}")
 
 
@@ -1281,7 +1342,7 @@ def upper_profile(spec, n: int) -> Callable[[np.ndarray], np.ndarray]:
             raise ParameterError("epsilon", math.nan, "a number (not NaN)")
         missing = np.array(sorted({float(e) for e in flat if float(e) not in memo}))
         if len(missing):
-            for e, v in zip(missing, np.ravel(raw(missing))):
+            for e, v in zip(missing, np.ravel(raw(below_by_margin(missing)))):
                 memo[float(e)] = float(v)
         return np.array([memo[float(e)] for e in flat]).reshape(eps.shape)
     return fn

@@ -546,8 +546,8 @@ def _epsilon_cached(family: Family, n: int, delta: float) -> ShuffleBound:
         if value is not None:
             cands["exact_blanket"] = value
     best = min(cands, key=cands.get)
-    return ShuffleBound(min(cands[best], family.eps0), delta, best, family.eps0, n, family.name,
-                        cands)
+    return ShuffleBound(min(_sm.eps_rounding_margin(cands[best]), family.eps0), delta, best,
+                        family.eps0, n, family.name, cands)
 
 
 @functools.lru_cache(maxsize=8)
@@ -557,7 +557,8 @@ def _four_class(family: Family, n: int) -> FourClassBlanket | None:
     ``(family, n)``: one holds up to about 10 MB of cells."""
     if family.blanket_classes is None:
         return None
-    return FourClassBlanket.for_masses(family.eps0, n, *family.blanket_classes)
+    return FourClassBlanket.for_masses(family.eps0, n, *family.blanket_classes,
+                                       outside_mass=blanket_complement(family))
 
 
 @functools.lru_cache(maxsize=64)
@@ -581,7 +582,24 @@ def _lattice_blanket(family: Family, n: int) -> LatticeBlanket | None:
 def _blanket(family: Family, n: int, max_blocks: int | None = None) -> _sm.Blanket:
     gamma, laws = family.blanket
     return _sm.cached_blanket(family.eps0, n, gamma, laws,
-                              max_blocks or _sm.MAX_BLANKET_BLOCKS)
+                              max_blocks or _sm.MAX_BLANKET_BLOCKS,
+                              blanket_complement(family))
+
+
+def blanket_complement(family: Family) -> float | None:
+    """``1 - gamma``, the mass outside the family's blanket, from its closed form (None where
+    none is derived): ``(E - 1)(w10 + w11)`` from the class masses (module docstring, "The
+    privacy blanket", step 2: ``int c a_i = (1 - gamma)/(E - 1) = w10 + w11``), ``1 -
+    e^(-eps0/2)`` for Laplace.  ``1 - gamma`` by subtraction kept no digit where it is below the
+    rounding of gamma (subset selection with d = 2^53: 1.9e-16; Laplace at eps0 = 1e-12:
+    5e-13 to 2e-4 relative), and the law of the blanket count with it (a helper's sweep
+    against exact enumeration: upper bounds below the exact value)."""
+    if family.blanket_classes is not None:
+        w10, w11, _ = family.blanket_classes
+        return math.expm1(family.eps0) * (w10 + w11)
+    if family.exact_blanket == "laplace":
+        return -math.expm1(-family.eps0 / 2)
+    return None
 
 
 def epsilon(family: Family, n: int, delta: float) -> ShuffleBound:
@@ -627,7 +645,8 @@ def _lower_cached(family: Family, n: int, delta: float) -> ShuffleBound:
     if full > max(cands.values()):      # (listed only where it certifies more than the pairs)
         cands["full_statistic"] = full
     best = max(cands, key=cands.get)
-    return ShuffleBound(max(cands[best], 0.0), delta, best, family.eps0, n, "lower bound", cands)
+    return ShuffleBound(_sm.eps_less_margin(max(cands[best], 0.0)), delta, best, family.eps0,
+                        n, "lower bound", cands)
 
 
 def _pair_candidates(family: Family, n: int, delta: float, beyond: float = 0.0) -> dict:
@@ -651,7 +670,8 @@ def _pair_candidates(family: Family, n: int, delta: float, beyond: float = 0.0) 
 def _pairs_lower_cached(family: Family, n: int, delta: float) -> ShuffleBound:
     cands = _pair_candidates(family, n, delta)
     best = max(cands, key=cands.get)
-    return ShuffleBound(max(cands[best], 0.0), delta, best, family.eps0, n, "lower bound", cands)
+    return ShuffleBound(_sm.eps_less_margin(max(cands[best], 0.0)), delta, best, family.eps0,
+                        n, "lower bound", cands)
 
 
 def lower_bound(family: Family, n: int, delta: float) -> ShuffleBound:
@@ -689,26 +709,29 @@ def delta_bounds(family: Family, n: int, epsilon_: float) -> Bounds:
     eps = check_nonnegative("epsilon", epsilon_)
     if eps >= family.eps0:
         return Bounds(0.0, 0.0)
-    upper = _sm._strong_clone(family.eps0, n).delta(eps).upper   # every eps0-DP randomizer
+    # the upper bounds at eps less the rounding margin, the lower ones at eps plus it
+    # (shuffle_model.EPS_ROUNDING_MARGIN)
+    up, low = float(_sm.below_by_margin(eps)), eps + _sm.EPS_ROUNDING_MARGIN
+    upper = _sm._strong_clone(family.eps0, n).delta(up).upper   # every eps0-DP randomizer
     if family.lemma73 is not None:
-        upper = min(upper, errata_pair(family.eps0, n, *family.lemma73).delta(eps))
+        upper = min(upper, errata_pair(family.eps0, n, *family.lemma73).delta(up))
     if family.blanket is not None:
-        upper = min(upper, _blanket(family, n).delta(eps))
+        upper = min(upper, _blanket(family, n).delta(up))
     four = _four_class(family, n)
     if four is not None:
-        upper = min(upper, four.delta(eps))
+        upper = min(upper, four.delta(up))
     lattice = _lattice_blanket(family, n)
     if lattice is not None and upper > 0:
-        exact = lattice.delta(eps)
+        exact = lattice.delta(up)
         if exact is not None:
             upper = min(upper, exact)
     lower = 0.0
     if family.exact_blanket == "laplace":
-        lower = laplace_full_statistic.delta_lower(family.eps0, n, eps)
+        lower = laplace_full_statistic.delta_lower(family.eps0, n, low)
     for laws in family.lower_laws:
         if _usable(laws):
             try:
-                lower = max(lower, _sm.CountPair(n, *laws).delta(eps).lower)
+                lower = max(lower, _sm.CountPair(n, *laws).delta(low).lower)
             except _ENGINE_FAILURES:
                 continue
     return certified_bounds(lower, upper, f"delta at epsilon={eps!r}")
@@ -746,7 +769,8 @@ def upper_profile(family: Family, n: int):
         # delta(eps) = 0 at eps >= eps0 (the round is eps0-DP)
         below = [e for e in missing if e < family.eps0]
         memo.update((e, 0.0) for e in missing if e >= family.eps0)
-        memo.update(zip(below, _sm.smallest_bound(bounds, below).tolist()))
+        memo.update(zip(below, _sm.smallest_bound(bounds, _sm.below_by_margin(below).tolist()
+                                                  ).tolist()))
         return np.array([memo[float(e)] for e in eps.ravel()]).reshape(eps.shape)
     return fn
 

@@ -98,7 +98,7 @@ class FourClassBlanket:
     Build it with :meth:`for_masses`, which returns None where the windows are too large."""
 
     def __init__(self, eps0: float, n: int, w10: float, w11: float, w00: float,
-                 max_cells: int = MAX_CELLS) -> None:
+                 max_cells: int = MAX_CELLS, outside_mass: float | None = None) -> None:
         self.eps0 = check_local_epsilon(eps0, 300)
         self.n = n = check_count("n", n, minimum=1)
         for name, value in (("w10", w10), ("w11", w11), ("w00", w00)):
@@ -108,6 +108,11 @@ class FourClassBlanket:
         self.w10, self.w11, self.w00 = w10, w11, w00
         rest = max(1.0 - 2 * w10 - w11, 0.0)
         self.p00 = min(w00 / rest, 1.0) if rest > 0 else 0.0
+        # 1 - p00 = (1 - gamma) / rest: from ``outside_mass`` (1 - gamma in closed form) where
+        # given -- by subtraction it kept no digit where 1 - gamma is below the rounding of
+        # p00 (subset selection with d = 2^53: 7e-17; the bound came out below the exact value)
+        self.q00 = (min(max(outside_mass / rest, 0.0), 1.0)
+                    if outside_mass is not None and rest > 0 else None)
         ha, hc = _windows(n, w10, w11)
         self.cells = (ha + 1) ** 2 * (hc + 1)
         if self.cells > max_cells:
@@ -154,12 +159,14 @@ class FourClassBlanket:
 
     @classmethod
     def for_masses(cls, eps0: float, n: int, w10: float, w11: float, w00: float,
-                   max_cells: int = MAX_CELLS) -> "FourClassBlanket | None":
-        """The blanket, or None where its windows exceed ``max_cells`` cells."""
+                   max_cells: int = MAX_CELLS, outside_mass: float | None = None
+                   ) -> "FourClassBlanket | None":
+        """The blanket, or None where its windows exceed ``max_cells`` cells (``outside_mass``:
+        ``1 - gamma`` in closed form, see ``__init__``)."""
         ha, hc = _windows(n, w10, w11)
         if (ha + 1) ** 2 * (hc + 1) > max_cells:
             return None
-        return cls(eps0, n, w10, w11, w00, max_cells)
+        return cls(eps0, n, w10, w11, w00, max_cells, outside_mass)
 
     def evaluate(self, epsilon: float) -> tuple[float, float]:
         """``(certified upper bound on delta(epsilon), its approximate derivative)``."""
@@ -184,8 +191,9 @@ class FourClassBlanket:
                 d = np.minimum(np.floor(t), rp)
             else:
                 t, d = np.full(kp.shape, np.inf), rp
-            f1 = binomial_cdf(d, rp, self.p00)
-            f2 = np.where(rp >= 1, binomial_cdf(d - 1, np.maximum(rp - 1, 0), self.p00), 0.0)
+            f1 = binomial_cdf(d, rp, self.p00, self.q00)
+            f2 = np.where(rp >= 1, binomial_cdf(d - 1, np.maximum(rp - 1, 0), self.p00,
+                                                    self.q00), 0.0)
             t1, t2 = kp * f1, xm1 * rp * self.p00 * f2
             value[pos] = np.maximum(t1 - t2, 0.0)
             # the value moves by at most |error of K| F(D); the cdfs are charged relative
@@ -196,7 +204,8 @@ class FourClassBlanket:
                 band = 2 * tp + 32 * _U * (d + 1) * xm1
                 near = (d < rp) & (np.minimum(t - np.floor(t), np.ceil(t) - t) * xm1 <= band)
                 if np.any(near):
-                    err[near] += band[near] * binomial_cdf(d[near] + 1, rp[near], self.p00)
+                    err[near] += band[near] * binomial_cdf(d[near] + 1, rp[near], self.p00,
+                                                              self.q00)
             error[pos] += err
             slope[pos] = (a[pos] + E * (b[pos] + c[pos])) * f1 + rp * self.p00 * f2
         kept = float(np.dot(p, value + error)) * (1 + 1e-12 + (len(p) + 2) * _U)

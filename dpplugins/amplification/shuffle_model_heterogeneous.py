@@ -336,7 +336,8 @@ def upper_profile(spec: GroupedKRR):
     def fn(eps):
         eps = np.asarray(eps, dtype=float)
         for e in {float(v) for v in eps.ravel()} - memo.keys():
-            memo[e] = _delta_upper(blankets, e)
+            # (at e less the rounding margin: shuffle_model.below_by_margin)
+            memo[e] = _delta_upper(blankets, float(_sm.below_by_margin(e)))
         return np.array([memo[float(e)] for e in eps.ravel()]).reshape(eps.shape)
     return fn
 

@@ -835,6 +835,13 @@ def test_tiny_local_epsilons_are_not_below_the_exact_value(eps0, delta):
         up = sm.epsilon(spec, 2, delta).epsilon
         assert _krr_two_users_delta(eps0, k, up) <= delta, spec
         assert sm.lower_bound(spec, 2, delta).epsilon <= up
+    # the clone bounds of dpplugins.amplification.shuffle (FMT21, FMT23) directly
+    from dpplugins.amplification import shuffle
+
+    for bound in (shuffle.epsilon(eps0, 2, delta), shuffle.fmt21_epsilon(eps0, 2, delta),
+                  shuffle.fmt23_epsilon(eps0, 2, delta)):
+        assert _krr_two_users_delta(eps0, 2, bound.epsilon) <= delta, bound
+    assert shuffle.lower_bound(eps0, 2, delta).epsilon <= shuffle.epsilon(eps0, 2, delta).epsilon
     # d-ary randomized response as the family subset selection with k = 1
     from dpplugins.amplification import shuffle_model_families as fam
 

@@ -95,8 +95,10 @@ import numpy as np
 from scipy import special, stats
 
 from dpplugins.amplification import swap
-from dpplugins.amplification.count_pair import (_LOG_CUT, UNIT_ROUNDOFF, CountPair, binomial_window,
-                                                clone_pair, krr_lower_pairs, largest_violated,
+from dpplugins.amplification.count_pair import (_LOG_CUT, EPS_ROUNDING_MARGIN, UNIT_ROUNDOFF,
+                                                CountPair, below_by_margin, binomial_window,
+                                                clone_pair, eps_less_margin, eps_rounding_margin,
+                                                krr_lower_pairs, largest_violated,
                                                 ragged_windows)
 from dpplugins.errors import (NumericalError, ParameterError, check_choice, check_count,
                               check_nonnegative, check_open_unit, check_positive)
@@ -309,16 +311,31 @@ def _clone_pair(eps0: float, n: int, c: float) -> CountPair:
 
 def _clone_delta(eps0: float, n: int, c: float, epsilon: float) -> Bounds:
     """Certified bounds on the pair's delta(epsilon), both directions: exactly 0 from eps0 on
-    (its likelihood ratio is at most ``alpha / (1 - alpha) = e^eps0``)."""
+    (its likelihood ratio is at most ``alpha / (1 - alpha) = e^eps0``); the upper one from
+    ``epsilon`` less, the lower one from ``epsilon`` plus the rounding margin
+    (:data:`~dpplugins.amplification.count_pair.EPS_ROUNDING_MARGIN`)."""
     if epsilon >= eps0 or eps0 == 0:
         return Bounds(0.0, 0.0)
-    return _clone_pair(eps0, n, c).delta(epsilon)
+    pair = _clone_pair(eps0, n, c)
+    upper = pair.delta(float(below_by_margin(epsilon))).upper
+    above = epsilon + EPS_ROUNDING_MARGIN
+    lower = pair.delta(above).lower if above < eps0 else 0.0
+    return Bounds(min(lower, upper), upper)
+
+
+def _clone_delta_upper(eps0: float, n: int, c: float, epsilon: float) -> float:
+    """The upper bound of :func:`_clone_delta` alone (one evaluation: profiles)."""
+    if epsilon >= eps0 or eps0 == 0:
+        return 0.0
+    return _clone_pair(eps0, n, c).delta(float(below_by_margin(epsilon))).upper
 
 
 def _clone_epsilon(eps0: float, n: int, c: float, delta: float) -> float:
     """Certified upper bound on the pair's smallest epsilon with delta(epsilon) <= delta (at
-    most eps0; safeguarded Newton ending with a checked point)."""
-    return 0.0 if eps0 == 0 else _clone_pair(eps0, n, c).epsilon(delta, eps0)
+    most eps0; safeguarded Newton ending with a checked point, plus the rounding margin)."""
+    if eps0 == 0:
+        return 0.0
+    return min(eps_rounding_margin(_clone_pair(eps0, n, c).epsilon(delta, eps0)), eps0)
 
 
 def _check_clone(eps0, n, clone_probability) -> tuple[float, int, float]:
@@ -362,7 +379,7 @@ def clone_pair_profile(eps0: float, n: int,
 
     def profile(eps):
         eps = np.asarray(eps, dtype=float)
-        return np.array([_clone_delta(eps0, n, c, float(e)).upper
+        return np.array([_clone_delta_upper(eps0, n, c, float(e))
                          for e in eps.ravel()]).reshape(eps.shape)
 
     return profile
@@ -749,12 +766,14 @@ def rr_lower_bound_epsilon(eps0: float, n: int, delta: float, *, k: int = 2) -> 
     """
     eps0, n = _check_eps0_n(eps0, n)
     delta = check_open_unit("delta", delta)
+    # (less the rounding margin: count_pair.EPS_ROUNDING_MARGIN)
     if k == 2:
         options = sorted({0, (n - 1) // 2})
-        return max(largest_violated(
+        return eps_less_margin(max(largest_violated(
             lambda e, o=o: shuffled_rr_delta(eps0, n, e, k=2, others_ones=o).lower, delta, eps0)
-            for o in options)
-    return largest_violated(lambda e: shuffled_rr_delta(eps0, n, e, k=k).lower, delta, eps0)
+            for o in options))
+    return eps_less_margin(largest_violated(
+        lambda e: shuffled_rr_delta(eps0, n, e, k=k).lower, delta, eps0))
 
 
 def lower_bound(eps0: float, n: int, delta: float) -> ShuffleBound:

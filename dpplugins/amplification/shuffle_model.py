@@ -214,6 +214,8 @@ from dpplugins.amplification.count_pair import (_REL_SF, UNIT_ROUNDOFF, CountPai
                                                 _lower_epsilon, binomial_window, clone_pair,
                                                 count_threshold, krr_lower_pairs, loss_scale_guess,
                                                 newton_smallest_epsilon)
+from dpplugins.amplification.count_pair import (  # noqa: F401  (re-exported: the margin)
+    EPS_ROUNDING_MARGIN, below_by_margin, eps_less_margin, eps_rounding_margin)
 from dpplugins.amplification.count_pair import krr_laws as _krr_laws
 from dpplugins.amplification.count_pair import binomial_pmf as _pmf
 from dpplugins.amplification.count_pair import binomial_sf as _sf
@@ -1111,35 +1113,6 @@ def _epsilon_cached(r: Randomizer, n: int, delta: float) -> ShuffleBound:
     if r.delta0 == 0:
         value = min(eps_rounding_margin(value), eps0)
     return _bound(value, delta, best, r, n, cands)
-
-
-#: absolute margin added to an upper epsilon below eps0 (and taken off a lower one; profiles
-#: and delta queries are evaluated that far below / above): the bounds' laws are built from
-#: ``exp(eps0)`` and ``exp(eps)`` in double precision, and ``fl(e^eps) = e^eps (1 + r)``,
-#: ``|r| <= u``, is ``e^eps'`` with ``|eps' - eps| <= u`` (likewise eps0 and the laws'
-#: probabilities, a few u each): the computed delta is that of points a few u away, which no
-#: error term charged.  64 u covers it with room (numerically checked, not proven: a helper's
-#: exact enumeration at eps0 in 1e-12, 1e-10, 1e-8, n = 2, 3, found 72 upper bounds below the
-#: exact value without it -- binary RR, n = 2, delta = 1e-20 gave 9.99978e-13 where the exact
-#: delta is 5.5e-18 -- and none with it; tests/test_shuffle_model.py)
-EPS_ROUNDING_MARGIN = 64 * UNIT_ROUNDOFF
-
-
-def eps_rounding_margin(eps: float) -> float:
-    """``eps`` plus :data:`EPS_ROUNDING_MARGIN` (0 stays 0: it was checked at 0 itself)."""
-    return eps + EPS_ROUNDING_MARGIN if eps > 0 else eps
-
-
-def eps_less_margin(eps: float) -> float:
-    """A certified lower epsilon less :data:`EPS_ROUNDING_MARGIN`, at least 0 (inf stays)."""
-    return max(eps - EPS_ROUNDING_MARGIN, 0.0) if math.isfinite(eps) else eps
-
-
-def below_by_margin(eps):
-    """``max(eps - EPS_ROUNDING_MARGIN, 0)`` (elementwise): where an upper bound on a privacy
-    profile is evaluated for ``eps`` -- the profile does not increase, so its bound at the
-    lower point bounds it at ``eps`` whatever the rounding of ``exp(eps)`` there."""
-    return np.maximum(np.asarray(eps, dtype=float) - EPS_ROUNDING_MARGIN, 0.0)
 
 
 def epsilon(spec, n: int, delta: float) -> ShuffleBound:

@@ -778,3 +778,13 @@ def test_the_blanket_search_starts_from_its_own_loss_scale(family, monkeypatch):
     value = blanket.epsilon(1e-6)
     assert len(calls) <= 8
     assert blanket.delta(value) <= 1e-6 < blanket.delta(value * (1 - 1e-6))
+
+
+@pytest.mark.parametrize("eps0", [0.3, 1.0, 4.0])
+def test_the_blanket_outside_mass_in_closed_form_is_one_minus_gamma(eps0):
+    # (E - 1)(w10 + w11) and 1 - e^(-eps0/2) against 1 - gamma where gamma is far from 1
+    for family in (fam.unary_encoding(eps0, 8), fam.unary_encoding(eps0, 8, optimized=True),
+                   fam.subset_selection(eps0, 10, 3), fam.subset_selection(eps0, 10, 1),
+                   fam.local_hashing(eps0, 5), fam.laplace_bounded(eps0)):
+        gamma = family.blanket[0]
+        assert fam.blanket_complement(family) == pytest.approx(1 - gamma, rel=1e-12, abs=0)

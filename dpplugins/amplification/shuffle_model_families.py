@@ -616,7 +616,7 @@ def epsilon(family: Family, n: int, delta: float) -> ShuffleBound:
 
     Example::
 
-        >>> epsilon(local_hashing(2.0, 8), 50_000, 1e-6).method
+        >>> epsilon(local_hashing(2.0, 8), 10_000, 1e-6).method
         'exact_blanket'
     """
     family, n, delta = _check(family, n, delta)

@@ -847,3 +847,52 @@ def test_tiny_local_epsilons_are_not_below_the_exact_value(eps0, delta):
 
     up = fam.epsilon(fam.subset_selection(eps0, 3, 1), 2, delta).epsilon
     assert _krr_two_users_delta(eps0, 3, up) <= delta
+
+
+def _binary_rr_rounds_delta(eps0, n, rounds, eps, others_at):
+    """Exact delta(eps) of ``rounds`` adaptive rounds of shuffled binary RR on the same datasets
+    (mpmath, 60 digits): ``n - 1`` users at the value 0 (``others_at == 0``) or 1, the differing
+    user at 0 or 1; the count of reported ones per round, the rounds' product law enumerated;
+    the larger of the two directions."""
+    import mpmath as mp
+
+    mp.mp.dps = 60
+    E = mp.e ** mp.mpf(eps0)
+    keep = E / (E + 1)
+    one = {0: 1 - keep, 1: keep}   # P(report 1 | value)
+
+    def law(x):
+        pmf = [mp.mpf(1)]
+        for v in [x] + [others_at] * (n - 1):
+            p = one[v]
+            pmf = [(pmf[c] if c < len(pmf) else 0) * (1 - p) + (pmf[c - 1] * p if c else 0)
+                   for c in range(len(pmf) + 1)]
+        return pmf
+
+    P, Q = law(0), law(1)
+    ee = mp.e ** mp.mpf(eps)
+    best = mp.mpf(0)
+    for A, B in ((P, Q), (Q, P)):
+        total = mp.mpf(0)
+        for t in itertools.product(range(n + 1), repeat=rounds):
+            a, b = mp.fprod(A[i] for i in t), mp.fprod(B[i] for i in t)
+            total += max(a - ee * b, 0)
+        best = max(best, total)
+    return best
+
+
+@pytest.mark.parametrize("eps0,delta", [(1e-12, 1e-13), (1e-8, 1e-10), (1.0, 1e-6)])
+def test_composed_rounds_at_tiny_local_epsilons_bracket_the_exact_product(eps0, delta):
+    # the composed rounds' laws are built from exp(eps0) in double precision too, like the
+    # one-round bounds that needed the rounding margin: against the exact product law of 2 and
+    # 3 rounds (n = 2, 3, every dataset), the upper bound is never below it and the lower bound
+    # (of the pair with the others at 0) never above it
+    for n, rounds in ((2, 2), (3, 3)):
+        b = sm.composed_epsilon_bounds([(("binary_rr", eps0), n, rounds)], delta)
+        worst_at_upper = max(_binary_rr_rounds_delta(eps0, n, rounds, b.upper, o) for o in (0, 1))
+        assert worst_at_upper <= delta, (n, rounds, b)
+        if b.lower > 0:
+            assert _binary_rr_rounds_delta(eps0, n, rounds, b.lower, 0) >= delta, (n, rounds, b)
+        d = sm.composed_delta_bounds([(("binary_rr", eps0), n, rounds)], 0.5 * b.upper)
+        exact = max(_binary_rr_rounds_delta(eps0, n, rounds, 0.5 * b.upper, o) for o in (0, 1))
+        assert d.lower <= exact <= d.upper, (n, rounds, d, float(exact))

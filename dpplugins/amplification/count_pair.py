@@ -433,7 +433,8 @@ class _Direction:
 #: error term charged.  64 u covers it with room (numerically checked, not proven: a helper's
 #: exact enumeration at eps0 in 1e-12, 1e-10, 1e-8, n = 2, 3, found 72 upper bounds below the
 #: exact value without it -- binary RR, n = 2, delta = 1e-20 gave 9.99978e-13 where the exact
-#: delta is 5.5e-18 -- and none with it; tests/test_shuffle_model.py)
+#: delta is 5.5e-18 -- and none with it; the project's tests repeat the check against an exact
+#: enumeration of shuffled k-ary randomized response at n = 2)
 EPS_ROUNDING_MARGIN = 64 * UNIT_ROUNDOFF
 
 

@@ -80,7 +80,7 @@ point not violated is a new top), not from 0, where the law is not tilted and it
 needed the coarsest lattice.  At n = 10^6 a search took five or six FFTs of up to 4 million
 points and now takes one or two of 0.5 to 1 million.
 
-How it was checked (``tests/test_laplace_full_statistic.py``): the stop-loss transform of the
+How it was checked (the project's tests repeat these checks): the stop-loss transform of the
 lattice law against quadrature of the Laplace density at 80 thresholds (never above, within
 ``2 s``); the law's mean and variance against quadrature (the mean within a millionth of the
 spacing, the variance within ``s^2``); two reports against nested quadrature (within 3 %);

@@ -56,8 +56,10 @@ _GENERIC_WINDOW_BUDGET = 2 ** 21
 #: bound stays as tight as the refinements a loose lower bound used to force
 _BONUS_WINDOW = 2 ** 22
 #: composed PLDs kept per accountant (by history and grid step), reused by later queries: at
-#: most this many, holding at most _PLD_CACHE_BINS composed grid bins (about 40 bytes each, so
-#: about 160 MiB at most; a larger composition is used for its query and not kept)
+#: most this many, holding at most _PLD_CACHE_BINS grid bins -- their compositions' (about 40
+#: bytes each) and their distinct components' (:func:`_component_bins`: 8 bytes a PMF bin, up
+#: to 24 with the interval masses held for a lower PMF not built yet) -- so about 160 MiB at
+#: most; a larger PLD is used for its query and not kept
 _PLD_CACHE_SIZE, _PLD_CACHE_BINS = 8, 2 ** 22
 #: a query starts on the grid that met the tolerance for the same settings at the previous query
 #: when that grid is finer than its own first grid by at most _STICKY_FINER (the previous query's
@@ -296,6 +298,28 @@ def clear_step_cache() -> None:
 _BASIC_CAP = "the upper one is capped by basic composition (a step the grid cannot represent)"
 
 
+def _component_bins(plds) -> int:
+    """Grid bins of the distinct components (each object once, by identity) that the PLDs
+    ``plds`` hold: the upper and lower PMFs of both directions, a lower PMF not built yet
+    counted as long as the upper one (the interval masses it is built from are held until
+    then).  A composed PLD keeps its components alive: 2,000 distinct steps queried at six
+    deltas held 4.3 GB in the composed PLDs an accountant kept, whose compositions alone were
+    within the cache's bound."""
+    seen: set[int] = set()
+    total = 0
+    for pld in plds:
+        for direction in pld._directions.values():
+            for component, _ in direction:
+                if id(component) in seen:
+                    continue
+                seen.add(id(component))
+                upper = len(component.upper.pmf)
+                lower = component.lower_source()
+                total += upper + (len(lower.pmf) if hasattr(lower, "pmf")
+                                  else upper if lower is not None else 0)
+    return total
+
+
 def _with_gap(bounds: Bounds) -> tuple[Bounds, float]:
     """The bounds and their relative gap ``(upper - lower) / upper``."""
     return bounds, (bounds.upper - bounds.lower) / bounds.upper if bounds.upper > 0 else 0.0
@@ -317,12 +341,14 @@ class PLDAccountant(Accountant):
     64 MiB; neither cache counts against ``memory_limit``, which bounds each query),
     grid steps lie on a ladder of powers of ``2^(1/4)`` so that queries after more steps share
     them, and each accountant keeps its last few composed PLDs keyed by the history and the grid
-    (at most 8 and ``2^22`` composed bins, about 160 MiB; never in ``state_dict``; guarded by
-    the accountant's lock): a repeated or follow-up query on the same history reuses their FFT
-    compositions, and a delta query is also checked against them, so ``get_delta(get_epsilon(d))
-    <= d``.  A query starts on the grid that met the tolerance at the previous query on the
-    same settings when that is close to its own first grid (``_remember_grid``): after one
-    more epoch the per-step PLDs and their spectra are then reused, and a first grid that the
+    (at most 8, holding at most ``2^22`` grid bins, about 160 MiB: the bins of their
+    compositions and of the distinct per-step PLDs they are composed of, which they keep alive;
+    never in ``state_dict``; guarded by the accountant's lock): a repeated or follow-up query
+    on the same history reuses their FFT compositions, and a delta query is also checked
+    against them, so ``get_delta(get_epsilon(d)) <= d``.  A query starts on the grid that met
+    the tolerance at the previous query on the same settings when that is close to its own
+    first grid (``_remember_grid``): after one more epoch the per-step PLDs and their spectra
+    are then reused, and a first grid that the
     previous query found too coarse is not tried again.  So the bounds can depend on which
     queries came before (each answer is certified either way, and held to the same
     ``eps_tolerance``).  A changed history has another key, so it never reuses a stale value.
@@ -397,10 +423,18 @@ class PLDAccountant(Accountant):
             # bounded: drop the least recently used beyond the count or the bins (this is called
             # before every evaluation on a PLD, so compositions added by a query are counted at
             # the next one)
-            while plds and (len(plds) > _PLD_CACHE_SIZE
-                            or sum(p.cached_bins() for p in plds.values()) > _PLD_CACHE_BINS):
+            while plds and (len(plds) > _PLD_CACHE_SIZE or self._cache_bins(plds)
+                            > _PLD_CACHE_BINS):
                 plds.popitem(last=False)
             return pld
+
+    @staticmethod
+    def _cache_bins(plds: OrderedDict) -> int:
+        """Grid bins the cached PLDs hold: their compositions and their distinct components
+        (:func:`_component_bins`), which a PLD keeps alive after the per-step cache let them
+        go."""
+        return (sum(p.cached_bins() for p in plds.values())
+                + _component_bins(list(plds.values())))
 
     def _grid_hints(self) -> OrderedDict:
         hints = self.__dict__.get("_grid_hint")

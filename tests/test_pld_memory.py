@@ -236,3 +236,69 @@ def test_the_cached_plds_hold_their_components_within_the_bound():
         plds = list(acc._plds.values())
         held = _held_pmf_bins(plds) + sum(pld.cached_bins() for pld in plds)
         assert held <= _PLD_CACHE_BINS, (delta, held)
+
+
+def _held_bytes(pld) -> int:
+    """Bytes of the arrays the components of ``pld`` hold, counted by walking them: every
+    distinct buffer once, the upper PMFs, the lower PMFs built so far and the interval masses
+    kept for those not built yet."""
+    def base(array):
+        while isinstance(array.base, np.ndarray):
+            array = array.base
+        return array
+
+    buffers = {}
+    for direction in pld._directions.values():
+        for component, _ in direction:
+            arrays = [component.upper.pmf]
+            if component._lower is not None:
+                arrays.append(component._lower.pmf)
+            build = component._build_lower
+            for argument in getattr(build, "args", ()):
+                arrays.extend(getattr(argument, name) for name in ("p", "q")
+                              if isinstance(getattr(argument, name, None), np.ndarray))
+            for array in arrays:
+                buffer = base(array)
+                buffers[id(buffer)] = buffer.nbytes
+    return sum(buffers.values())
+
+
+def _distinct_steps(accountant, count: int) -> None:
+    for i in range(count):
+        accountant.step(noise_multiplier=1.0 + i * 1e-3, sample_rate=0.01)
+
+
+def test_many_distinct_steps_keep_their_grids_within_the_memory_limit():
+    """Every distinct (sigma, q) of a history has its own per-step PLD, all held while a query
+    composes them, and only one component's bins were checked against memory_limit: 10,000
+    distinct steps took 5 GB under the default 1 GiB.  24 distinct steps under memory_limit
+    = 4 MiB hold about 10 MiB of grids on the first grid; now the grid is coarsened until they
+    hold at most half of the limit (their arrays counted here by walking the composed PLDs),
+    the bounds contain those of the default limit, and an AccuracyWarning says that
+    memory_limit limited them."""
+    from dpplugins.accountants import create
+    from dpplugins.pld import AccuracyWarning
+
+    limit = 4 << 20
+    small, default = create("pld", memory_limit=limit), create("pld")
+    _distinct_steps(small, 24)
+    _distinct_steps(default, 24)
+    with pytest.warns(AccuracyWarning, match="memory_limit limits the grid.*raise memory_limit"):
+        bounds = small.get_epsilon_bounds(1e-5)
+    reference = default.get_epsilon_bounds(1e-5)
+    assert bounds.lower <= reference.lower <= reference.upper <= bounds.upper
+    held = [_held_bytes(pld) for pld in small._plds.values()]
+    assert held and max(held) <= limit // 2, held
+
+
+def test_distinct_steps_that_fit_no_grid_are_refused_naming_memory_limit():
+    """100 distinct steps under memory_limit = 1 MiB: their per-step PLDs' objects alone (about
+    8 KiB each) are above half of it on every grid, so the query refuses, naming memory_limit
+    and the bytes it would need."""
+    from dpplugins.accountants import create
+
+    acc = create("pld", memory_limit=1 << 20)
+    _distinct_steps(acc, 100)
+    with pytest.raises(NumericalError, match="memory_limit") as caught:
+        acc.get_epsilon_bounds(1e-5)
+    assert "raise memory_limit to at least" in str(caught.value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import warnings
@@ -11,8 +12,8 @@ from typing import ClassVar
 import numpy as np
 
 from dpplugins.accountants.base import Accountant, private_leaves
-from dpplugins.errors import (NumericalError, ParameterError, check_count, check_grid_step,
-                              check_positive)
+from dpplugins.errors import (MAX_GRID_STEP, NumericalError, ParameterError, check_count,
+                              check_grid_step, check_positive)
 from dpplugins import mechanisms
 from dpplugins.events import (EpsilonDeltaEvent, Event, GaussianEvent, LaplaceEvent,
                               PoissonSampledEvent, RandomizedResponseEvent)
@@ -21,10 +22,11 @@ from dpplugins.mechanisms.pairs import DiscretePair
 from dpplugins.mechanisms.randomized_response import zero_out_randomized_response, zero_out_rr_pair
 from dpplugins.pld import AccuracyWarning, Bounds, PrivacyLossDistribution, certified_bounds
 from dpplugins.pld.compose import window_limit
-from dpplugins.pld.distribution import (NOISE_RANGE, SINGLE_TAIL, atom_grid_step,
-                                        component_bin_limit, component_bins,
-                                        grid_noise_multiplier, laplace_top_atom,
-                                        within_window_budget)
+from dpplugins.pld.distribution import (FIRST_WINDOW_BINS, LOWER_WINDOW_MARGIN, NOISE_RANGE,
+                                        SINGLE_TAIL, atom_grid_step, component_bin_limit,
+                                        component_bins, finest_held_step,
+                                        grid_noise_multiplier, held_component_bytes,
+                                        laplace_top_atom, within_window_budget)
 
 __all__ = ["PLDAccountant", "poisson_gaussian_pld", "loss_scale", "poisson_gaussian_runs",
            "is_poisson_gaussian", "epsilon_delta_pair", "epsilon_delta_pairs", "zero_out_rr_pair",
@@ -61,6 +63,9 @@ _BONUS_WINDOW = 2 ** 22
 #: to 24 with the interval masses held for a lower PMF not built yet) -- so about 160 MiB at
 #: most; a larger PLD is used for its query and not kept
 _PLD_CACHE_SIZE, _PLD_CACHE_BINS = 8, 2 ** 22
+#: the share of ``memory_limit`` that the grids of one query's distinct steps may hold
+#: (:func:`~dpplugins.pld.distribution.held_component_bytes`); the rest is for the FFT window
+_COMPONENT_SHARE = 0.5
 #: a query starts on the grid that met the tolerance for the same settings at the previous query
 #: when that grid is finer than its own first grid by at most _STICKY_FINER (the previous query's
 #: first grid was too coarse, and this one's is about the same), or coarser by at most
@@ -320,6 +325,21 @@ def _component_bins(plds) -> int:
     return total
 
 
+@functools.lru_cache(maxsize=2 ** 16)
+def _loss_span(sigma: float, q: float, neighbouring: str, loss_range_tail: float) -> float:
+    """Width of the loss range of one Poisson-subsampled Gaussian step's grid (its widest
+    direction, as :func:`~dpplugins.pld.distribution.component_bins` sizes it; 0 where that
+    cannot be computed, as :meth:`PLDAccountant._grid_bins` skips it): its grid on step ``h``
+    has ``span / h + 4`` bins.  Cached, so that a query over 10,000 distinct steps sizes its
+    grids once."""
+    try:
+        pairs = mechanisms.poisson_subsampled_gaussian(grid_noise_multiplier(sigma), q,
+                                                       neighbouring=neighbouring)
+        return max(component_bins(pairs, 1.0, loss_range_tail) - 4.0, 0.0)
+    except (ArithmeticError, ValueError):
+        return 0.0
+
+
 def _with_gap(bounds: Bounds) -> tuple[Bounds, float]:
     """The bounds and their relative gap ``(upper - lower) / upper``."""
     return bounds, (bounds.upper - bounds.lower) / bounds.upper if bounds.upper > 0 else 0.0
@@ -358,7 +378,18 @@ class PLDAccountant(Accountant):
     the first grid at most ``2^17`` bins per component; refinement stops (with an
     :class:`~dpplugins.pld.AccuracyWarning`) before ``2^20`` bins per component or an FFT window
     of ``2^22`` bins (or ``memory_limit / 128``, the memory a window's bin takes; above that a
-    composition refuses).  Deltas far in the tail (below ``1e-3 *
+    composition refuses).  The grids of a query's distinct steps (one per-step PLD per distinct
+    setting, all held while the query composes them: about 48 bytes a bin and 8 KiB each,
+    :func:`~dpplugins.pld.distribution.held_component_bytes`) hold at most half of
+    ``memory_limit``, and the first grid and the refinements keep the FFT window within the
+    rest.  A history of many distinct steps (10,000 distinct noise multipliers) thus gets a
+    grid as coarse as that needs: its bounds stay certified, and when the gap is then above
+    ``eps_tolerance`` an :class:`~dpplugins.pld.AccuracyWarning` says that memory_limit limited
+    it (raise memory_limit for tighter bounds); when even the coarsest grid step
+    (``MAX_GRID_STEP``) does not fit, the query raises
+    :class:`~dpplugins.errors.NumericalError` naming memory_limit and the bytes it needs.  The
+    same holds for the distinct leaves of a history with Laplace, randomized-response or
+    (epsilon, delta) steps.  Deltas far in the tail (below ``1e-3 *
     tail_mass`` by a Chernoff certificate on a coarse grid) are answered by that certificate.
 
     Sources: Koskela, Jälkö, Prediger, Honkela (2021), Alg. 1 and Sec. 6.3 (PLD of the subsampled
@@ -640,6 +671,13 @@ class PLDAccountant(Accountant):
             return h
         return atom_grid_step(atom[0], h)
 
+    def _fit_within(self, counts: dict[Event, int], h: float, floor: float) -> float:
+        """:meth:`_fit_atoms` of ``h`` unless that shrinks it below ``floor`` (the finest grid
+        step within the memory share, :meth:`_memory_floor`): then ``h`` itself (valid on any
+        grid; only the lower bound of a Laplace step is less tight)."""
+        fitted = self._fit_atoms(counts, h)
+        return fitted if fitted >= floor else h
+
     def _generic(self, history, evaluate, evaluate_upper=None) -> Bounds:
         """Bounds for histories with Laplace, randomized-response or (eps, delta) steps: one
         PLD component per distinct leaf, composed by FFT, on grids refined until the relative
@@ -654,13 +692,22 @@ class PLDAccountant(Accountant):
         None): it only intersects, so it can only tighten, and it keeps the upper bound as tight
         as the longer refinements that a loose lower bound used to force.  Laplace steps get a grid step with their top atom on a grid point
         (:meth:`_fit_atoms`).  A target that is not met returns the certified bounds with an
-        :class:`~dpplugins.pld.AccuracyWarning` naming what stopped the refinement."""
+        :class:`~dpplugins.pld.AccuracyWarning` naming what stopped the refinement.  As in
+        :meth:`_refine`, no grid is finer than the distinct leaves' share of ``memory_limit``
+        allows (:meth:`_memory_floor`)."""
         counts = self._generic_counts(history)
         lattice = None if self.value_discretization_interval else self._lattice_step(counts)
         scale = min(min(self._max_loss(leaf), 1.0) if math.isfinite(self._max_loss(leaf))
                     else 1.0 for leaf in counts)
-        h = self.value_discretization_interval or lattice or self._fit_atoms(counts, float(
-            np.clip(scale / 40.0, _MIN_H, _MAX_H)))
+        span, count = self._generic_span(counts)
+        if self.value_discretization_interval or lattice:
+            self._check_held(span, count, self.value_discretization_interval or lattice)
+            memory_floor = 0.0
+        else:
+            # the finest grid whose distinct leaves fit in their share of memory_limit
+            memory_floor = self._memory_floor(span, count)
+        h = self.value_discretization_interval or lattice or self._fit_within(counts, max(float(
+            np.clip(scale / 40.0, _MIN_H, _MAX_H)), memory_floor), memory_floor)
         best, previous_gap, reason = None, None, "four grids were tried"
         bonus = False  # one extra grid within the small-window budget, after the target is met
         for _ in range(4):
@@ -712,7 +759,16 @@ class PLDAccountant(Accountant):
                         reason = (f"a finer grid needs an FFT window above {budget:,} bins "
                                   "(the work budget of a query)")
                         break
-            h = self._fit_atoms(counts, max(h * ratio, _MIN_H))
+            wanted = max(h * ratio, _MIN_H)
+            if wanted < memory_floor:
+                # the distinct leaves' grids would not fit their share of memory_limit
+                if bonus:
+                    return best
+                if memory_floor > 0.8 * h:
+                    reason = self._memory_reason(span, count, wanted)
+                    break
+                wanted = memory_floor
+            h = self._fit_within(counts, wanted, memory_floor)
             bins = max(component_bins(self._pairs(leaf), h) for leaf in counts)
             if not bins <= min(component_bin_limit(self.memory_limit), _MAX_REFINE_BINS):
                 if bonus:
@@ -778,7 +834,76 @@ class PLDAccountant(Accountant):
         millions)."""
         h = _ladder_down(float(np.clip(h, _MIN_H, _MAX_H)))
         cap = max(self._grid_bins(history, 1.0, loss_range_tail) - 4.0, 0.0) / (max_bins - 4)
-        return _ladder_up(cap) if cap > h else h
+        h = _ladder_up(cap) if cap > h else h
+        return max(h, self._memory_floor(*self._held_span(history, loss_range_tail)))
+
+    # -- memory of the distinct steps' grids ------------------------------------------------------
+    def _held_span(self, history, loss_range_tail: float = SINGLE_TAIL) -> tuple[float, int]:
+        """``(total loss-range width, number)`` of the distinct ``(sigma, q)`` of a run-length
+        history: their per-step PLDs on grid step ``h`` hold
+        :func:`~dpplugins.pld.distribution.held_component_bytes` ``(span, number, h)`` bytes
+        while a query composes them (all at once: the sum, not the largest)."""
+        settings = {(float(sigma), float(q)) for sigma, q, _ in history}
+        tail = float(loss_range_tail)
+        return (math.fsum(_loss_span(sigma, q, self.neighbouring, tail) for sigma, q in settings),
+                len(settings))
+
+    def _generic_span(self, counts: dict[Event, int]) -> tuple[float, int]:
+        """:meth:`_held_span` of the distinct leaves of a history with Laplace, randomized
+        response or (eps, delta) steps."""
+        return (math.fsum(max(component_bins(self._pairs(leaf), 1.0) - 4.0, 0.0)
+                          for leaf in counts), len(counts))
+
+    def _component_budget(self) -> float:
+        """Bytes the grids of one query's distinct steps may hold: ``_COMPONENT_SHARE`` of
+        ``memory_limit`` (the rest is for the FFT window)."""
+        return _COMPONENT_SHARE * self.memory_limit
+
+    def _memory_floor(self, span: float, count: int) -> float:
+        """The finest grid step on the ladder on which ``count`` distinct steps of total
+        loss-range width ``span`` (:meth:`_held_span`) hold at most :meth:`_component_budget`
+        bytes (0 when they have no loss range).  When even the coarsest grid step
+        (``MAX_GRID_STEP``) does not fit, NumericalError naming ``memory_limit`` and the bytes
+        it needs: 10,000 distinct steps held 0.45 MB each on the first grid, 5 GB in all under
+        the default limit of 1 GiB, since only one component's bins were checked against it."""
+        h = finest_held_step(span, count, self._component_budget())
+        if h > MAX_GRID_STEP:
+            held = held_component_bytes(span, count, MAX_GRID_STEP)
+            raise NumericalError(
+                f"the grids of the {count:,} distinct steps of this history would hold "
+                f"{held:,.0f} bytes even on the coarsest grid step ({MAX_GRID_STEP:g}), more "
+                f"than half of memory_limit={self.memory_limit:,} bytes (the other half is for "
+                "the FFT window)",
+                f"raise memory_limit to at least {math.ceil(held / _COMPONENT_SHARE):,} bytes")
+        return _ladder_up(h * (1 + 1e-9)) if h > 0 else 0.0
+
+    def _check_held(self, span: float, count: int, h: float) -> None:
+        """NumericalError naming ``memory_limit`` when the grids of the distinct steps on the
+        grid step ``h`` the caller fixed (``value_discretization_interval``, or a lattice
+        step) would hold more than :meth:`_component_budget` bytes."""
+        held = held_component_bytes(span, count, h)
+        if held > self._component_budget():
+            raise NumericalError(
+                f"the grids of the {count:,} distinct steps of this history would hold "
+                f"{held:,.0f} bytes on grid step {h:g}, more than half of memory_limit="
+                f"{self.memory_limit:,} bytes (the other half is for the FFT window)",
+                f"raise memory_limit to at least {math.ceil(held / _COMPONENT_SHARE):,} bytes, "
+                "or use a coarser value_discretization_interval")
+
+    def _memory_reason(self, span: float, count: int, wanted: float) -> str:
+        """Why a refinement stopped short of grid step ``wanted``: the distinct steps' grids
+        would not fit :meth:`_component_budget` (the text of the AccuracyWarning, with the fix)."""
+        needed = held_component_bytes(span, count, wanted) / _COMPONENT_SHARE
+        return (f"memory_limit limits the grid: the grids of the {count:,} distinct steps may "
+                f"hold half of memory_limit={self.memory_limit:,} bytes, and the grid step the "
+                f"tolerance asks for ({wanted:.3g}) needs a memory_limit of about "
+                f"{needed:,.0f} bytes (raise memory_limit for tighter bounds)")
+
+    def _window_room(self, span: float, count: int, h: float) -> int:
+        """FFT window bins ``memory_limit`` leaves beside the distinct steps' grids on grid step
+        ``h`` (:func:`~dpplugins.pld.compose.window_limit` of the rest; at least 1)."""
+        return max(window_limit(int(self.memory_limit - held_component_bytes(span, count, h))),
+                   1)
 
     def _history_key(self, history) -> tuple:
         counts: dict[tuple[float, float], int] = {}
@@ -807,6 +932,10 @@ class PLDAccountant(Accountant):
         * refining stops helping (the gap shrank by less than a quarter), the grid would need
           more memory than ``memory_limit``, or eight grids were tried.
 
+        No grid is finer than :meth:`_memory_floor`: the distinct steps' per-step PLDs, all
+        held at once, stay within half of ``memory_limit`` (where that stops the refinement,
+        the warning says to raise memory_limit), and the windows it moves to within the rest.
+
         ``eps_tolerance`` is a target: when it is not met, the certified bounds are returned with
         an :class:`~dpplugins.pld.AccuracyWarning` saying what limits them.  Only when not even
         the first grid can be evaluated does :class:`~dpplugins.errors.NumericalError` propagate.
@@ -816,6 +945,11 @@ class PLDAccountant(Accountant):
         tail = loss_range_tail
         h = self.initial_grid_step(history, tail)
         fixed = self.value_discretization_interval is not None
+        span, count = self._held_span(history, tail)
+        if fixed:
+            self._check_held(span, count, h)
+        # the finest grid whose distinct steps fit in their share of memory_limit
+        memory_floor = 0.0 if fixed else self._memory_floor(span, count)
         tolerance = self.eps_tolerance
         settings = tuple(sorted({(sigma, q) for sigma, q, _ in history}))
         steps = sum(t for _, _, t in history)
@@ -828,7 +962,7 @@ class PLDAccountant(Accountant):
             predicted = hint_gap * max(steps / hint_steps, 1.0)
             if h / _STICKY_FINER <= hint_h < h or (
                     h <= hint_h <= h * _STICKY_COARSER and predicted <= _STICKY_GAP * tolerance):
-                h = hint_h
+                h = max(hint_h, memory_floor)
         best, previous_gap, reason = None, None, "eight grids were tried"
         for _ in range(8):
             if best is not None and self._grid_bins(history, h, tail) > min(
@@ -838,8 +972,11 @@ class PLDAccountant(Accountant):
                 break
             try:
                 if best is None and not fixed:
+                    # the window within what the distinct steps' grids leave of memory_limit
+                    room = self._window_room(span, count, h) // LOWER_WINDOW_MARGIN
                     h, pld = within_window_budget(lambda step: self._pld(history, step, tail),
-                                                  h, snap=_ladder_up)
+                                                  h, min(FIRST_WINDOW_BINS, room),
+                                                  snap=_ladder_up)
                 else:
                     pld = self._pld(history, h, tail)
                 bounds, _ = evaluate(pld)
@@ -878,8 +1015,14 @@ class PLDAccountant(Accountant):
             if floor < target:
                 target -= floor
             finer = h * float(np.clip(0.8 * math.sqrt(target / refinable), 0.1, 0.8))
+            if finer < memory_floor:
+                # the distinct steps' grids would not fit their share of memory_limit
+                if memory_floor > 0.8 * h:
+                    reason = self._memory_reason(span, count, finer)
+                    break
+                finer = memory_floor
             window = pld.largest_window() * h / finer
-            limit = min(window_limit(self.memory_limit), _MAX_REFINE_WINDOW)
+            limit = min(self._window_room(span, count, finer), _MAX_REFINE_WINDOW)
             if window > limit:
                 # the finest grid whose window fits, if it is still a useful step finer
                 within = _ladder_up(h * 1.05 * pld.largest_window() / limit)
@@ -891,7 +1034,7 @@ class PLDAccountant(Accountant):
                 continue
             if finer > _MAX_H:
                 # a first grid coarser than _MAX_H (the window budget): down the ladder, unclipped
-                finer = _ladder_down(finer)
+                finer = max(_ladder_down(finer), memory_floor)
             elif finer >= _MIN_H or self._grid_bins(history, finer, tail) > _MAX_REFINE_BINS:
                 # the finest grid within the bin budget, if the wanted one is beyond it
                 finer = self._on_ladder(history, finer, _MAX_REFINE_BINS, tail)

@@ -222,6 +222,37 @@ BYTES_PER_COMPONENT_BIN = 256
 MAX_COUNT = 2 ** 53
 
 
+#: bytes one grid bin of one component costs while a PLD holds it, and the bytes of one
+#: component's objects besides its arrays (the pair, its distributions, the PMFs' headers).
+#: Measured with tracemalloc after queries: a Poisson-subsampled Gaussian step holds 40 bytes a
+#: bin with one direction's lower PMF built and 48 with both (the upper and lower PMFs of both
+#: directions, 8 bytes each, and the P- and Q-interval masses, 16, kept until the last lower
+#: PMF is built), and about 5.7 KB of objects; a Laplace step 16, a subsampled Laplace step 33
+HELD_BYTES_PER_COMPONENT_BIN, HELD_BYTES_PER_COMPONENT = 48, 8192
+
+
+def held_component_bytes(total_span: float, count: int, h: float) -> float:
+    """Bytes that ``count`` distinct components hold on grid step ``h`` when their loss ranges
+    (each as :func:`component_bins` sizes it: the widest direction) add up to ``total_span``:
+    ``span / h + 4`` bins each at :data:`HELD_BYTES_PER_COMPONENT_BIN`, plus
+    :data:`HELD_BYTES_PER_COMPONENT` each.  The sum over the components, not the largest: a
+    history of 10,000 distinct steps holds 10,000 of them at once (``inf`` when ``h`` is too
+    small to count them)."""
+    with np.errstate(over="ignore"):
+        bins = float(np.float64(total_span) / np.float64(h)) + 4.0 * count
+    return bins * HELD_BYTES_PER_COMPONENT_BIN + count * HELD_BYTES_PER_COMPONENT
+
+
+def finest_held_step(total_span: float, count: int, budget: float) -> float:
+    """The smallest grid step at which the components of :func:`held_component_bytes` hold at
+    most ``budget`` bytes (0 when they have no loss range; ``inf`` when even their fixed part,
+    the objects and four bins each, is above the budget)."""
+    room = budget - count * (HELD_BYTES_PER_COMPONENT + 4.0 * HELD_BYTES_PER_COMPONENT_BIN)
+    if not room > 0:
+        return math.inf
+    return total_span * HELD_BYTES_PER_COMPONENT_BIN / room
+
+
 def component_bin_limit(memory_limit: int) -> int:
     """Grid bins one component may have under ``memory_limit`` bytes
     (``BYTES_PER_COMPONENT_BIN`` a bin, at least 16)."""

@@ -264,9 +264,19 @@ class RandomAllocationAccountant(Accountant):
             raise ParameterError("method", method, "'auto', 'fft' or 'geometric'")
         self.method = method
         self.memory_limit = check_count("memory_limit", memory_limit, minimum=1 << 20)
+        #: the epochs' PLDs by ``(epoch kind, grid step, level, lower)``: only those the
+        #: queried history can use are kept (:meth:`_forget_epochs_but`); never pickled
         self._epoch_cache: dict[tuple, BracketedPLD] = {}
         #: the first grid step :func:`within_window_budget` chose, by (epochs, default step)
         self._window_steps: dict[tuple, float] = {}
+
+    def __getstate__(self) -> dict:
+        """The base state without the caches: epoch PLDs are rebuilt by the next query (and
+        can be hundreds of megabytes)."""
+        state = super().__getstate__()
+        state["_epoch_cache"] = {}
+        state["_window_steps"] = {}
+        return state
 
     # -- events -------------------------------------------------------------------------------
     def _supports_leaf(self, event: Event) -> bool | str:
@@ -323,6 +333,18 @@ class RandomAllocationAccountant(Accountant):
             self._epoch_cache[cache_key] = pld
         return self._epoch_cache[cache_key]
 
+    def _forget_epochs_but(self, epochs, grids) -> None:
+        """Drop the cached epoch PLDs whose epoch kind is not a key of ``epochs`` or whose
+        ``(grid step, level)`` is not in ``grids``: a query of a history with those epochs on
+        those grids cannot use them.  Called by every query before it builds, so the cache
+        holds what one history's queries use (at most two PLDs per epoch kind and level), and a
+        repeated query of the same history reuses all of it.  Without this, a noise multiplier
+        that grows every epoch moved the grid every epoch and the cache grew with the square of
+        the epochs (3,160 PLDs, 471 MB after 78 epochs queried one by one)."""
+        keep = {(kind, h, level) for kind in epochs for h, level in grids}
+        for cache_key in [key for key in self._epoch_cache if key[:3] not in keep]:
+            del self._epoch_cache[cache_key]
+
     def _composed(self, epochs: dict, h_loss: float, level: int,
                   lower: bool = True) -> BracketedPLD | None:
         total = None
@@ -363,6 +385,10 @@ class RandomAllocationAccountant(Accountant):
                     self._window_steps.clear()
                 self._window_steps[memo] = found
             h0 = found
+        # (h_loss below is h0 * grid_factor, the same float as here)
+        self._forget_epochs_but({**upper_epochs, **lower_epochs},
+                                [(h0 * grid_factor, level)
+                                 for level, (grid_factor, _) in enumerate(_LEVELS)])
         best, last_gap, slack_share = None, None, None
         # with several participations the lower construction is what limits the gap (it
         # observes only the sum of the summands) and finer grids barely move it, at seconds
@@ -587,8 +613,11 @@ class RandomAllocationAccountant(Accountant):
         upper_epochs, _ = epochs_of_history(history)
         if not upper_epochs:
             return 0.0
-        total = self._composed(upper_epochs, _loss_step(upper_epochs), 0, lower=False)
-        return total.epsilon_for_delta(delta).upper
+        h_loss = _loss_step(upper_epochs)
+        with self._lock:   # (the epoch cache is shared with the queries)
+            self._forget_epochs_but(upper_epochs, [(h_loss, 0)])
+            total = self._composed(upper_epochs, h_loss, 0, lower=False)
+            return total.epsilon_for_delta(delta).upper
 
     def epochs(self) -> float:
         """Epochs recorded so far (a partial epoch as a fraction)."""

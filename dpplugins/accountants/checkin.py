@@ -408,7 +408,7 @@ class CheckInAccountant(Accountant):
             return Bounds(0.0, _gaussian_epsilon(mu, delta))
         local = self.local_guarantee(history)
         try:
-            pld = self._cached(("pld",), self._pld)
+            pld = self._cached_object(history, ("pld",), self._pld)
             upper = pld.epsilon_for_delta(delta, lower=False).upper
         except NumericalError:
             if mu is None and local is None:
@@ -426,7 +426,7 @@ class CheckInAccountant(Accountant):
             return Bounds(0.0, min(_gaussian_delta_up(epsilon, mu), 1.0))
         local = self.local_guarantee(history)
         try:
-            pld = self._cached(("pld",), self._pld)
+            pld = self._cached_object(history, ("pld",), self._pld)
             upper = pld.delta_for_epsilon(epsilon, lower=False).upper
         except NumericalError:
             if mu is None and local is None:

@@ -386,7 +386,7 @@ class PNSGDAccountant(Accountant):
         passes = acc.passes_of(runs)
         if passes == [(passes[0][0], 1)]:
             return Bounds(0.0, epsilon_for_delta(acc.pass_profile(passes[0][0]), delta))
-        pld = self._cached(("pld", history), lambda _: acc._pld(passes))
+        pld = self._cached_object(history, ("pld",), lambda _: acc._pld(passes))
         upper = pld.epsilon_for_delta(delta, lower=False).upper
         if math.isinf(upper):
             # the noise makes every epsilon finite; the infinite loss is the profiles' mass
@@ -406,5 +406,5 @@ class PNSGDAccountant(Accountant):
         if passes == [(passes[0][0], 1)]:
             value = float(acc.pass_profile(passes[0][0])(np.array([epsilon]))[0])
             return Bounds(0.0, min(value, 1.0))
-        pld = self._cached(("pld", history), lambda _: acc._pld(passes))
+        pld = self._cached_object(history, ("pld",), lambda _: acc._pld(passes))
         return Bounds(0.0, pld.delta_for_epsilon(epsilon, lower=False).upper)

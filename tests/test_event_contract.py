@@ -17,10 +17,11 @@ import pytest
 
 from dpplugins.accountants import (Accountant, PLDAccountant, UnsupportedEventError, available,
                                    create, register, supporting)
+from dpplugins.accountants.registry import supporting_configurations
 from dpplugins.errors import ParameterError
-from dpplugins.events import (ComposedEvent, GaussianEvent, NoOpEvent, NonPrivateEvent,
-                              PNSGDEvent, PoissonSampledEvent, SelfComposedEvent,
-                              UnsupportedEvent, from_dict)
+from dpplugins.events import (ComposedEvent, FixedBatchEvent, GaussianEvent, NoOpEvent,
+                              NonPrivateEvent, PNSGDEvent, PoissonSampledEvent,
+                              SelfComposedEvent, UnsupportedEvent, from_dict)
 from dpplugins.samplers import (RandomCheckIn, ShuffledEpochs, SlidingWindowCheckIn,
                                 balls_and_bins)
 
@@ -126,12 +127,32 @@ def test_state_round_trip_and_queries(name, key):
     assert with_noop.get_epsilon_bounds(1e-5) == without.get_epsilon_bounds(1e-5)
 
 
-@pytest.mark.parametrize("name,key", CASES)
-def test_pickle_and_deepcopy(name, key):
-    acc = create(name)
-    acc.compose(CATALOGUE[key])
+#: the catalogue and events that some accountant supports only with other options
+#: (``alternative_options``): fixed-size batches (fdp with sampling="uniform")
+OPTIONAL_CATALOGUE = dict(CATALOGUE, fixed_batch=SelfComposedEvent(
+    FixedBatchEvent(200, 10, GaussianEvent(SIGMA)), 40))
+CONFIGURATIONS = [(name, options, key) for key, event in OPTIONAL_CATALOGUE.items()
+                  for name, options in supporting_configurations(event)]
+
+
+def test_every_accountant_has_a_configuration_case():
+    assert {name for name, _, _ in CONFIGURATIONS} == set(NAMES)
+    assert ("fdp", {"neighbouring": "replace_one"}, "fixed_batch") in CONFIGURATIONS
+
+
+@pytest.mark.parametrize("name,options,key", CONFIGURATIONS, ids=[
+    "-".join([name, key] + [f"{k}={v}" for k, v in options.items()])
+    for name, options, key in CONFIGURATIONS])
+def test_pickle_deepcopy_and_state_dict_after_a_query(name, options, key):
+    """Whatever an accountant caches for its queries, after one it still pickles, deep-copies
+    and saves its state, and each copy answers as it does (fdp with fixed-size batches could
+    not be pickled after a query: a cached PLD held a local function)."""
+    acc = create(name, **options)
+    acc.compose(OPTIONAL_CATALOGUE[key])
     eps = acc.get_epsilon(1e-5)
-    for clone in (pickle.loads(pickle.dumps(acc)), copy.deepcopy(acc)):
+    loaded = create(name, **options)
+    loaded.load_state_dict(json.loads(json.dumps(acc.state_dict())))
+    for clone in (pickle.loads(pickle.dumps(acc)), copy.deepcopy(acc), loaded):
         assert clone.history == acc.history and clone.get_epsilon(1e-5) == eps
 
 

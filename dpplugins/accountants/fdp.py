@@ -289,6 +289,14 @@ class GDPAccountant(Accountant):
         self.tail_mass = self._poisson.tail_mass
         self.memory_limit = self._poisson.memory_limit
 
+    def __getstate__(self) -> dict:
+        """The base state without the fixed-size-batch lower bound's composed PLDs: a cache,
+        and one that cannot be pickled (its PLDs hold local functions: pickling failed after a
+        query with ``sampling="uniform"``).  The Poisson accountant drops its own."""
+        state = super().__getstate__()
+        state.pop("_uniform_lower_plds", None)
+        return state
+
     # -- events -------------------------------------------------------------------------------
     def _supports_leaf(self, event: Event) -> bool | str:
         if is_poisson_gaussian(event):

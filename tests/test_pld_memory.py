@@ -302,3 +302,28 @@ def test_distinct_steps_that_fit_no_grid_are_refused_naming_memory_limit():
     with pytest.raises(NumericalError, match="memory_limit") as caught:
         acc.get_epsilon_bounds(1e-5)
     assert "raise memory_limit to at least" in str(caught.value)
+
+
+def test_a_fixed_grid_too_fine_for_many_distinct_steps_names_the_smallest_valid_step():
+    """A value_discretization_interval fine enough for one component (3,000 of the 16,384 bins
+    a 4 MiB limit allows each) but not for 24 of them at once is a ParameterError naming the
+    smallest valid step, as a step too fine for one component is; at that step the query
+    answers and its grids, counted here by walking the composed PLD, hold at most half of the
+    limit."""
+    import re
+
+    from dpplugins.accountants import create
+    from dpplugins.errors import ParameterError
+
+    limit = 4 << 20
+    acc = create("pld", memory_limit=limit, value_discretization_interval=1e-3)
+    _distinct_steps(acc, 24)
+    with pytest.raises(ParameterError, match="value_discretization_interval.*>= ") as caught:
+        acc.get_epsilon_bounds(1e-5)
+    smallest = float(re.search(r">= ([0-9.e+-]+)", str(caught.value)).group(1))
+    fits = create("pld", memory_limit=limit, value_discretization_interval=1.01 * smallest)
+    _distinct_steps(fits, 24)
+    bounds = fits.get_epsilon_bounds(1e-5)
+    assert 0 < bounds.lower <= bounds.upper < math.inf
+    held = [_held_bytes(pld) for pld in fits._plds.values()]
+    assert held and max(held) <= limit // 2, held

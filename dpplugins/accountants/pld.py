@@ -878,17 +878,32 @@ class PLDAccountant(Accountant):
         return _ladder_up(h * (1 + 1e-9)) if h > 0 else 0.0
 
     def _check_held(self, span: float, count: int, h: float) -> None:
-        """NumericalError naming ``memory_limit`` when the grids of the distinct steps on the
-        grid step ``h`` the caller fixed (``value_discretization_interval``, or a lattice
-        step) would hold more than :meth:`_component_budget` bytes."""
+        """Refuse a grid step ``h`` fixed by the caller (``value_discretization_interval``, or
+        a lattice step) on which the grids of the distinct steps would hold more than
+        :meth:`_component_budget` bytes: a ParameterError naming
+        ``value_discretization_interval`` and the smallest valid one (as a step too fine for
+        one component is), or NumericalError naming ``memory_limit`` when no step fits or the
+        step is a lattice's."""
+        budget = self._component_budget()
         held = held_component_bytes(span, count, h)
-        if held > self._component_budget():
-            raise NumericalError(
-                f"the grids of the {count:,} distinct steps of this history would hold "
-                f"{held:,.0f} bytes on grid step {h:g}, more than half of memory_limit="
-                f"{self.memory_limit:,} bytes (the other half is for the FFT window)",
-                f"raise memory_limit to at least {math.ceil(held / _COMPONENT_SHARE):,} bytes, "
-                "or use a coarser value_discretization_interval")
+        if held <= budget:
+            return
+        needed = held / _COMPONENT_SHARE
+        raise_to = (f"raise memory_limit to at least {math.ceil(needed):,} bytes"
+                    if math.isfinite(needed) else "use a coarser grid step")
+        smallest = finest_held_step(span, count, budget)
+        if self.value_discretization_interval is not None and math.isfinite(smallest):
+            raise ParameterError(
+                "value_discretization_interval", h,
+                f">= {smallest:.3g} for the {count:,} distinct steps of this history (their "
+                f"grids may hold half of memory_limit={self.memory_limit:,} bytes, the other "
+                "half is for the FFT window)",
+                f"Or {raise_to}" if math.isfinite(needed) else "")
+        raise NumericalError(
+            f"the grids of the {count:,} distinct steps of this history would hold "
+            f"{held:,.3g} bytes on grid step {h:g}, more than half of memory_limit="
+            f"{self.memory_limit:,} bytes (the other half is for the FFT window)",
+            f"{raise_to}, or use a coarser value_discretization_interval")
 
     def _memory_reason(self, span: float, count: int, wanted: float) -> str:
         """Why a refinement stopped short of grid step ``wanted``: the distinct steps' grids

@@ -388,3 +388,85 @@ S = SETTINGS[0]
 def test_bad_input_names_the_parameter(call, name):
     with pytest.raises(ParameterError, match=name):
         call()
+
+
+# -- the profiles are never below their exact values (floating point rounded outward) -----------
+def _exact_per_position(noise, eps, L, D, eta, scales, counts):
+    """A_i prod_{t>i} B_t for every position i, in 60-digit mpmath (independent of our code)."""
+    import mpmath as mp
+    mp.mp.dps = 60
+
+    def theta(r):
+        a = mp.mpf(eps) / r
+        return mp.ncdf(r / 2 - a) - mp.e ** mp.mpf(eps) * mp.ncdf(-a - r / 2)
+
+    def laplace(shift):
+        return max(mp.mpf(0), -mp.expm1(mp.mpf(eps) / 2 - shift / 2))
+
+    a_t, b_t = [], []
+    for scale, count in zip(scales, counts):
+        s = mp.mpf(float(scale))
+        rule = theta if noise == "gaussian" else laplace
+        a_t += [rule(2 * mp.mpf(L) / s)] * int(count)
+        b_t += [rule(mp.mpf(D) / (mp.mpf(eta) * s))] * int(count)
+    later, out = mp.mpf(1), []
+    for i in range(len(a_t) - 1, -1, -1):
+        out.append(a_t[i] * later)
+        later *= b_t[i]
+    return out[::-1]
+
+
+# first three: a subnormal 1 - B (1e-12 below), theta as a near-cancelling difference of two tail
+# masses (7e-12 below), eps = 0 (3e-14 below); the last a Laplace exponent eps/2 - L/v exactly
+# -2e-18 that rounds to 0 (A was 0)
+OUTWARD_CASES = [
+    ("gaussian", 0.0, 0.25593052723355925, 3.880597775679756, 0.10816048773412662,
+     [0.47458799691613424], [129]),
+    ("gaussian", 0.21149735019758117, 0.5480356647659526, 1.2741572245398474,
+     0.15411623940103203, [62.4292637947708], [400]),
+    ("gaussian", 0.0, 0.9995203193841143, 0.7086915421096945, 0.17395098970283307,
+     [59.28604351638901], [300]),
+    ("laplace", 0.18098541408979257, 1.6452134544805177, 1.0, 0.5, [18.180619280891612], [50]),
+]
+
+
+@pytest.mark.parametrize("noise,eps,L,D,eta,scales,counts", OUTWARD_CASES)
+def test_profiles_are_never_below_the_exact_product_formulas(noise, eps, L, D, eta, scales,
+                                                             counts):
+    import mpmath as mp
+    setting = PNSGDSetting(lipschitz=L, diameter=D, learning_rate=eta, noise=noise)
+    n = int(sum(counts))
+    per_position = _exact_per_position(noise, eps, L, D, eta, scales, counts)
+    exact = {"shuffled": mp.fsum(per_position) / n, "online": max(per_position),
+             "fixed_position": per_position[0]}
+    for variant, value in exact.items():
+        extra = {"position": 1} if variant == "fixed_position" else {}
+        ours = privacy_profile(variant, setting, np.array(scales), n, counts=counts, **extra)(
+            np.array([eps]))[0]
+        assert mp.mpf(float(ours)) >= min(value, 1), variant
+        assert float(ours) <= float(value) * (1 + 1e-9) + 1e-12, variant   # and still tight
+
+
+def test_profiles_are_never_below_exact_values_on_a_random_sweep():
+    """Random settings, noise schedules and epsilons (eps = 0 included), every variant against
+    the 60-digit product formulas; an evaluation that rounds down anywhere fails here."""
+    import mpmath as mp
+    rng = np.random.default_rng(20261207)
+    for _ in range(60):
+        noise = str(rng.choice(["gaussian", "laplace"]))
+        eps = float(rng.choice([0.0, 10 ** rng.uniform(-6, 2.5)]))
+        L, D = float(10 ** rng.uniform(-1, 1)), float(10 ** rng.uniform(-1, 1))
+        eta = float(10 ** rng.uniform(-2, 0))
+        counts = [int(c) for c in rng.integers(1, 30, size=int(rng.integers(1, 4)))]
+        scales = 10 ** rng.uniform(-2, 2, size=len(counts))
+        setting = PNSGDSetting(lipschitz=L, diameter=D, learning_rate=eta, noise=noise)
+        n = sum(counts)
+        per_position = _exact_per_position(noise, eps, L, D, eta, scales, counts)
+        exact = {"shuffled": mp.fsum(per_position) / n, "online": max(per_position),
+                 "fixed_position": per_position[0]}
+        for variant, value in exact.items():
+            extra = {"position": 1} if variant == "fixed_position" else {}
+            ours = privacy_profile(variant, setting, scales, n, counts=counts, **extra)(
+                np.array([eps]))[0]
+            assert mp.mpf(float(ours)) >= min(value, 1), (variant, noise, eps, L, D, eta,
+                                                          list(scales), counts)

@@ -462,7 +462,7 @@ def _mul(count, log_b):
 def _log_geometric(counts, log_b, log_comp):
     """``log sum_{k<m} B^k = log((1 - B^m) / (1 - B))``, stable as B -> 1 (then -> log m).
 
-    Where ``1 - B`` is below ``_COMP_NEGLIGIBLE`` the sum is taken as its upper bound ``m``: it is
+    Where ``1 - B`` is below ``exp(_LOG_COMP_NEGLIGIBLE)`` the sum is taken as its upper bound ``m``: it is
     within a factor ``1 - m (1 - B)`` of it, while ``log B`` itself would come from a subnormal
     ``1 - B`` with a few digits only (that put the shuffled profile 1e-12 below its exact value at
     ``1 - B = 1e-313``; numerically checked against mpmath)."""

@@ -89,6 +89,23 @@ def test_gdp_epsilon_for_delta_is_the_root_rounded_up(mu, delta):
         assert eps > 500  # Opacus' fixed bracket [0, 500] cannot contain it (Opacus #775)
 
 
+@pytest.mark.parametrize("mu", [9.309851312382189e26, 1e75])
+def test_gdp_epsilon_for_delta_is_above_the_root_at_a_huge_mu(mu):
+    """At a huge mu the root sits where ``-eps/mu + mu/2`` cancels and its rounding (about ``u
+    eps/mu``) exceeds it: the answer was 4.999999999999999e149 at ``mu = 1e75``, delta 0.9, where
+    the exact profile is 1 (found by a hostile sweep).  Checked against the profile in 200-digit
+    arithmetic (mpmath, exact float inputs), not against our own Gaussian code."""
+    import mpmath
+
+    delta = 0.9
+    eps = fdp.gdp_epsilon_for_delta(mu, delta)
+    with mpmath.workdps(200):
+        e, m = mpmath.mpf(eps), mpmath.mpf(mu)
+        ncdf = lambda x: mpmath.erfc(-x / mpmath.sqrt(2)) / 2  # noqa: E731
+        exact = ncdf(-e / m + m / 2) - mpmath.exp(e) * ncdf(-e / m - m / 2)
+    assert exact <= delta
+
+
 def test_equivalent_gdp_mu_inverts_the_profile():
     for mu in [0.2, 1.0, 2.5]:
         eps = epsilon_from_delta_curve(lambda e: gaussian_delta_exact(e, mu), 1e-6)

@@ -211,6 +211,34 @@ def test_gaussian_epsilon_against_brentq(mu, delta):
     assert exact * (1 - 1e-9) <= eps <= exact * (1 + 1e-9) + 1e-12
 
 
+def _gaussian_delta_mpmath(eps: float, mu: float):
+    """Balle & Wang 2018 Thm 8 in 200-digit arithmetic (mpmath, exact float inputs): enough to
+    keep the integer part of ``x^2 / 2`` for arguments up to about 1e75."""
+    import mpmath
+
+    with mpmath.workdps(200):
+        e, m = mpmath.mpf(eps), mpmath.mpf(mu)
+        ncdf = lambda x: mpmath.erfc(-x / mpmath.sqrt(2)) / 2  # noqa: E731
+        return ncdf(-e / m + m / 2) - mpmath.exp(e) * ncdf(-e / m - m / 2)
+
+
+@pytest.mark.parametrize("mu", [1e8, 1e10, 1e12, 1e14, 1e20, 1e75])
+@pytest.mark.parametrize("k", [-2.0, -0.5, 0.0, 0.5, 3.0])
+def test_gaussian_delta_upper_is_above_the_exact_profile_where_its_argument_cancels(mu, k):
+    """Near ``eps = mu^2/2`` the argument ``-eps/mu + mu/2`` of Phi is a near-cancelling sum whose
+    rounding (about ``u eps/mu``) is not small against it once mu is large: at ``mu = 1e12, eps =
+    5e23`` the upper bound was 0.5000000000005 where the exact profile is 0.5000033466, and at
+    ``mu = 1e75`` it was 0.5 where the profile is 1 (a hostile sweep against 60-digit
+    arithmetic).  The bound must never be below the exact value, and stays within a relative
+    1e-2 of it where ``u mu`` is small."""
+    eps = mu * mu / 2 + k * mu
+    exact = _gaussian_delta_mpmath(eps, mu)
+    upper = gaussian_delta_upper(eps, mu)
+    assert upper >= exact
+    if mu <= 1e12:
+        assert upper <= exact * (1 + 1e-2)
+
+
 def test_gaussian_epsilon_extremes():
     assert gaussian_epsilon(0.0, 1e-5) == 0.0
     assert gaussian_epsilon(math.inf, 1e-5) == math.inf

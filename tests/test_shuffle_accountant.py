@@ -63,6 +63,47 @@ def test_batches_upper_bound_is_the_gaussian_composition(neighbouring, sens):
         assert b.lower <= b.upper
 
 
+@pytest.mark.parametrize("sigma,k", [(1e-12, 0.0), (1e-14, 0.0), (1e-14, -1.0), (1e-10, 0.5)])
+def test_batches_upper_delta_is_above_the_exact_gaussian_at_a_tiny_noise(sigma, k):
+    """At ``eps = mu^2/2 + k mu`` the argument ``-eps/mu + mu/2`` of the Gaussian profile cancels,
+    and for ``mu = 1/sigma = 1e12`` its rounding moved the upper bound below the exact delta
+    (0.5000000000005 where it is 0.5000033466; at ``sigma = 1e-14`` 0.50000 where it is
+    0.50083).  Checked against the profile in 200-digit arithmetic (mpmath, exact float inputs),
+    not against our own Gaussian code."""
+    import mpmath
+
+    acc = ShuffleAccountant(batch_size=256)
+    acc.step(noise_multiplier=sigma, sample_rate=1 / 200, count=200)   # one epoch, zero-out
+    with mpmath.workdps(200):
+        mu = 1 / mpmath.mpf(sigma)
+        eps = float(mu) ** 2 / 2 + k * float(mu)
+        e = mpmath.mpf(eps)
+        ncdf = lambda x: mpmath.erfc(-x / mpmath.sqrt(2)) / 2  # noqa: E731
+        exact = ncdf(-e / mu + mu / 2) - mpmath.exp(e) * ncdf(-e / mu - mu / 2)
+    assert acc.get_delta_bounds(eps).upper >= exact
+
+
+@pytest.mark.parametrize("sigma", [3.0, 30.0, 300.0, 1e4])
+def test_batch_size_one_epoch_profile_is_never_below_the_exact_gaussian(sigma):
+    """The per-epoch profile of batch size 1 is the minimum of the amplified one and the plain
+    Gaussian ``delta(eps)``; that was the log-space value times ``1 + 1e-12``, which cancels for
+    small ``mu`` and was below the exact profile from noise 3 on (a relative 2.8e-9 at noise 300,
+    a hostile sweep).  Reference: 80-digit arithmetic (mpmath, exact float inputs)."""
+    import mpmath
+
+    acc = ShuffleAccountant(batch_size=1)
+    profile, amplified = acc._epoch_profile(sigma, 2)   # two users: little amplification
+    eps = np.geomspace(1e-5, 20.0, 120)
+    values, other = profile(eps), amplified(eps)
+    with mpmath.workdps(80):
+        mu = 1 / mpmath.mpf(sigma)   # zero-out: sensitivity 1
+        ncdf = lambda x: mpmath.erfc(-x / mpmath.sqrt(2)) / 2  # noqa: E731
+        for e, v, w in zip(eps, values, other):
+            x = mpmath.mpf(e)
+            exact = ncdf(-x / mu + mu / 2) - mpmath.exp(x) * ncdf(-x / mu - mu / 2)
+            assert v >= min(exact, w), e   # the Gaussian part is never below its exact value
+
+
 def test_mixed_noise_and_partial_epoch_use_the_smallest_noise_of_each_epoch():
     acc = ShuffleAccountant(batch_size=10)
     acc.step(noise_multiplier=1.0, sample_rate=0.01, count=250)  # epochs 1, 2 and half of 3

@@ -508,6 +508,72 @@ def test_inadmissible_delta0_states_the_bound():
         C.sliding_window_epsilon(2.0, 1e-5, 10, delta0=0.5)
 
 
+@pytest.mark.parametrize("eps0,delta0", [(6.621077250787868, 4.931860271687064e-25),
+                                         (7.353526267589761, 1.0322048951793024e-101),
+                                         (5.5, 1e-30), (4.0, 1e-12), (2.5, 1e-9), (6.0, 1e-40)])
+def test_delta1_for_delta0_is_admissible_in_exact_arithmetic(eps0, delta0):
+    """``k = log(1 / (1 - e^(-5 eps0)))`` was ``-log(-expm1(-5 eps0))``, whose argument is
+    within an ulp of 1 for eps0 above about 5: the admissible bound came out up to 0.6 % too
+    large and the smallest ``delta1`` too small (the theorem does not admit it).  Reference: the
+    hypothesis of Balle et al. 2020, Thm 3.2, in 60-digit arithmetic."""
+    import mpmath
+
+    d1 = C.delta1_for_delta0(eps0, delta0)
+    with mpmath.workdps(60):
+        e, d = mpmath.mpf(eps0), mpmath.mpf(d1)
+        k = -mpmath.log(1 - mpmath.exp(-5 * e))
+        allowed = -mpmath.expm1(-e) * d / (4 * mpmath.exp(e) * (2 + mpmath.log(2 / d) / k))
+    assert allowed >= delta0
+    assert C.admissible_delta0(eps0, d1) <= allowed
+
+
+def _gaussian_profile_mpmath(eps, mu, digits=80):
+    """Balle & Wang 2018, Thm 8, in ``digits``-digit arithmetic (mpmath, exact float inputs)."""
+    import mpmath
+
+    with mpmath.workdps(digits):
+        e, m = mpmath.mpf(eps), mpmath.mpf(mu)
+        ncdf = lambda x: mpmath.erfc(-x / mpmath.sqrt(2)) / 2  # noqa: E731
+        return ncdf(-e / m + m / 2) - mpmath.exp(e) * ncdf(-e / m - m / 2)
+
+
+@pytest.mark.parametrize("sigma", [300.0, 1e4, 1e5, 1e10, 1e14, 1e20])
+def test_gaussian_local_delta0_is_never_below_the_exact_profile(sigma):
+    """The log-space profile times ``1 + 1e-10`` was below the exact delta0 at large noise (its two
+    terms cancel for small mu): a relative 1.6e-9 at noise 300, 2.6e-2 at 1e14, and 1e-300 where
+    it is 8e-21 at 1e20 (a hostile sweep).  Reference: 80-digit arithmetic, on the eps0 grid of
+    the shuffling bound."""
+    import mpmath
+
+    eps0 = np.concatenate([np.geomspace(1e-4, 2.0, 64), [0.0]])
+    values = C.gaussian_local_delta0(eps0, sigma)
+    mu = mpmath.mpf(2) / mpmath.mpf(sigma)
+    for e, v in zip(eps0, values):
+        assert v >= _gaussian_profile_mpmath(float(e), mu), e
+
+
+@pytest.mark.parametrize("eps0,slots,p0", [(10.898455897945873, 10, 1.0), (10.0, 1, 1.0),
+                                           (9.0, 100, 0.5), (6.0, 1, 1.0), (1.0, 100, 1.0)])
+def test_fixed_and_sliding_profiles_are_never_below_the_exact_formula(eps0, slots, p0):
+    """``exp(-((eps - B) / A)^2)`` cancels in ``eps - B`` when ``B / A`` (about ``e^(3 eps0 / 2)``)
+    is large, and the rounding of ``B`` moved the profile below the exact value of the formula:
+    a relative 4e-9 at eps0 = 10.9, m = 10 (a hostile sweep).  Reference: Thm 3.2 / 4.3 in
+    80-digit arithmetic (mpmath, exact float inputs)."""
+    import mpmath
+
+    for profile, w in [(C.fixed_window_profile(eps0, slots, p0), p0),
+                       (C.sliding_window_profile(eps0, slots), 1.0)]:
+        with mpmath.workdps(80):
+            e0, m, p = mpmath.mpf(eps0), mpmath.mpf(slots), mpmath.mpf(w)
+            x = mpmath.expm1(e0)
+            a = p * x * mpmath.sqrt(2 * mpmath.exp(e0) / m)
+            b = p * p * mpmath.exp(e0) * x * x / (2 * m)
+            for z in [0.5, 1.0, 2.0, 3.0, 4.0, 5.0]:
+                eps = float(b + a * z)
+                exact = mpmath.exp(-((eps - b) / a) ** 2)
+                assert profile(np.array([eps]))[0] >= exact, (w, z, eps)
+
+
 def test_admissible_delta0_at_a_subnormal_eps0_is_a_number():
     """eps0 = 5e-324 (valid: > 0): e^(-5 eps0) rounds to 1, and log1p(-1) raised a math domain
     error from supports().  Reference: the hypothesis of Balle et al. 2020, Thm 3.2, in 50-digit

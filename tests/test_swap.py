@@ -67,6 +67,29 @@ def test_minimal_delta1_satisfies_the_admissibility_condition_tightly():
     assert swap.minimal_delta1(0.5, 0.0) == 0.0
 
 
+@pytest.mark.parametrize("eps0,n", [(8.26617907227561, 10), (5.0, 10), (3.0, 1000), (1.0, 10**6),
+                                    (0.3, 10**9)])
+def test_pure_profile_and_epsilon_are_never_below_the_exact_formula(eps0, n):
+    """Thm A.5 evaluated in 80-digit arithmetic (mpmath, exact float inputs): the epsilon was a
+    few ulps below ``A + B sqrt(2 log(1/delta) / n)`` at about half of the inputs, and the profile
+    cancels in ``eps - A`` (``A / B ~ e^(3 eps0 / 2)``): a relative 2.4e-6 below the exact
+    ``exp(-n ((eps - A) / B)^2 / 2)`` at eps0 = 8.27, n = 10 (a hostile sweep)."""
+    import mpmath
+
+    profile = swap.pure_profile(eps0, n)
+    with mpmath.workdps(80):
+        e0 = mpmath.mpf(eps0)
+        em1 = mpmath.expm1(e0)
+        a, b = mpmath.exp(3 * e0) * em1 ** 2 / (2 * n), mpmath.exp(e0 * 3 / 2) * em1
+        for z in [0.5, 1.0, 2.0, 3.0, 4.0, 5.0]:
+            eps = float(a + b * z * mpmath.sqrt(mpmath.mpf(2) / n))
+            exact = mpmath.exp(-n * ((eps - a) / b) ** 2 / 2)
+            assert profile(np.array([eps]))[0] >= exact, (z, eps)
+        for delta in [1e-12, 1e-7, 1e-5, 0.01, 0.5]:
+            exact = a + b * mpmath.sqrt(2 * mpmath.log(1 / mpmath.mpf(delta)) / n)
+            assert swap.epsilon(eps0, n, delta).epsilon >= exact, delta
+
+
 def test_approximate_version_splits_delta_as_stated():
     eps0, n, delta0, delta = 0.05, 10**7, 1e-20, 1e-6
     res = swap.epsilon(eps0, n, delta, delta0=delta0)

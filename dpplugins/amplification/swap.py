@@ -52,6 +52,24 @@ __all__ = ["SwapBound", "epsilon", "coefficients", "pure_profile", "minimal_delt
 #: local epsilons tried when a Gaussian randomizer is turned into (eps0, delta0) pairs
 GAUSSIAN_EPS0_GRID = np.geomspace(1e-4, 2.0, 64)
 
+#: relative margin on every epsilon and delta reported, as in
+#: :mod:`dpplugins.amplification.checkin` (a few ulps would do; this is generous): without it
+#: :func:`epsilon` was below the exact value of its formula at 264 of 600 sampled inputs (by
+#: up to a relative 7e-15; a hostile sweep against 80-digit arithmetic)
+_UP = 1.0 + 1e-12
+#: relative rounding of the coefficients ``A`` and ``B`` (a few ulps for each of their ``exp``,
+#: ``expm1`` and arithmetic operations: our error model), by which the profiles round them up
+#: before the cancelling difference ``eps - A``: against ``B`` the rounding of ``A`` is ``A / B ~
+#: e^(3 eps0 / 2)`` times larger (``8 eps0`` for approximate-DP randomizers), and without this
+#: :func:`pure_profile` was up to a relative 2.4e-6 below the exact value of its formula at
+#: eps0 = 8.3, n = 10 (1162 of 2700 sampled points below it, the same sweep)
+_COEFFICIENT_ROUNDING = 32 * 2.0 ** -53
+
+
+def _rounded_up(a, b):
+    """``(A, B)`` raised by :data:`_COEFFICIENT_ROUNDING` (the profiles increase in both)."""
+    return a * (1 + _COEFFICIENT_ROUNDING), b * (1 + _COEFFICIENT_ROUNDING)
+
 
 @dataclass(frozen=True)
 class SwapBound:
@@ -121,7 +139,7 @@ def pure_profile(eps0: float, n: int) -> Callable[[np.ndarray], np.ndarray]:
         1.0
     """
     eps0, n, _ = _check(eps0, n, 0.0)
-    a, b = coefficients(eps0, n)
+    a, b = _rounded_up(*coefficients(eps0, n))
 
     def profile(eps):
         eps = np.asarray(eps, dtype=float)
@@ -129,7 +147,7 @@ def pure_profile(eps0: float, n: int) -> Callable[[np.ndarray], np.ndarray]:
             return np.zeros_like(eps)
         with np.errstate(invalid="ignore", over="ignore"):
             z = np.where(eps > a, (eps - a) / b, 0.0)
-            out = np.where(eps > a, np.exp(-0.5 * n * z * z), 1.0)
+            out = np.where(eps > a, np.exp(-0.5 * n * z * z) * _UP, 1.0)
         return np.minimum(np.nan_to_num(out, nan=1.0), 1.0)
 
     return profile
@@ -151,7 +169,7 @@ def approximate_profile(eps0: float, n: int, delta0: float) -> Callable[[np.ndar
             return np.ones_like(eps)
         with np.errstate(over="ignore"):
             extra = n * (np.exp(np.minimum(eps, 700.0)) + 1) * delta1
-        return np.minimum(inner(eps) + extra, 1.0)
+        return np.minimum((inner(eps) + extra) * _UP, 1.0)
 
     return profile
 
@@ -175,17 +193,18 @@ def epsilon(eps0: float, n: int, delta: float, *, delta0: float = 0.0) -> SwapBo
         return SwapBound(0.0, delta, "balle2020_swap")
     if delta0 == 0:
         a, b = coefficients(eps0, n)
-        eps = a + b * math.sqrt(2 * math.log(1 / delta) / n)
+        eps = (a + b * math.sqrt(2 * math.log(1 / delta) / n)) * _UP
         return SwapBound(float(eps), delta, "balle2020_swap")
     delta1 = minimal_delta1(eps0, delta0)
     a, b = coefficients(8 * eps0, n)
     best = None
     if math.isfinite(delta1) and 2 * n * delta1 < delta:
         for inner in delta * np.geomspace(1e-8, 1.0, 400, endpoint=False):
-            eps = a + b * math.sqrt(2 * math.log(1 / inner) / n)
+            eps = (a + b * math.sqrt(2 * math.log(1 / inner) / n)) * _UP
             if not math.isfinite(eps) or eps > 700:
                 continue
-            if inner + n * (math.exp(eps) + 1) * delta1 <= delta and (best is None or eps < best):
+            total = (inner + n * (math.exp(eps) + 1) * delta1) * _UP
+            if total <= delta and (best is None or eps < best):
                 best = eps
     if best is None:
         raise ParameterError(
@@ -232,7 +251,7 @@ def gaussian_profile(noise_multiplier: float, n: int, *, sensitivity: float = 2.
                        for e, d in zip(grid, deltas0)])
     usable = np.isfinite(delta1) & (2 * n * delta1 < 1)
     grid, delta1 = grid[usable], delta1[usable]
-    coeffs = np.array([coefficients(8 * float(e), n) for e in grid]).reshape(-1, 2)
+    coeffs = np.array([_rounded_up(*coefficients(8 * float(e), n)) for e in grid]).reshape(-1, 2)
 
     def profile(eps):
         eps = np.asarray(eps, dtype=float)
@@ -244,7 +263,7 @@ def gaussian_profile(noise_multiplier: float, n: int, *, sensitivity: float = 2.
             z = np.where(e > a, (e - a) / b, 0.0)
             inner = np.where(e > a, np.exp(-0.5 * n * z * z), 1.0)
             extra = n * (np.exp(np.minimum(e, 700.0)) + 1) * delta1[:, None]
-        total = np.nan_to_num(inner, nan=1.0) + extra
+        total = (np.nan_to_num(inner, nan=1.0) + extra) * _UP
         return np.minimum(total.min(axis=0), 1.0)
 
     return profile

@@ -53,10 +53,15 @@ def full_batch_mu(runs: Iterable[tuple[float, float, int]], *,
         return None
     if any(not sigma > 0 for sigma, _, _ in runs):
         return None
-    # (x * x overflows to inf; x ** 2 would raise OverflowError for a tiny sigma)
     inverses = [(float(t), float(sensitivity_factor) / sigma) for sigma, _, t in runs]
-    total = math.fsum(t * x * x for t, x in inverses)
-    mu = math.sqrt(total) if math.isfinite(total) else math.inf
+    # scaled by the largest c / sigma, as fdp.gdp_compose: the squares of c / sigma below about
+    # 1e-154 were subnormal with a few digits left (sigma = 1e160: mu 5.6e-6 relative below its
+    # exact value, outside the 1e-12 bracket), and 0 below about 1e-162
+    scale = max(x for _, x in inverses)
+    if not 0.0 < scale < math.inf:
+        return None
+    total = math.fsum(t * (x / scale) * (x / scale) for t, x in inverses)
+    mu = scale * math.sqrt(total) if math.isfinite(total) else math.inf
     if not (math.isfinite(mu) and 0.0 < mu < 1e150):
         return None
     return mu * (1 - _MU_RTOL), mu * (1 + _MU_RTOL)
@@ -90,6 +95,10 @@ def small_mu_delta_lower(epsilon: float, mu: float) -> float:
 
     epsilon, mu = float(epsilon), float(mu)
     m = -epsilon / mu
+    if not abs(m) < 1e6:
+        # phi(m) < e^(-5e11): the profile is below every float, and 0 is a lower bound
+        # (beyond |m| of about 1.3e154 the terms below raised OverflowError)
+        return 0.0
     log_root = 0.5 * math.log(2.0 * math.pi)
     inner = max(abs(m) - mu / 2, 0.0)
     # m = -eps/mu is rounded (relative u), so m^2 / 2 is off by about u m^2 and phi(m), and

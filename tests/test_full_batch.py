@@ -137,3 +137,41 @@ def test_tiny_mu_delta_at_epsilon_beyond_the_exponential_range(name, sigma, coun
             assert up <= 1e-200
         else:
             assert true - low <= 1e-3 * true
+
+
+@pytest.mark.parametrize("sigma", [7.7e158, 3e159, 1e160, 1e200, 1e300])
+def test_full_batch_mu_brackets_the_exact_mu_at_a_huge_noise(sigma):
+    """c / sigma below about 1e-154 has a subnormal square: the sum of squares kept a few digits
+    (sigma = 1e160: mu 5.6e-6 relative below its exact value, outside the 1e-12 bracket) and
+    was 0 below 1e-162.  Reference: the GDP composition (DRS 2022, Cor. 3.3) in 50 digits."""
+    from dpplugins.full_batch import full_batch_mu
+
+    runs = [(sigma, 1.0, 1), (3 * sigma, 1.0, 5)]
+    low, high = full_batch_mu(runs, sensitivity_factor=2.0)
+    with mpmath.workdps(50):
+        s = mpmath.mpf(sigma)
+        exact = 2 * mpmath.sqrt(1 / s ** 2 + 5 / (3 * s) ** 2)
+    assert low <= exact <= high
+
+
+@pytest.mark.parametrize("name", ["pld", "fdp"])
+@pytest.mark.parametrize("sigma,epsilon", [(1e160, 1.0), (1e150, 1e10), (1e300, 1.0),
+                                           (1e300, 0.0)])
+def test_huge_noise_full_batch_queries_answer_with_positive_upper_bounds(name, sigma, epsilon):
+    """A NumericalError about the history's size came out of the midpoint-rule lower bound
+    (OverflowError beyond |eps / mu| of about 1.3e154), and at sigma = 1e300 the upper delta was
+    0 where the exact one is positive (mu underflowed to 0).  Reference: mu-GDP in 60 digits."""
+    acc = create(name).compose(PoissonSampledEvent(1.0, GaussianEvent(sigma)))
+    low, up = acc.get_delta_bounds(epsilon)
+    with mpmath.workdps(60):
+        m, e = 1 / mpmath.mpf(sigma), mpmath.mpf(epsilon)
+        x = e / m - m / 2
+        if x > 40:   # exact in (0, Phi(-x)], below e^(-800) (and mpmath's ncdf overflows)
+            assert low == 0.0 and up >= 1e-300
+            return
+        if e == 0:   # 2 Phi(m/2) - 1, without the cancellation of the two terms
+            exact = mpmath.erf(m / (2 * mpmath.sqrt(2)))
+        else:
+            exact = mpmath.ncdf(-x) - mpmath.exp(e) * mpmath.ncdf(-e / m - m / 2)
+    assert 0.0 <= low <= exact <= up
+    assert up > 0.0

@@ -96,8 +96,9 @@ def small_mu_delta_lower(epsilon: float, mu: float) -> float:
     epsilon, mu = float(epsilon), float(mu)
     m = -epsilon / mu
     if not abs(m) < 1e6:
-        # phi(m) < e^(-5e11): the profile is below every float, and 0 is a lower bound
-        # (beyond |m| of about 1.3e154 the terms below raised OverflowError)
+        # 0 is always a lower bound, and at the mu below SMALL_MU this serves the profile is
+        # below Phi(m + mu/2) < e^(-4e11), far below every float (beyond |m| of about 1.3e154
+        # the terms below raised OverflowError)
         return 0.0
     log_root = 0.5 * math.log(2.0 * math.pi)
     inner = max(abs(m) - mu / 2, 0.0)

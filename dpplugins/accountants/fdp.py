@@ -142,15 +142,30 @@ def _profile_end(profile, threshold: float) -> float:
     return eps
 
 
+def _mu_up(sigma: float) -> float:
+    """``mu = 2 / sigma`` of a replace-one Gaussian step, rounded up (a larger ``mu`` is a
+    weaker guarantee, so an upper bound on delta stays valid).
+
+    Example::
+
+        >>> _mu_up(2.0), _mu_up(3.0) >= 2 / 3
+        (1.0, True)
+    """
+    mu = 2.0 / sigma
+    if math.isfinite(mu) and Fraction(mu) * Fraction(sigma) < 2:
+        return math.nextafter(mu, math.inf)
+    return mu
+
+
 def _component_end(sigma: float, q: float, steps: int, tail_mass: float) -> float:
     """Largest privacy loss kept on the grid of one fixed-size-batch component (what lies beyond
     goes to ``delta(inf)``; see :func:`fixed_size_gaussian_pld`)."""
-    mu = 2.0 / sigma
+    mu = _mu_up(sigma)
     if not math.isfinite(mu):
         # a noise multiplier below about 1e-308 (it raised a ParameterError about mu = inf)
         raise NumericalError(f"the noise multiplier {sigma:g} is too small to account: 2 / sigma "
                              "overflows the float range", "use a larger noise multiplier")
-    return _profile_end(lambda eps: fdp.subsampled_gaussian_delta(eps, mu, q),
+    return _profile_end(lambda eps: fdp.subsampled_gaussian_delta_upper(eps, mu, q),
                         min(1e-16, tail_mass) / max(steps, 1))
 
 
@@ -161,8 +176,9 @@ def fixed_size_gaussian_pld(history, h: float, *, tail_mass: float = 1e-15,
     Why it is valid.  Each step, with noise ``sigma C`` and replace-one sensitivity ``2C``, runs a
     ``G_{2/sigma}``-DP mechanism on a uniformly random batch of ``m = q n`` records drawn without
     replacement, so it is ``C_q(G_{2/sigma})``-DP (Dong, Roth, Su 2022, Thm 4.2) for every choice
-    of the earlier outputs.  :func:`dpplugins.fdp.subsampled_gaussian_delta` is the exact privacy
-    profile of ``C_q(G_{2/sigma})``, a symmetric trade-off function; ``from_privacy_profile(...,
+    of the earlier outputs.  :func:`dpplugins.fdp.subsampled_gaussian_delta_upper` bounds the
+    privacy profile of ``C_q(G_{2/sigma})`` from above (with ``2/sigma`` rounded up: the profile
+    grows with ``mu``), a symmetric trade-off function; ``from_privacy_profile(...,
     symmetric=True)`` turns it into a pair whose profile lies above it at every eps (connect the
     dots, Doroshenko et al. 2022), i.e. a pair whose trade-off function is at most
     ``C_q(G_{2/sigma})``.  Adaptive composition of ``f_i``-DP steps is ``(x) f_i``-DP (DRS Thm 3.2),
@@ -187,10 +203,10 @@ def fixed_size_gaussian_pld(history, h: float, *, tail_mass: float = 1e-15,
         counts[(sigma, q)] = counts.get((sigma, q), 0) + steps
     total = None
     for (sigma, q), steps in counts.items():
-        mu = 2.0 / sigma
+        mu = _mu_up(sigma)
 
         def profile(eps, mu=mu, q=q):
-            return fdp.subsampled_gaussian_delta(eps, mu, q)
+            return fdp.subsampled_gaussian_delta_upper(eps, mu, q)
 
         eps_max = _component_end(sigma, q, steps, tail_mass)
         step = PrivacyLossDistribution.from_privacy_profile(

@@ -324,12 +324,16 @@ class ShuffleAccountant(Accountant):
 
     def _mu_total(self, plan: EpochPlan) -> float:
         """``sensitivity * sqrt(sum_e 1/sigma_e^2)`` (Dong, Roth, Su 2022, Cor. 3.3), scaled by
-        the smallest sigma so that ``sigma^2`` never underflows (``inf`` past the float range)."""
+        the smallest sigma so that ``sigma^2`` never underflows (``inf`` past the float range),
+        and rounded up by a relative ``1e-12`` (the few roundings of the sum, the square root and
+        the products are below ``1e-15``; a larger ``mu`` is a weaker guarantee, so the upper
+        bounds computed from it stay valid)."""
         s0 = min(smin for (smin, _, _) in plan.epochs)
-        total = sum(float(count) * (s0 / smin) ** 2 for (smin, _, _), count in plan.epochs.items())
+        total = math.fsum(float(count) * (s0 / smin) ** 2
+                          for (smin, _, _), count in plan.epochs.items())
         with np.errstate(over="ignore"):
             scale = self.sensitivity / s0 if s0 > 0 else math.inf
-        return scale * math.sqrt(total) if math.isfinite(scale) else math.inf
+        return scale * math.sqrt(total) * (1 + 1e-12) if math.isfinite(scale) else math.inf
 
     # -- upper bound ----------------------------------------------------------------------------
     def _epoch_profile(self, sigma: float, n: int):

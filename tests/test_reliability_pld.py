@@ -277,7 +277,7 @@ def test_a_tiny_sample_rate_and_tiny_delta_answer_within_the_tolerance():
     with warnings.catch_warnings():
         warnings.simplefilter("error", AccuracyWarning)
         b = _pld_accountant(history).get_epsilon_bounds(1e-10)
-    theirs = _dp_accounting(history, 1e-5).get_epsilon(1e-10)  # 0.910010
+    theirs = _dp_accounting(history, 1e-4).get_epsilon(1e-10)  # 0.910013 (1e-5: 0.910047, 12 s)
     assert b.lower <= theirs * (1 + 1e-9)
     assert abs(b.upper - theirs) <= 1e-3 * theirs
     assert b.upper - b.lower <= 1e-3 * b.upper

@@ -441,3 +441,78 @@ def test_clone_pair_at_large_eps0_stays_above_shuffled_binary_rr(eps0, n):
     assert shuffle.clone_pair_delta(eps0, n, c, eps0) == (0.0, 0.0)
     assert shuffle.clone_pair_delta(0.0, n, 1.0, 0.1) == (0.0, 0.0)
     assert shuffle.clone_pair_epsilon(0.0, n, 1.0, 1e-6) == 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# tiny eps0: the laws' rounding against 50-digit enumeration
+# ---------------------------------------------------------------------------------------------
+def _mp_hockey_stick(p, q, eps):
+    import mpmath
+    g = mpmath.exp(mpmath.mpf(eps))
+    keys = set(p) | set(q)
+    return max(sum(max(0, p.get(k, 0) - g * q.get(k, 0)) for k in keys),
+               sum(max(0, q.get(k, 0) - g * p.get(k, 0)) for k in keys))
+
+
+def _mp_clone_pair(eps0, n, c):
+    """The clone pair of :func:`clone_pair_by_enumeration` in 50-digit arithmetic (``c`` as the
+    float given to the library)."""
+    import mpmath
+    mpmath.mp.dps = 50
+    alpha, c = mpmath.exp(mpmath.mpf(eps0)) / (mpmath.exp(mpmath.mpf(eps0)) + 1), mpmath.mpf(c)
+    p0, p1 = {}, {}
+    for others in itertools.product((0, 1, 2), repeat=n - 1):
+        pr = mpmath.fprod(c / 2 if o < 2 else 1 - c for o in others)
+        n0, n1 = others.count(0), others.count(1)
+        for report, (w0, w1) in ((0, (alpha, 1 - alpha)), (1, (1 - alpha, alpha))):
+            key = (n0 + (report == 0), n1 + (report == 1))
+            p0[key] = p0.get(key, 0) + pr * w0
+            p1[key] = p1.get(key, 0) + pr * w1
+    return p0, p1
+
+
+def _mp_ternary_rr(eps0, n):
+    """Shuffled 3-RR histograms (counts of a and b), differing user a vs b, the others at c."""
+    import mpmath
+    mpmath.mp.dps = 50
+    e = mpmath.exp(mpmath.mpf(eps0))
+    z = e + 2
+    out = []
+    for first in "ab":
+        users, hist = [first] + ["c"] * (n - 1), {}
+        for reports in itertools.product("abc", repeat=n):
+            pr = mpmath.fprod(e / z if r == u else 1 / z for u, r in zip(users, reports))
+            key = (reports.count("a"), reports.count("b"))
+            hist[key] = hist.get(key, 0) + pr
+        out.append(hist)
+    return out
+
+
+@pytest.mark.parametrize("eps0,n,eps", [
+    (1.8893068134791176e-08, 3, 1.2750980381398842e-08),   # upper 2.3e-8 relative below
+    (2.3099579911062236e-08, 3, 3.0726371040256024e-09),   # lower above
+    (2.4783897485110614e-08, 4, 2.4783897485110548e-08),   # lower 2e-18 where exact is 8e-25
+    (0.011605433079746534, 3, 0.01160543307974652),        # upper 0 where exact is 5e-19
+    (1.8893068134791176e-08, 3, 0.0), (1e-3, 4, 1e-4), (0.5, 3, 0.1)])
+def test_shuffled_ternary_rr_brackets_the_exact_value_at_a_tiny_eps0(eps0, n, eps):
+    p, q = _mp_ternary_rr(eps0, n)
+    exact = _mp_hockey_stick(p, q, eps)
+    got = shuffle.shuffled_rr_delta(eps0, n, eps, k=3)
+    assert got.lower <= exact <= got.upper, (got, exact)
+
+
+@pytest.mark.parametrize("eps0,n", [(1.0420989503736077e-09, 2), (1e-6, 3),
+                                    (4.154323803980885e-05, 2), (0.3, 4)])
+def test_clone_pair_total_variation_is_bracketed_at_a_tiny_eps0(eps0, n):
+    """At eps = 0 no rounding margin can be taken off the evaluation point: the clone pair's
+    upper bound was a relative 9.5e-8 below the exact total variation at eps0 = 1e-9, and the
+    FMT21 epsilon was 0 where it is 7e-17."""
+    c = shuffle.fmt21_clone_probability(eps0)
+    p0, p1 = _mp_clone_pair(eps0, n, c)
+    exact = _mp_hockey_stick(p0, p1, 0.0)
+    got = shuffle.clone_pair_delta(eps0, n, c, 0.0)
+    assert got.lower <= exact <= got.upper, (got, exact)
+    assert float(shuffle.clone_pair_profile(eps0, n, c)(np.array([0.0]))[0]) >= exact
+    if eps0 == 1.0420989503736077e-09:
+        # delta just below the total variation: epsilon is positive
+        assert shuffle.fmt21_epsilon(eps0, n, 2.6052472e-10).epsilon > 0

@@ -712,8 +712,21 @@ def _ternary_rr_delta(eps0: float, n: int, epsilon: float) -> Bounds:
     :func:`~dpplugins.amplification.count_pair.krr_lower_pairs` calls ``"others_at_c"``, whose
     delta is a closed-form sum like the clone pair's (one implementation, in
     :class:`~dpplugins.amplification.count_pair.CountPair`).  Symmetric pair.
+
+    Like :func:`_clone_delta`: 0 from eps0 on (the likelihood ratio is at most ``e^eps0``), the
+    upper bound from ``epsilon`` less and the lower one from ``epsilon`` plus the rounding
+    margin (:data:`~dpplugins.amplification.count_pair.EPS_ROUNDING_MARGIN`).  Without them
+    the bounds missed the exact value on both sides at a tiny eps0 (an upper bound a relative
+    2.3e-8 below it at eps0 = 1.9e-8, n = 3; an upper bound of 0 where it is 5e-19 at epsilon a
+    few ulps below eps0 = 0.0116), found by exact enumeration.
     """
-    return _ternary_pair(eps0, n).delta(epsilon)
+    if epsilon >= eps0:
+        return Bounds(0.0, 0.0)
+    pair = _ternary_pair(eps0, n)
+    upper = pair.delta(float(below_by_margin(epsilon))).upper
+    above = epsilon + EPS_ROUNDING_MARGIN
+    lower = pair.delta(above).lower if above < eps0 else 0.0
+    return Bounds(min(lower, upper), upper)
 
 
 @functools.lru_cache(maxsize=64)

@@ -432,17 +432,23 @@ def fmt21_closed_form_epsilon(eps0: float, n: int, delta: float) -> ShuffleBound
     ours is the conservative one.  Validity: ``eps0 <= log(n / (16 log(4/delta)))`` -- the code's
     condition, stricter than the ``log(2/delta)`` one sometimes quoted.  Outside it we raise
     :class:`ParameterError` instead of returning a number.
+
+    Rounding (ours): the float ``limit`` is lowered by a relative ``1e-12`` before the test
+    (eps0 = 0.7691341123148706 was admitted at n = 991 where the exact limit is a few ulps
+    below it), and the result is raised by a relative ``1e-12`` (a chain of a dozen roundings,
+    each below ``u``; it was up to 3.4e-16 relative below the formula's exact value).
     """
     eps0, n = _check_eps0_n(eps0, n)
     delta = check_open_unit("delta", delta)
     limit = math.log(n / (16 * math.log(4 / delta))) if n > 16 * math.log(4 / delta) else -math.inf
+    limit -= 1e-12 * (1.0 + abs(limit))
     if eps0 > limit:
         raise ParameterError(
             "eps0", eps0, f"<= log(n / (16 log(4/delta))) = {limit:.4g} for the FMT21 closed form "
             f"(n={n}, delta={delta:g})", hint="use method='fmt21' (numerical) instead")
     a = 8 * math.sqrt(math.exp(eps0) * math.log(4 / delta) / n) + 8 * math.exp(eps0) / n
     e = math.log1p(a)
-    eps = math.log1p(-math.expm1(-eps0) / (1 + math.exp(-eps0 - e)) * a)
+    eps = math.log1p(-math.expm1(-eps0) / (1 + math.exp(-eps0 - e)) * a) * (1 + 1e-12)
     return _bound(eps, delta, "fmt21_closed_form", eps0, n, ("general",))
 
 

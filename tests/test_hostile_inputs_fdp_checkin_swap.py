@@ -131,3 +131,26 @@ def test_sigma_tolerance_below_double_precision_is_refused():
     with pytest.raises(ParameterError, match="sigma_tolerance"):
         find_noise_multiplier(target_epsilon=1.0, delta=1e-5, sample_rate=0.01, steps=100,
                               sigma_tolerance=1e-300)
+
+
+def test_tradeoff_from_a_privacy_profile_stays_below_the_exact_lines():
+    """The steep line ``1 - delta - e^eps alpha`` cancels near its root: at alpha = 1.06e-15,
+    eps = 34.48 the curve was a relative 8.1e-5 above the exact line, i.e. not a lower bound.
+    Checked against 50-digit arithmetic over a sweep that aims at that root."""
+    mp.mp.dps = 50
+    rng = np.random.default_rng(9)
+    for _ in range(300):
+        eps = float(rng.uniform(0, 60))
+        delta = float(10 ** rng.uniform(-300, -1))
+        root = float((1 - mp.mpf(delta)) / mp.exp(mp.mpf(eps)))
+        alpha = min(root * float(1 - 10 ** rng.uniform(-15, -1)), 1.0)
+        curve = fdp.tradeoff_from_privacy_profile(lambda e, d=delta: np.full(np.shape(e), d),
+                                                  alphas=[0.0, alpha, 1.0], epsilons=[eps])
+        e, d, a = mp.mpf(eps), mp.mpf(delta), mp.mpf(alpha)
+        exact = max(0, 1 - d - mp.exp(e) * a, mp.exp(-e) * (1 - d - a))
+        assert mp.mpf(float(curve.values[1])) <= exact, (eps, delta, alpha)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        curve = fdp.tradeoff_from_privacy_profile(lambda e: np.full(np.shape(e), 1e-300),
+                                                  alphas=[0.0, 0.5, 1.0], epsilons=[0.0, 800.0])
+    assert np.all(np.isfinite(curve.values)) and 0.5 - 1e-15 <= curve.values[1] <= 0.5

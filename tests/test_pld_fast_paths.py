@@ -216,6 +216,58 @@ def test_lower_convex_hull_matches_an_exact_hull():
             assert y[i] >= y[a] + slopes[segment] * (x[i] - x[a])
 
 
+def test_lower_convex_hull_with_equal_x_keeps_the_lowest_point():
+    """Points with equal x (grid points e^(j h) rounded to one float once h is below an ulp):
+    the divisions by zero leaked numpy warnings, and a pair of equal points was a zero-width
+    segment.  The hull is checked in exact rational arithmetic as above, on integer point sets
+    with repeated x; of each repeated x at most the lowest point is kept."""
+    import warnings
+    from fractions import Fraction
+
+    from dpplugins.pld.grid import lower_convex_hull
+
+    rng = np.random.default_rng(8)
+    for _ in range(60):
+        n = int(rng.integers(2, 200))
+        xs = np.sort(rng.integers(0, max(2, n // 2), n))
+        ys = rng.integers(0, 1000, n)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            keep = lower_convex_hull(xs.astype(float), ys.astype(float)).tolist()
+        x, y = xs.tolist(), ys.tolist()
+        assert len({x[k] for k in keep}) == len(keep) and keep == sorted(keep)
+        assert x[keep[0]] == x[0] and x[keep[-1]] == x[-1]
+        for k in keep:
+            assert y[k] == min(y[i] for i in range(n) if x[i] == x[k])
+        slopes = [Fraction(y[b] - y[a], x[b] - x[a]) for a, b in zip(keep, keep[1:])]
+        assert all(s0 <= s1 for s0, s1 in zip(slopes, slopes[1:]))
+        for i in range(n):
+            segment = max(j for j in range(len(keep)) if x[keep[j]] <= x[i])
+            if segment == len(keep) - 1:
+                assert y[i] >= y[keep[-1]]
+                continue
+            a = keep[segment]
+            assert y[i] >= y[a] + slopes[segment] * (x[i] - x[a])
+
+
+def test_a_grid_finer_than_an_ulp_answers_without_warnings():
+    """h = 1e-16: neighbouring grid points share one e^(j h).  Reference: the exact total
+    variation q (1 - e^(-D/2)) of the Poisson-subsampled Laplace pair (scale 1, q = 1/2,
+    sensitivity D = 1e-13; the total variation of Lap(0, 1) and Lap(D, 1) is 1 - e^(-D/2))."""
+    import warnings
+
+    from dpplugins import mechanisms
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pld = PrivacyLossDistribution.from_mechanism(
+            mechanisms.poisson_subsampled_laplace(1.0, 0.5, 1e-13),
+            value_discretization_interval=1e-16)
+        bounds = pld.delta_for_epsilon(0.0)
+    exact = 0.5 * -math.expm1(-0.5e-13)
+    assert bounds.lower <= exact <= bounds.upper
+
+
 @pytest.mark.parametrize("sigma,q,h", [(1.0, 0.01, 1e-3), (0.5, 0.3, 1e-2), (5.0, 1e-4, 1e-5),
                                        (1.2, 0.0125, 3.45e-4), (0.1, 0.5, 0.02)])
 def test_mirrored_bins_equal_the_add_direction_computed_directly(sigma, q, h):

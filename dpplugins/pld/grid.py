@@ -627,9 +627,17 @@ def lower_convex_hull(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     their neighbours), so each later pass checks those alone.  Profiles from the constructions
     here are convex except at rounding-level zigzags and a few dents, so the passes are few and
     short; when removals cascade for longer, Andrew's monotone chain finishes the job on the
-    remaining points in one linear pass.
+    remaining points in one linear pass.  Of points with equal ``x`` only the lowest is
+    considered.
     """
     n = len(x)
+    if n >= 2 and not np.all(x[1:] > x[:-1]):
+        # points with equal x (e^(j h) rounds to the same float once h is below an ulp; they
+        # gave 0 / 0 slopes): only the lowest of each run can be a vertex of the lower hull
+        run = np.cumsum(np.concatenate([[True], x[1:] > x[:-1]])) - 1
+        order = np.lexsort((y, run))
+        pick = order[np.concatenate([[True], run[order][1:] > run[order][:-1]])]
+        return pick[lower_convex_hull(x[pick], y[pick])]
     if n <= 2:
         return np.arange(n)
     slopes = np.diff(y) / np.diff(x)

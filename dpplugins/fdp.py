@@ -20,7 +20,9 @@ What is a bound and what is not:
 
 * closed forms (``gaussian_tradeoff``, ``gdp_delta_for_epsilon``, ``gdp_compose``,
   ``gdp_group_mu``, ``subsampled_gaussian_delta``) are exact formulas evaluated in floating
-  point (a few ulps either way; a relative 1e-9 at ``mu`` near 0.002);
+  point: a few ulps either way, except that the Gaussian profile's two terms cancel at small
+  ``mu`` (relative error up to about ``u / mu``: 1e-9 at ``mu`` near 0.002, 9 % at ``mu =
+  5e-15``; below about 1e-49 it underflows to 0);
   ``subsampled_gaussian_delta_upper`` rounds *up* (for profiles that must be upper bounds);
 * ``gdp_epsilon_for_delta`` rounds *up* (never in the user's favour);
 * :class:`TradeoffCurve` objects are piecewise-linear curves on an ``alpha`` grid.  Curves made
@@ -494,7 +496,9 @@ def compose_tradeoffs(fs: Sequence[TradeoffLike], counts: Sequence[int] | None =
 def gdp_delta_for_epsilon(mu: float, epsilon) -> np.ndarray:
     """``delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)``: mu-GDP is equivalent to
     (eps, delta(eps))-DP for all eps >= 0 (DRS Cor. 2.13).  Log-space evaluation
-    (:func:`dpplugins.mechanisms.gaussian.gaussian_delta`).
+    (:func:`dpplugins.mechanisms.gaussian.gaussian_delta`): a value, not a bound -- at small
+    ``mu`` the two terms cancel (relative error up to about ``u / mu``); for a certified upper
+    bound use :func:`dpplugins.mechanisms.gaussian.gaussian_delta_upper_many`.
 
     Example::
 

@@ -48,6 +48,8 @@ def gaussian_delta(epsilon, mu):
     """Exact profile of ``N(mu, 1)`` vs ``N(0, 1)`` (Balle & Wang 2018, arXiv:1805.06530, Thm 8;
     Dong, Roth, Su 2022, arXiv:1905.02383, Cor. 2.13):
     ``delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)``, computed in log space.
+    A value, not a bound: at small ``mu`` the two terms cancel (relative error up to about
+    ``u / mu``); :func:`gaussian_delta_upper_many` is the certified upper bound.
 
     Where the first term underflows (``log Phi = -inf``, e.g. ``eps = 1e308`` or ``eps = inf``)
     the value is 0 -- not ``(-inf) - (-inf) = NaN``; it is below every representable positive

@@ -673,6 +673,17 @@ def subsampled_tradeoff(f: TradeoffLike, p: float, alphas=None) -> TradeoffCurve
     return TradeoffCurve(grid, lowest, desc).convex_envelope()
 
 
+def _subsampled_gaussian_inputs(epsilon, mu, p) -> tuple[float, float, np.ndarray, tuple]:
+    """The checked ``mu`` and ``p``, the epsilons as a flat array and their shape (the inputs
+    of :func:`subsampled_gaussian_delta` and :func:`subsampled_gaussian_delta_upper`)."""
+    mu = _mu(mu)
+    p = check_probability("p", p)
+    eps = np.atleast_1d(np.asarray(epsilon, dtype=float)).ravel()
+    if np.any(np.isnan(eps)) or np.any(eps < 0):
+        raise ParameterError("epsilon", epsilon, "finite numbers >= 0")
+    return mu, p, eps, np.shape(epsilon)
+
+
 def subsampled_gaussian_delta(epsilon, mu: float, p: float) -> np.ndarray:
     """Privacy profile of ``C_p(G_mu)`` for eps >= 0 (the exact closed form in floating point; it
     can be a relative 1e-9 below the exact value at small ``mu``: where an upper bound is needed,
@@ -696,12 +707,7 @@ def subsampled_gaussian_delta(epsilon, mu: float, p: float) -> np.ndarray:
         >>> float(subsampled_gaussian_delta(0.0, 1.0, 1.0))   # p = 1: total variation of G_1
         0.3829...
     """
-    mu = _mu(mu)
-    p = check_probability("p", p)
-    shape = np.shape(epsilon)
-    eps = np.atleast_1d(np.asarray(epsilon, dtype=float)).ravel()
-    if np.any(np.isnan(eps)) or np.any(eps < 0):
-        raise ParameterError("epsilon", epsilon, "finite numbers >= 0")
+    mu, p, eps, shape = _subsampled_gaussian_inputs(epsilon, mu, p)
     if mu == 0.0:
         return np.zeros(shape)
     log_p = math.log(p)
@@ -764,12 +770,7 @@ def subsampled_gaussian_delta_upper(epsilon, mu: float, p: float) -> np.ndarray:
         >>> exact <= float(subsampled_gaussian_delta_upper(0.5, 1.0, 0.01)) <= exact * (1 + 1e-11)
         True
     """
-    mu = _mu(mu)
-    p = check_probability("p", p)
-    shape = np.shape(epsilon)
-    eps = np.atleast_1d(np.asarray(epsilon, dtype=float)).ravel()
-    if np.any(np.isnan(eps)) or np.any(eps < 0):
-        raise ParameterError("epsilon", epsilon, "finite numbers >= 0")
+    mu, p, eps, shape = _subsampled_gaussian_inputs(epsilon, mu, p)
     if mu == 0.0:
         return np.zeros(shape)
     log_p = math.log(p)

@@ -27,14 +27,21 @@ def hockey_stick(p, q, eps):
     return max(one, two)
 
 
-def clone_pair_by_enumeration(eps0, n, c):
+def clone_pair_by_enumeration(eps0, n, c, *, digits=None):
     """FMT21 Thm 3.1 / FMT23 Thm 3.1 from the definition: the differing user reports 0 w.p.
     e^eps0/(e^eps0+1) (1 otherwise; swapped on X1), each other user reports 0 or 1 w.p. c/2 each
-    and 2 otherwise; the output is (n0, n1)."""
-    alpha = math.exp(eps0) / (math.exp(eps0) + 1)
+    and 2 otherwise; the output is (n0, n1).  In floats, or in mpmath with ``digits`` digits
+    (``c`` then taken as the exact value of the float given)."""
+    if digits is None:
+        alpha, prod = math.exp(eps0) / (math.exp(eps0) + 1), math.prod
+    else:
+        import mpmath
+        mpmath.mp.dps = digits
+        e = mpmath.exp(mpmath.mpf(eps0))
+        alpha, c, prod = e / (e + 1), mpmath.mpf(c), mpmath.fprod
     p0, p1 = {}, {}
     for others in itertools.product((0, 1, 2), repeat=n - 1):
-        pr = math.prod(c / 2 if o < 2 else 1 - c for o in others)
+        pr = prod(c / 2 if o < 2 else 1 - c for o in others)
         n0, n1 = others.count(0), others.count(1)
         for report, (w0, w1) in ((0, (alpha, 1 - alpha)), (1, (1 - alpha, alpha))):
             key = (n0 + (report == 0), n1 + (report == 1))
@@ -454,23 +461,6 @@ def _mp_hockey_stick(p, q, eps):
                sum(max(0, q.get(k, 0) - g * p.get(k, 0)) for k in keys))
 
 
-def _mp_clone_pair(eps0, n, c):
-    """The clone pair of :func:`clone_pair_by_enumeration` in 50-digit arithmetic (``c`` as the
-    float given to the library)."""
-    import mpmath
-    mpmath.mp.dps = 50
-    alpha, c = mpmath.exp(mpmath.mpf(eps0)) / (mpmath.exp(mpmath.mpf(eps0)) + 1), mpmath.mpf(c)
-    p0, p1 = {}, {}
-    for others in itertools.product((0, 1, 2), repeat=n - 1):
-        pr = mpmath.fprod(c / 2 if o < 2 else 1 - c for o in others)
-        n0, n1 = others.count(0), others.count(1)
-        for report, (w0, w1) in ((0, (alpha, 1 - alpha)), (1, (1 - alpha, alpha))):
-            key = (n0 + (report == 0), n1 + (report == 1))
-            p0[key] = p0.get(key, 0) + pr * w0
-            p1[key] = p1.get(key, 0) + pr * w1
-    return p0, p1
-
-
 def _mp_ternary_rr(eps0, n):
     """Shuffled 3-RR histograms (counts of a and b), differing user a vs b, the others at c."""
     import mpmath
@@ -508,7 +498,7 @@ def test_clone_pair_total_variation_is_bracketed_at_a_tiny_eps0(eps0, n):
     upper bound was a relative 9.5e-8 below the exact total variation at eps0 = 1e-9, and the
     FMT21 epsilon was 0 where it is 7e-17."""
     c = shuffle.fmt21_clone_probability(eps0)
-    p0, p1 = _mp_clone_pair(eps0, n, c)
+    p0, p1 = clone_pair_by_enumeration(eps0, n, c, digits=50)
     exact = _mp_hockey_stick(p0, p1, 0.0)
     got = shuffle.clone_pair_delta(eps0, n, c, 0.0)
     assert got.lower <= exact <= got.upper, (got, exact)

@@ -35,7 +35,7 @@ __all__ = ["CountPair", "clone_pair", "krr_laws", "krr_lower_pairs", "count_pair
            "binomial_cdf",
            "binomial_window", "binomial_pmf", "newton_smallest_epsilon", "largest_violated",
            "loss_scale_guess", "EPS_ROUNDING_MARGIN", "eps_rounding_margin", "eps_less_margin",
-           "below_by_margin",
+           "below_by_margin", "margined_candidates", "upper_at_zero",
            "RELATIVE_TAIL_ERROR", "UNIT_ROUNDOFF"]
 
 _U = float(np.finfo(float).eps) / 2
@@ -456,6 +456,28 @@ def eps_rounding_margin(eps: float) -> float:
 def eps_less_margin(eps: float) -> float:
     """A certified lower epsilon less :data:`EPS_ROUNDING_MARGIN`, at least 0 (inf stays)."""
     return max(eps - EPS_ROUNDING_MARGIN, 0.0) if math.isfinite(eps) else eps
+
+
+def margined_candidates(candidates, *, upper: bool, cap: float = math.inf) -> dict:
+    """Each candidate epsilon of a bound with the margin its reported value carries
+    (:func:`eps_rounding_margin`, at most ``cap``, for upper bounds; :func:`eps_less_margin`,
+    at least 0, for lower ones): the candidates are reported beside the value and must be
+    bounds too (a tiny upper candidate was a few ulps below the exact epsilon without it)."""
+    if upper:
+        return {k: min(eps_rounding_margin(v), cap) for k, v in candidates.items()}
+    return {k: eps_less_margin(max(v, 0.0)) for k, v in candidates.items()}
+
+
+def upper_at_zero(value: float, epsilon: float, eps0: float) -> float:
+    """An upper bound on delta evaluated at ``epsilon`` less the margin, with what that
+    evaluation cannot cover where the margin reaches 0: :data:`LAW_ROUNDING_AT_ZERO` where the
+    point was 0, and the smallest positive float below ``eps0`` (the exact delta of an
+    eps0-DP pair is positive there, if below the float range)."""
+    if epsilon < EPS_ROUNDING_MARGIN:
+        value += LAW_ROUNDING_AT_ZERO
+    if epsilon < eps0:
+        value = max(value, 5e-324)
+    return min(value, 1.0)
 
 
 def below_by_margin(eps):

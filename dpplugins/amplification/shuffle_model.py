@@ -215,7 +215,8 @@ from dpplugins.amplification.count_pair import (_REL_SF, UNIT_ROUNDOFF, CountPai
                                                 count_threshold, krr_lower_pairs, loss_scale_guess,
                                                 newton_smallest_epsilon)
 from dpplugins.amplification.count_pair import (  # noqa: F401  (re-exported: the margin)
-    EPS_ROUNDING_MARGIN, below_by_margin, eps_less_margin, eps_rounding_margin)
+    EPS_ROUNDING_MARGIN, below_by_margin, eps_less_margin, eps_rounding_margin,
+    margined_candidates, upper_at_zero)
 from dpplugins.amplification.count_pair import krr_laws as _krr_laws
 from dpplugins.amplification.count_pair import binomial_pmf as _pmf
 from dpplugins.amplification.count_pair import binomial_sf as _sf
@@ -1109,10 +1110,9 @@ def _epsilon_cached(r: Randomizer, n: int, delta: float) -> ShuffleBound:
         res = _shuffle.epsilon(eps0, n, delta, randomizer="general", delta0=r.delta0)
         cands.update(res.candidates)
     best = min(cands, key=cands.get)
-    value = cands[best]
     if r.delta0 == 0:
-        value = min(eps_rounding_margin(value), eps0)
-    return _bound(value, delta, best, r, n, cands)
+        cands = margined_candidates(cands, upper=True, cap=eps0)
+    return _bound(cands[best], delta, best, r, n, cands)
 
 
 def epsilon(spec, n: int, delta: float) -> ShuffleBound:
@@ -1159,8 +1159,8 @@ def _lower_cached(r: Randomizer, n: int, delta: float) -> ShuffleBound:
         for name, pair in fixed_dataset_pairs(r, n).items():
             cands[name] = pair.epsilon_lower(delta, eps0)
     best = max(cands, key=cands.get)
-    return ShuffleBound(eps_less_margin(cands[best]), delta, best, eps0, n, "lower bound",
-                        cands)
+    cands = margined_candidates(cands, upper=False)
+    return ShuffleBound(cands[best], delta, best, eps0, n, "lower bound", cands)
 
 
 def lower_bound(spec, n: int, delta: float) -> ShuffleBound:
@@ -1231,6 +1231,8 @@ def delta_bounds(spec, n: int, epsilon_: float) -> Bounds:
         upper = float(upper_profile(r, n)(np.array([eps]))[0])  # (shifted there)
     elif eps >= r.eps0:
         upper = 0.0
+    if r.delta0 == 0:
+        upper = upper_at_zero(upper, eps, r.eps0)
     # an (eps0, delta0) randomizer may publish its input with probability delta0 (lower_bound)
     low = fixed_dataset_delta_lower(r, n, eps_low) if r.eps0 > 0 else r.delta0
     if r.kind == "krr" and r.k == 2 and n <= _MAX_EXACT_BINARY_N and eps < r.eps0:

@@ -546,8 +546,8 @@ def _epsilon_cached(family: Family, n: int, delta: float) -> ShuffleBound:
         if value is not None:
             cands["exact_blanket"] = value
     best = min(cands, key=cands.get)
-    return ShuffleBound(min(_sm.eps_rounding_margin(cands[best]), family.eps0), delta, best,
-                        family.eps0, n, family.name, cands)
+    cands = _sm.margined_candidates(cands, upper=True, cap=family.eps0)
+    return ShuffleBound(cands[best], delta, best, family.eps0, n, family.name, cands)
 
 
 @functools.lru_cache(maxsize=8)
@@ -648,8 +648,8 @@ def _lower_cached(family: Family, n: int, delta: float) -> ShuffleBound:
     if full > max(cands.values()):      # (listed only where it certifies more than the pairs)
         cands["full_statistic"] = full
     best = max(cands, key=cands.get)
-    return ShuffleBound(_sm.eps_less_margin(max(cands[best], 0.0)), delta, best, family.eps0,
-                        n, "lower bound", cands)
+    cands = _sm.margined_candidates(cands, upper=False)
+    return ShuffleBound(cands[best], delta, best, family.eps0, n, "lower bound", cands)
 
 
 def _pair_candidates(family: Family, n: int, delta: float, beyond: float = 0.0) -> dict:
@@ -673,8 +673,8 @@ def _pair_candidates(family: Family, n: int, delta: float, beyond: float = 0.0) 
 def _pairs_lower_cached(family: Family, n: int, delta: float) -> ShuffleBound:
     cands = _pair_candidates(family, n, delta)
     best = max(cands, key=cands.get)
-    return ShuffleBound(_sm.eps_less_margin(max(cands[best], 0.0)), delta, best, family.eps0,
-                        n, "lower bound", cands)
+    cands = _sm.margined_candidates(cands, upper=False)
+    return ShuffleBound(cands[best], delta, best, family.eps0, n, "lower bound", cands)
 
 
 def lower_bound(family: Family, n: int, delta: float) -> ShuffleBound:
@@ -737,6 +737,7 @@ def delta_bounds(family: Family, n: int, epsilon_: float) -> Bounds:
                 lower = max(lower, _sm.CountPair(n, *laws).delta(low).lower)
             except _ENGINE_FAILURES:
                 continue
+    upper = _sm.upper_at_zero(upper, eps, family.eps0)
     return certified_bounds(lower, upper, f"delta at epsilon={eps!r}")
 
 

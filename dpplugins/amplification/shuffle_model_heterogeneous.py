@@ -215,13 +215,19 @@ def count_pairs(groups: Groups, k: int) -> tuple[tuple, ...]:
             continue
         e, z, _ = _sm._krr_laws(eps, k)
         others = _others(groups, victim)
-        for own0, own1, rate in ((e / z, 1 / z, lambda ee: _sm._krr_laws(ee, k)[0]
-                                  / _sm._krr_laws(ee, k)[1]),
-                                 (1 / z, e / z, lambda ee: 1 / _sm._krr_laws(ee, k)[1])):
+        # the differing user's probabilities of reporting the counted value and their
+        # complements, each from its own closed form: 1 - e/z by subtraction kept a relative
+        # error of u z (7e-9 at eps0 = 18), and the lower bound came out a relative 1e-10
+        # above the exact delta
+        miss_a, miss_b = (k - 1) / z, (e + k - 2) / z
+        for own0, own1, rest0, rest1, rate in (
+                (e / z, 1 / z, miss_a, miss_b,
+                 lambda ee: _sm._krr_laws(ee, k)[0] / _sm._krr_laws(ee, k)[1]),
+                (1 / z, e / z, miss_b, miss_a, lambda ee: 1 / _sm._krr_laws(ee, k)[1])):
             law = _sm.CountLaw.poisson_binomial([(n, rate(ee)) for ee, n in others])
             w = np.concatenate([[0.0], law.pmf, [0.0]])
-            p0 = own0 * w[:-1] + (1 - own0) * w[1:]
-            p1 = own1 * w[:-1] + (1 - own1) * w[1:]
+            p0 = own0 * w[:-1] + rest0 * w[1:]
+            p1 = own1 * w[:-1] + rest1 * w[1:]
             out.append((eps, p0, p1, law.relative_error + 8 * _U, law.outside))
     return tuple(out)
 
@@ -264,10 +270,13 @@ def epsilon_bounds(groups: Sequence[tuple[float, int]], k: int, delta: float) ->
     if len(g) == 1:
         return _sm.epsilon_bounds(("krr", g[0][0], k), g[0][1], delta)
     blankets = upper_blankets(g, k)
-    upper = max((min(b.epsilon(delta), eps) if b is not None else 0.0) for eps, b in blankets)
+    # (with the rounding margin either way, as shuffle_model.epsilon and lower_bound)
+    upper = max((min(_sm.eps_rounding_margin(b.epsilon(delta)), eps) if b is not None else 0.0)
+                for eps, b in blankets)
     pairs = count_pairs(g, k)
     top = max(eps for eps, _ in g)
-    lower = _sm._lower_epsilon(lambda e: _delta_lower(pairs, e), delta, top, upper) \
+    lower = _sm.eps_less_margin(
+        _sm._lower_epsilon(lambda e: _delta_lower(pairs, e), delta, top, upper)) \
         if upper > 0 else 0.0
     return certified_bounds(lower, upper, f"epsilon at delta={delta!r}")
 
@@ -286,8 +295,12 @@ def delta_bounds(groups: Sequence[tuple[float, int]], k: int, epsilon_: float) -
     eps = check_nonnegative("epsilon", epsilon_)
     if len(g) == 1:
         return _sm.delta_bounds(("krr", g[0][0], k), g[0][1], eps)
-    upper = min(_delta_upper(upper_blankets(g, k), eps), 1.0)
-    lower = _delta_lower(count_pairs(g, k), eps) if upper > 0 else 0.0
+    # the upper bound at eps less the rounding margin, the lower one at eps plus it (as
+    # shuffle_model.delta_bounds: the lower one was a relative 1e-10 above the exact delta at
+    # eps0 = 18, where e^eps rounds by more than the pmfs' error terms cover)
+    upper = _delta_upper(upper_blankets(g, k), float(_sm.below_by_margin(eps)))
+    upper = _sm.upper_at_zero(upper, eps, max(e for e, _ in g))
+    lower = _delta_lower(count_pairs(g, k), eps + _sm.EPS_ROUNDING_MARGIN) if upper > 0 else 0.0
     return certified_bounds(max(lower, 0.0), upper, f"delta at epsilon={eps!r}")
 
 

@@ -472,12 +472,13 @@ def upper_at_zero(value: float, epsilon: float, eps0: float) -> float:
     """An upper bound on delta evaluated at ``epsilon`` less the margin, with what that
     evaluation cannot cover where the margin reaches 0: :data:`LAW_ROUNDING_AT_ZERO` where the
     point was 0, and the smallest positive float below ``eps0`` (the exact delta of an
-    eps0-DP pair is positive there, if below the float range)."""
+    eps0-DP pair is positive there, if below the float range).  From ``eps0`` on, and for
+    ``eps0 = 0``, delta is exactly 0 and ``value`` is returned as it is."""
+    if not epsilon < eps0:
+        return value
     if epsilon < EPS_ROUNDING_MARGIN:
         value += LAW_ROUNDING_AT_ZERO
-    if epsilon < eps0:
-        value = max(value, 5e-324)
-    return min(value, 1.0)
+    return min(max(value, 5e-324), 1.0)
 
 
 def below_by_margin(eps):

@@ -295,9 +295,8 @@ def delta_bounds(groups: Sequence[tuple[float, int]], k: int, epsilon_: float) -
     eps = check_nonnegative("epsilon", epsilon_)
     if len(g) == 1:
         return _sm.delta_bounds(("krr", g[0][0], k), g[0][1], eps)
-    # the upper bound at eps less the rounding margin, the lower one at eps plus it (as
-    # shuffle_model.delta_bounds: the lower one was a relative 1e-10 above the exact delta at
-    # eps0 = 18, where e^eps rounds by more than the pmfs' error terms cover)
+    # the upper bound at eps less the rounding margin, the lower one at eps plus it, as
+    # shuffle_model.delta_bounds (the rounding of e^eps and of the laws is charged there)
     upper = _delta_upper(upper_blankets(g, k), float(_sm.below_by_margin(eps)))
     upper = _sm.upper_at_zero(upper, eps, max(e for e, _ in g))
     lower = _delta_lower(count_pairs(g, k), eps + _sm.EPS_ROUNDING_MARGIN) if upper > 0 else 0.0

@@ -146,6 +146,34 @@ def allocation_rr_laws(eps0, k, t, participations, p, digits=30):
     return p_law, q_law
 
 
+def krr_histogram_law_mp(data, eps0s, k):
+    """Law of the histogram of k-ary randomized-response reports of ``data`` (user i holds
+    ``data[i]`` and reports it with probability ``e^eps0s[i] / (e^eps0s[i] + k - 1)``, each other
+    value with ``1 / (...)``), by enumeration in mpmath at the caller's precision: the output
+    of the shuffled protocol.  Keys are the counts of the k values."""
+    import itertools
+
+    import mpmath
+    law = {}
+    for reports in itertools.product(range(k), repeat=len(data)):
+        pr = mpmath.mpf(1)
+        for value, report, eps0 in zip(data, reports, eps0s):
+            e = mpmath.exp(mpmath.mpf(eps0))
+            pr *= (e if report == value else 1) / (e + k - 1)
+        key = tuple(reports.count(v) for v in range(k))
+        law[key] = law.get(key, 0) + pr
+    return law
+
+
+def hockey_stick_mp(p, q, eps):
+    """``max(sum (p - e^eps q)_+, sum (q - e^eps p)_+)`` of two laws given as dicts, in mpmath."""
+    import mpmath
+    g = mpmath.exp(mpmath.mpf(eps))
+    keys = set(p) | set(q)
+    return max(sum(max(0, p.get(x, 0) - g * q.get(x, 0)) for x in keys),
+               sum(max(0, q.get(x, 0) - g * p.get(x, 0)) for x in keys))
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in SLOW_FILES or item.name in SLOW_TESTS or \

@@ -12,6 +12,7 @@ import pytest
 from scipy import stats
 from scipy.special import expit
 
+from conftest import hockey_stick_mp, krr_histogram_law_mp
 from dpplugins.amplification import shuffle
 from dpplugins.errors import ParameterError
 
@@ -27,16 +28,15 @@ def hockey_stick(p, q, eps):
     return max(one, two)
 
 
-def clone_pair_by_enumeration(eps0, n, c, *, digits=None):
+def clone_pair_by_enumeration(eps0, n, c, *, exact=False):
     """FMT21 Thm 3.1 / FMT23 Thm 3.1 from the definition: the differing user reports 0 w.p.
     e^eps0/(e^eps0+1) (1 otherwise; swapped on X1), each other user reports 0 or 1 w.p. c/2 each
-    and 2 otherwise; the output is (n0, n1).  In floats, or in mpmath with ``digits`` digits
-    (``c`` then taken as the exact value of the float given)."""
-    if digits is None:
+    and 2 otherwise; the output is (n0, n1).  In floats, or with ``exact`` in mpmath at the
+    caller's precision (``c`` then taken as the exact value of the float given)."""
+    if not exact:
         alpha, prod = math.exp(eps0) / (math.exp(eps0) + 1), math.prod
     else:
         import mpmath
-        mpmath.mp.dps = digits
         e = mpmath.exp(mpmath.mpf(eps0))
         alpha, c, prod = e / (e + 1), mpmath.mpf(c), mpmath.fprod
     p0, p1 = {}, {}
@@ -453,31 +453,6 @@ def test_clone_pair_at_large_eps0_stays_above_shuffled_binary_rr(eps0, n):
 # ---------------------------------------------------------------------------------------------
 # tiny eps0: the laws' rounding against 50-digit enumeration
 # ---------------------------------------------------------------------------------------------
-def _mp_hockey_stick(p, q, eps):
-    import mpmath
-    g = mpmath.exp(mpmath.mpf(eps))
-    keys = set(p) | set(q)
-    return max(sum(max(0, p.get(k, 0) - g * q.get(k, 0)) for k in keys),
-               sum(max(0, q.get(k, 0) - g * p.get(k, 0)) for k in keys))
-
-
-def _mp_ternary_rr(eps0, n):
-    """Shuffled 3-RR histograms (counts of a and b), differing user a vs b, the others at c."""
-    import mpmath
-    mpmath.mp.dps = 50
-    e = mpmath.exp(mpmath.mpf(eps0))
-    z = e + 2
-    out = []
-    for first in "ab":
-        users, hist = [first] + ["c"] * (n - 1), {}
-        for reports in itertools.product("abc", repeat=n):
-            pr = mpmath.fprod(e / z if r == u else 1 / z for u, r in zip(users, reports))
-            key = (reports.count("a"), reports.count("b"))
-            hist[key] = hist.get(key, 0) + pr
-        out.append(hist)
-    return out
-
-
 @pytest.mark.parametrize("eps0,n,eps", [
     (1.8893068134791176e-08, 3, 1.2750980381398842e-08),   # upper 2.3e-8 relative below
     (2.3099579911062236e-08, 3, 3.0726371040256024e-09),   # lower above
@@ -485,8 +460,12 @@ def _mp_ternary_rr(eps0, n):
     (0.011605433079746534, 3, 0.01160543307974652),        # upper 0 where exact is 5e-19
     (1.8893068134791176e-08, 3, 0.0), (1e-3, 4, 1e-4), (0.5, 3, 0.1)])
 def test_shuffled_ternary_rr_brackets_the_exact_value_at_a_tiny_eps0(eps0, n, eps):
-    p, q = _mp_ternary_rr(eps0, n)
-    exact = _mp_hockey_stick(p, q, eps)
+    """Shuffled 3-RR, the differing user a vs b, the others at c, enumerated at 50 digits."""
+    import mpmath
+    with mpmath.workdps(50):
+        p = krr_histogram_law_mp((0,) + (2,) * (n - 1), [eps0] * n, 3)
+        q = krr_histogram_law_mp((1,) + (2,) * (n - 1), [eps0] * n, 3)
+        exact = hockey_stick_mp(p, q, eps)
     got = shuffle.shuffled_rr_delta(eps0, n, eps, k=3)
     assert got.lower <= exact <= got.upper, (got, exact)
 
@@ -497,9 +476,11 @@ def test_clone_pair_total_variation_is_bracketed_at_a_tiny_eps0(eps0, n):
     """At eps = 0 no rounding margin can be taken off the evaluation point: the clone pair's
     upper bound was a relative 9.5e-8 below the exact total variation at eps0 = 1e-9, and the
     FMT21 epsilon was 0 where it is 7e-17."""
+    import mpmath
     c = shuffle.fmt21_clone_probability(eps0)
-    p0, p1 = clone_pair_by_enumeration(eps0, n, c, digits=50)
-    exact = _mp_hockey_stick(p0, p1, 0.0)
+    with mpmath.workdps(50):
+        p0, p1 = clone_pair_by_enumeration(eps0, n, c, exact=True)
+        exact = hockey_stick_mp(p0, p1, 0.0)
     got = shuffle.clone_pair_delta(eps0, n, c, 0.0)
     assert got.lower <= exact <= got.upper, (got, exact)
     assert float(shuffle.clone_pair_profile(eps0, n, c)(np.array([0.0]))[0]) >= exact
@@ -513,7 +494,11 @@ def test_fmt21_closed_form_is_never_below_its_formula_and_refuses_at_its_limit()
     a few ulps below it at 381 of 748 sampled points, and eps0 a few ulps above the exact limit
     ``log(n / (16 log(4/delta)))`` was admitted."""
     import mpmath
-    mpmath.mp.dps = 50
+    with mpmath.workdps(50):
+        _check_fmt21_closed_form_against_mpmath(mpmath)
+
+
+def _check_fmt21_closed_form_against_mpmath(mpmath):
     rng = np.random.default_rng(5)
     for _ in range(300):
         n = int(10 ** rng.uniform(3, 8))

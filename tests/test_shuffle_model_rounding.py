@@ -9,29 +9,9 @@ import itertools
 import mpmath
 import pytest
 
+from conftest import hockey_stick_mp, krr_histogram_law_mp
 from dpplugins.amplification import shuffle_model as sm
 from dpplugins.amplification import shuffle_model_heterogeneous as smh
-
-
-def _histogram_law(data, eps0s, k):
-    """Law of the histogram of k-RR reports of ``data`` (user i holds ``data[i]`` and uses
-    local epsilon ``eps0s[i]``), in mpmath."""
-    law = {}
-    for reports in itertools.product(range(k), repeat=len(data)):
-        pr = mpmath.mpf(1)
-        for value, report, eps0 in zip(data, reports, eps0s):
-            e = mpmath.exp(mpmath.mpf(eps0))
-            pr *= (e if report == value else 1) / (e + k - 1)
-        key = tuple(reports.count(v) for v in range(k))
-        law[key] = law.get(key, 0) + pr
-    return law
-
-
-def _hockey_stick(p, q, eps):
-    g = mpmath.exp(mpmath.mpf(eps))
-    keys = set(p) | set(q)
-    return max(sum(max(0, p.get(x, 0) - g * q.get(x, 0)) for x in keys),
-               sum(max(0, q.get(x, 0) - g * p.get(x, 0)) for x in keys))
 
 
 def _worst_delta(eps0, n, k, eps):
@@ -39,9 +19,9 @@ def _worst_delta(eps0, n, k, eps):
     best = mpmath.mpf(0)
     for others in itertools.combinations_with_replacement(range(k), n - 1):
         for a, b in itertools.permutations(range(k), 2):
-            p = _histogram_law((a,) + others, [eps0] * n, k)
-            q = _histogram_law((b,) + others, [eps0] * n, k)
-            best = max(best, _hockey_stick(p, q, eps))
+            p = krr_histogram_law_mp((a,) + others, [eps0] * n, k)
+            q = krr_histogram_law_mp((b,) + others, [eps0] * n, k)
+            best = max(best, hockey_stick_mp(p, q, eps))
     return best
 
 
@@ -96,8 +76,8 @@ def test_heterogeneous_lower_bound_at_a_large_eps0(groups, eps):
     exact = mpmath.mpf(0)
     for victim in range(len(eps0s)):   # the differing user, every other user at value 0
         order = [eps0s[victim]] + eps0s[:victim] + eps0s[victim + 1:]
-        p = _histogram_law((0,) + (0,) * (len(order) - 1), order, 2)
-        q = _histogram_law((1,) + (0,) * (len(order) - 1), order, 2)
-        exact = max(exact, _hockey_stick(p, q, eps))
+        p = krr_histogram_law_mp((0,) + (0,) * (len(order) - 1), order, 2)
+        q = krr_histogram_law_mp((1,) + (0,) * (len(order) - 1), order, 2)
+        exact = max(exact, hockey_stick_mp(p, q, eps))
     b = smh.delta_bounds(groups, 2, eps)
     assert b.lower <= exact <= b.upper

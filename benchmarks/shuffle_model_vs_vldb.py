@@ -7,6 +7,8 @@ Values (each computed once):
   :class:`dpplugins.amplification.shuffle_model.BinaryRRWorstCase`), the certified lower bound,
   their gap, FMT21 and the variation-ratio pair's number (for binary RR it is FMT23's stronger
   clone, valid there);
+* binary RR at n in {1e7, 1e8} and delta in {1e-10, 1e-12}: which bound answers, its gap to
+  the lower bound and its time;
 * k-RR (k = 4, 16): our bound (blanket / stronger clone), Wang et al.'s k-RR number (a certified
   *lower* bound, see :mod:`dpplugins.amplification.shuffle_model`);
 * the families of :mod:`dpplugins.amplification.shuffle_model_families`: FMT21, the errata's
@@ -36,6 +38,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -76,6 +79,29 @@ def binary_grid(ns, eps0s, deltas) -> None:
                       f"{b.upper / vr:>7.4f}")
     print(f"binary RR: max gap to the lower bound {worst_gap:.3f} %, max ours/VR "
           f"{worst_vr:.4f}")
+
+
+def binary_small_deltas(ns=(10_000_000, 100_000_000), eps0s=(0.5, 2.0, 8.0),
+                        deltas=(1e-10, 1e-12)) -> None:
+    """Binary RR at many users and small deltas: which bound answers (the exact worst case, or
+    FMT23's stronger clone where the exact search stops at its rounding charge), the gap to the
+    certified lower bound, and seconds for the upper bound (caches cleared, one call each)."""
+    print("\nbinary RR, many users and small deltas (caches cleared, one call each)")
+    head = (f"{'delta':>6} {'n':>10} {'eps0':>4} | {'upper':>10} {'method':>15} "
+            f"{'lower':>10} {'gap%':>6} | {'seconds':>7}")
+    print(head)
+    print("-" * len(head))
+    for delta in deltas:
+        for n in ns:
+            for eps0 in eps0s:
+                clear()
+                start = time.perf_counter()
+                up = sm.epsilon(("binary_rr", eps0), n, delta)
+                seconds = time.perf_counter() - start
+                low = sm.lower_bound(("binary_rr", eps0), n, delta).epsilon
+                gap = (up.epsilon - low) / up.epsilon * 100 if up.epsilon > 0 else 0.0
+                print(f"{delta:>6g} {n:>10} {eps0:>4g} | {up.epsilon:>10.7f} {up.method:>15} "
+                      f"{low:>10.7f} {gap:>6.3f} | {seconds:>7.2f}")
 
 
 def krr_grid(ns, eps0s, delta, ks=(4, 16)) -> None:
@@ -251,6 +277,7 @@ def main() -> None:
             composition(n=2_000, rounds=5)
         else:
             binary_grid(NS, EPS0S, DELTAS)
+            binary_small_deltas()
             krr_grid(NS, EPS0S, 1e-6)
             for delta in DELTAS:
                 family_grid(NS, EPS0S, delta)

@@ -273,25 +273,69 @@ def test_binary_rr_delta_search_stops_where_only_numerical_error_is_left():
 
 
 def test_binary_rr_epsilon_at_a_tiny_delta_takes_the_stronger_clone():
-    """delta = 1e-15, n = 1e6: every FFT-convolved core of the exact search is at its rounding
-    floor (about 1e-11), so the search answered eps0 = 1 -- no amplification -- after running to
-    max_blocks (7.6 s; 87 s at n = 1e8).  FMT23's stronger clone (valid for binary RR) now caps
-    it and stops the search once a dataset is certified above it: 0.00856, checked against
-    shuffle.fmt23_epsilon (the clone pair summed in the other module, with its own certified
-    error terms: the two upper bounds agree to 1e-5, and that module's certified lower delta at
-    ours is not above 1e-15, so ours is not below the pair's true epsilon), and above the exact
-    lower pairs.  Where the exact search resolves delta it still answers."""
-    spec, n = ("binary_rr", 1.0), 10**6
+    """delta = 1e-15: the FFT-convolved cores of the exact search were at their rounding floor
+    (about 1e-11 in double), so the search answered eps0 -- no amplification -- after running
+    to max_blocks (7.6 s at n = 1e6; 87 s at n = 1e8).  FMT23's stronger clone (valid for
+    binary RR) caps it and stops the search once a dataset is certified above it.  The cores
+    are now convolved in long double or directly where the charge matters, which resolves n =
+    1e6 (eps0 = 1); at n = 1e7, eps0 = 2 neither is enough (direct convolution is too long),
+    and the answer is the stronger clone's: checked against shuffle.fmt23_epsilon (the clone
+    pair summed in the other module, with its own certified error terms: that module's
+    certified lower delta at ours is not above 1e-15, so ours is not below the pair's true
+    epsilon), and above the exact lower pairs."""
+    spec, n = ("binary_rr", 2.0), 10**7
     found = sm.epsilon(spec, n, 1e-15)
-    reference = sh.fmt23_epsilon(1.0, n, 1e-15, randomizer="binary_rr").epsilon
+    reference = sh.fmt23_epsilon(2.0, n, 1e-15, randomizer="binary_rr").epsilon
     assert found.method == "fmt23"
     assert abs(found.epsilon - reference) <= 1e-5 * reference
-    clone = sh.fmt23_clone_probability(1.0)
-    assert sh.clone_pair_delta(1.0, n, clone, found.epsilon).lower <= 1e-15
+    clone = sh.fmt23_clone_probability(2.0)
+    assert sh.clone_pair_delta(2.0, n, clone, found.epsilon).lower <= 1e-15
     assert sm.lower_bound(spec, n, 1e-15).epsilon <= found.epsilon < 0.01
-    resolved = sm.epsilon(spec, n, 1e-6)
+    spec, n = ("binary_rr", 1.0), 10**6
+    resolved = sm.epsilon(spec, n, 1e-15)
     assert resolved.method == "binary_rr_exact"
-    assert resolved.epsilon <= resolved.candidates["fmt23"]
+    assert resolved.epsilon < sh.fmt23_epsilon(1.0, n, 1e-15, randomizer="binary_rr").epsilon
+    assert resolved.epsilon <= sm.lower_bound(spec, n, 1e-15).epsilon * 1.01
+
+
+def _binary_rr_all_zero_epsilon(eps0: float, n: int, delta: float) -> float:
+    """Epsilon at ``delta`` of shuffled binary RR on the dataset where every other user holds 0
+    (one of the datasets the worst case ranges over), from scipy's binomial pmf directly: the
+    count of 1s is ``Bin(n - 1, beta) + victim``, ``P0(s) = beta W(s - 1) + alpha W(s)``, ``P1``
+    with alpha and beta swapped; both directions, bisection on the hockey-stick sum."""
+    alpha, beta = 1 / (1 + math.exp(-eps0)), 1 / (1 + math.exp(eps0))
+    mean, sd = (n - 1) * beta, math.sqrt((n - 1) * alpha * beta)
+    s = np.arange(max(0, int(mean - 40 * sd)), int(mean + 40 * sd) + 2)
+    w, w1 = stats.binom.pmf(s, n - 1, beta), stats.binom.pmf(s - 1, n - 1, beta)
+    p0, p1 = beta * w1 + alpha * w, alpha * w1 + beta * w
+
+    def delta_at(eps):
+        x = math.exp(eps)
+        return max(np.maximum(p0 - x * p1, 0).sum(), np.maximum(p1 - x * p0, 0).sum())
+    lo, hi = 0.0, eps0
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if delta_at(mid) > delta else (lo, mid)
+    return hi
+
+
+@pytest.mark.parametrize("eps0,n,delta", [(2.0, 10**7, 1e-12), (0.5, 10**8, 1e-10)])
+def test_binary_rr_at_small_deltas_and_many_users_uses_the_exact_worst_case(eps0, n, delta):
+    """The exact search's cores are convolved in long double where the double FFT's charge
+    (about 1e-11 at n = 1e7-1e8) would move the answer: at eps0 = 2, n = 1e7, delta = 1e-12
+    no block was certified below eps0 and the stronger clone answered (0.00562, a gap of 34 %
+    to the lower bound); at n = 1e8, delta = 1e-10 the search ran to its 600 blocks.  Now the
+    exact worst case answers within 1 % of the certified lower bound, and the bounds contain
+    the epsilon of the dataset "every other user holds 0" (computed here from scipy's binomial
+    pmf), which is the worst one found."""
+    spec = ("binary_rr", eps0)
+    found = sm.epsilon(spec, n, delta)
+    lower = sm.lower_bound(spec, n, delta).epsilon
+    assert found.method == "binary_rr_exact"
+    assert found.epsilon <= found.candidates["fmt23"]
+    assert found.epsilon - lower <= 0.01 * found.epsilon
+    reference = _binary_rr_all_zero_epsilon(eps0, n, delta)
+    assert lower <= reference * (1 + 1e-9) and reference <= found.epsilon
 
 
 @pytest.mark.parametrize("k", [3, 4])
@@ -466,14 +510,45 @@ def test_fft_convolution_error_bound_holds_against_direct_summation():
 def test_fft_core_brackets_the_direct_core(monkeypatch):
     eps0, n = 1.0, 2_000_000
     fft_core = sm._BinaryCore(eps0, 300_000, n - 300_001)
-    assert fft_core.fft_error > 0
+    extended = sm._BinaryCore(eps0, 300_000, n - 300_001, convolution="extended")
+    direct = sm._BinaryCore(eps0, 300_000, n - 300_001, convolution="direct")
+    assert fft_core.fft_error > 0 and direct.fft_error == 0
+    if np.finfo(np.longdouble).eps < 1e-18:
+        assert 0 < extended.fft_error <= 1e-3 * fft_core.fft_error
     monkeypatch.setattr(sm, "_FFT_MIN_LENGTH", 10 ** 9)
-    direct = sm._BinaryCore(eps0, 300_000, n - 300_001)
-    assert direct.fft_error == 0
+    unforced = sm._BinaryCore(eps0, 300_000, n - 300_001)
+    assert unforced.fft_error == 0 and np.array_equal(unforced.p0, direct.p0)
     for eps in (0.002, 0.004, 0.006):
-        a, b = fft_core.delta(eps), direct.delta(eps)
-        assert a.lower <= b.upper and b.lower <= a.upper
-        assert a.upper <= b.upper + 1e-10
+        b = direct.delta(eps)
+        for core in (fft_core, extended):
+            a = core.delta(eps)
+            assert a.lower <= b.upper and b.lower <= a.upper
+            assert a.upper <= b.upper + 1e-10
+
+
+@pytest.mark.skipif(np.finfo(np.longdouble).eps >= 1e-18, reason="long double is double here")
+def test_extended_fft_convolution_error_bound_holds_against_long_double_summation():
+    """The long-double FFT convolution's l1 bound holds against direct summation in long double
+    (whose own error is at most ``(L + 2) u_ld`` of the sum, L terms per entry) and is about
+    2000 times below the double one's.  Its measured error is that of rounding the exact
+    result to double (4.2e-17 here), where the double FFT's is 7 times more, so a transform
+    that silently ran in double would fail here."""
+    for n1, n2, p in ((200_000, 300_000, 0.3), (3_000_000, 1_000_000, 0.12)):
+        lo1, hi1, _ = sm.binomial_window(n1, p, log_cut=-50.0)
+        lo2, hi2, _ = sm.binomial_window(n2, 1 - p, log_cut=-50.0)
+        a = stats.binom.pmf(np.arange(lo1, hi1 + 1), n1, p)
+        b = stats.binom.pmf(np.arange(lo2, hi2 + 1), n2, 1 - p)
+        c, err = sm._fft_convolve(a, b, extended=True)
+        c_double, err_double = sm._fft_convolve(a, b)
+        direct = np.convolve(a.astype(np.longdouble), b.astype(np.longdouble))
+        u_ld = float(np.finfo(np.longdouble).eps) / 2
+        slack = (min(len(a), len(b)) + 2) * u_ld * float(direct.sum())
+        assert len(c) == len(direct) and np.all(c >= 0) and c.dtype == np.float64
+        assert float(np.abs(c.astype(np.longdouble) - direct).sum()) <= err + slack
+        assert err <= 1e-3 * err_double
+        floor = float(np.abs(direct.astype(float).astype(np.longdouble) - direct).sum())
+        measured = float(np.abs(c.astype(np.longdouble) - direct).sum())
+        assert measured <= 2 * floor < float(np.abs(c_double.astype(np.longdouble) - direct).sum())
 
 
 def test_binary_rr_at_large_n_uses_the_exact_worst_case():

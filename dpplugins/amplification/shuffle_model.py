@@ -166,7 +166,13 @@ full); tails by Boost's incomplete beta (SciPy >= 1.12; checked at import, else
 :class:`_BinaryCore`: exact convolutions of binomial pmfs on e^-50 windows, the relative error
 of every entry bounded, the dropped mass charged ``(1 + e^eps)`` times; windows
 longer than 2048 are convolved by FFT (:func:`_fft_convolve`, Higham's error bound for the FFT,
-its l1 absolute error charged ``2 (1 + e^eps)`` times), which makes n = 1e8 take seconds.  Every
+its l1 absolute error charged ``2 (1 + e^eps)`` times), which makes n = 1e8 take seconds.  Where
+that charge (about 1e-11 at n = 1e8 in double) would move a block's answer by more than a tenth
+of the search's tolerance, the core is convolved again in long double (a charge about 2000 times
+smaller), then directly if that is short enough
+(:meth:`BinaryRRWorstCase._accurate_core`): the exact worst case then answers down to delta =
+1e-12 or 1e-13 at n = 1e8 (1e-15 at n = 1e6 for some eps0); below, the search stops at the
+charge and FMT23's stronger clone answers (:func:`_binary_exact`).  Every
 epsilon is a checked point of a safeguarded Newton iteration.
 
 Approximate-DP randomizers
@@ -206,6 +212,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
+from scipy import fft as sp_fft
 from scipy import special, stats
 
 from dpplugins.amplification import shuffle as _shuffle
@@ -304,7 +311,9 @@ class _BinaryCore:
 
     ``W`` is the exact convolution of the two binomial pmfs on windows holding all but ``e^-50``
     of each (:func:`~dpplugins.amplification.count_pair.binomial_window`); the dropped mass moves
-    every hockey-stick sum by at most ``(1 + e^eps)`` times it.
+    every hockey-stick sum by at most ``(1 + e^eps)`` times it.  ``convolution``: windows
+    longer than ``_FFT_MIN_LENGTH`` are convolved by FFT in double (``"fft"``) or long double
+    (``"extended"``), or all directly (``"direct"``; ``direct_terms`` products).
     Every entry of ``P0, P1`` carries a relative error of at most ``rho = 2 * 1e-12 (the pmf
     values) + (L + 4) u`` (``L`` terms in each convolution sum, all non-negative), so the computed
     ``sum (P0 - x P1)_+`` is within ``rho * sum (P0 + x P1)`` over the entries that can be positive
@@ -312,7 +321,7 @@ class _BinaryCore:
     """
 
     def __init__(self, eps0: float, n_alpha: int, n_beta: int, n_fair: int = 0,
-                 extra: float = 0.0) -> None:
+                 extra: float = 0.0, convolution: str = "fft") -> None:
         self.eps0 = eps0
         self.n_alpha, self.n_beta, self.n_fair = n_alpha, n_beta, n_fair
         self.extra = extra
@@ -328,10 +337,11 @@ class _BinaryCore:
             dropped += out
         parts.sort(key=len)
         w, terms = (parts[0], 1) if parts else (np.ones(1), 1)
-        fft_error = 0.0
+        fft_error, self.direct_terms = 0.0, 0
         for part in parts[1:]:
-            if min(len(w), len(part)) > _FFT_MIN_LENGTH:
-                w, err = _fft_convolve(w, part)
+            self.direct_terms += len(w) * len(part)
+            if convolution != "direct" and min(len(w), len(part)) > _FFT_MIN_LENGTH:
+                w, err = _fft_convolve(w, part, extended=convolution == "extended")
                 fft_error = fft_error * float(np.sum(part)) + err
             else:
                 terms = min(len(w), len(part)) + terms
@@ -438,7 +448,7 @@ class _BinaryCore:
 _FFT_MIN_LENGTH = 2048
 
 
-def fft_relative_error(size: int) -> float:
+def fft_relative_error(size: int, unit_roundoff: float = _U) -> float:
     """``kappa``: a bound on ``||fl(F x) - F x||_2 / ||F x||_2`` for an FFT of ``size`` points
     (forward or unnormalised inverse; Higham, *Accuracy and Stability of Numerical Algorithms*,
     2nd ed. 2002, Thm 24.2, for a power of two: ``kappa = log2(N) eta / (1 - log2(N) eta)``,
@@ -448,8 +458,10 @@ def fft_relative_error(size: int) -> float:
     2^j`` of :func:`~dpplugins.pld.spectra.transform_size` (radix-3, -5 and -7 passes, at most
     ``log2 N`` passes in all) the same formula is assumed, as the PLD engine assumes ``c u log2
     N`` with ``c = 10`` there (:mod:`dpplugins.pld.compose`); numerically checked against direct
-    convolution at every mantissa (measured errors 10^4 times below the bound)."""
-    u = _U
+    convolution at every mantissa (measured errors 10^4 times below the bound).
+    ``unit_roundoff``: that of the transform's precision (long double's for
+    :func:`_fft_convolve` with ``extended=True``)."""
+    u = unit_roundoff
     gamma4 = 4 * u / (1 - 4 * u)
     mu = 4 * u
     eta = mu + gamma4 * (math.sqrt(2) + mu)
@@ -457,7 +469,8 @@ def fft_relative_error(size: int) -> float:
     return lg * eta / (1 - lg * eta)
 
 
-def _fft_convolve(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
+def _fft_convolve(a: np.ndarray, b: np.ndarray, extended: bool = False
+                  ) -> tuple[np.ndarray, float]:
     """Linear convolution of two non-negative vectors by a power-of-two real FFT, clipped at 0,
     and a bound on the l1 norm of its absolute error.
 
@@ -472,15 +485,28 @@ def _fft_convolve(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
     ||b||_2 + gamma_c (||a||_1 + kappa sqrt(N) ||a||_2)(1 + kappa) sqrt(N) ||b||_2`` in l2
     (``gamma_c = sqrt(2) gamma_2``, complex multiplication); the inverse transform (``F^*/N``)
     adds ``kappa ||P||_2 / sqrt(N)``; l1 <= sqrt(N) l2.  Clipping at 0 only moves entries toward
-    the (non-negative) truth."""
+    the (non-negative) truth.
+
+    ``extended=True``: the transforms and the product in long double (SciPy's pocketfft, the
+    same assumption as above with long double's unit roundoff ``u_ld``; where long double is
+    no wider than double, ``u`` is used), about 5 times slower and a bound about 2000 times
+    smaller on x86.  Rounding the clipped result to double moves each entry by at most ``u``
+    of itself, at most ``u (||a||_1 ||b||_1 + e)`` in l1 with ``e`` the bound above (our
+    derivation), which is added."""
     la, lb = len(a), len(b)
     length = la + lb - 1
     N = 1 << (length - 1).bit_length()
-    c = np.fft.irfft(np.fft.rfft(a, N) * np.fft.rfft(b, N), N)[:length]
-    c = np.maximum(c, 0.0)
-    u = _U
+    if extended:
+        ld = np.longdouble
+        u = min(float(np.finfo(ld).eps) / 2, _U)
+        spectrum = sp_fft.rfft(a.astype(ld), N) * sp_fft.rfft(b.astype(ld), N)
+        c = np.maximum(sp_fft.irfft(spectrum, N)[:length], ld(0)).astype(float)
+    else:
+        u = _U
+        c = np.fft.irfft(np.fft.rfft(a, N) * np.fft.rfft(b, N), N)[:length]
+        c = np.maximum(c, 0.0)
     gamma = lambda k: k * u / (1 - k * u)  # noqa: E731
-    kappa = fft_relative_error(N)
+    kappa = fft_relative_error(N, u)
     na, nb = float(np.linalg.norm(a)) * (1 + 1e-12), float(np.linalg.norm(b)) * (1 + 1e-12)
     sa, sb = float(np.sum(a)) * (1 + 1e-12), float(np.sum(b)) * (1 + 1e-12)
     rn = math.sqrt(N)
@@ -489,13 +515,16 @@ def _fft_convolve(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
           + gc * (sa + kappa * rn * na) * (1 + kappa) * rn * nb)
     p2 = rn * min(sa * nb, sb * na) + dp
     err2 = (dp + kappa * p2) / rn
-    return c, rn * err2 * (1 + 1e-6) + 1e-300
+    error = rn * err2 * (1 + 1e-6) + 1e-300
+    if extended:
+        error += _U * (sa * sb + error) * (1 + 1e-6)
+    return c, error
 
 
 @functools.lru_cache(maxsize=1024)
 def _binary_core(eps0: float, n_alpha: int, n_beta: int, n_fair: int = 0,
-                 extra: float = 0.0) -> _BinaryCore:
-    return _BinaryCore(eps0, n_alpha, n_beta, n_fair, extra)
+                 extra: float = 0.0, convolution: str = "fft") -> _BinaryCore:
+    return _BinaryCore(eps0, n_alpha, n_beta, n_fair, extra, convolution)
 
 
 @dataclass
@@ -508,6 +537,8 @@ class _Block:
     #: where not computed, and the block is split as before): a lower bound on the core, not on
     #: any dataset of the block
     core_lower: float = math.inf
+    #: how the block's core was convolved (:class:`_BinaryCore`, :meth:`BinaryRRWorstCase._core`)
+    convolution: str = "fft"
 
 
 class BinaryRRWorstCase:
@@ -530,21 +561,44 @@ class BinaryRRWorstCase:
         self.tol, self.max_blocks = tol, max_blocks
         self.J = (n - 1) // 2
 
-    def _core(self, lo: int, hi: int) -> _BinaryCore:
+    def _core(self, lo: int, hi: int, convolution: str = "fft") -> _BinaryCore:
         """The dominating pair of the block ``[lo, hi]``.  Each of the ``w = hi - lo`` users not
         in the core reports ``Bern(alpha)`` or ``Bern(beta)``, and both are
         ``(1 - 2 beta) * (its own bit) + 2 beta * Bern(1/2)``; revealing which of them flipped a
         fair coin (``F ~ Bin(w, 2 beta)``, the same law for every dataset of the block) and the
         others' bits is more information, and given F the view is the core plus F fair coins,
         whose divergence decreases in F.  So the block is bounded by the core with ``F0`` fair
-        coins plus ``P(F < F0)``, F0 the e^-75 lower quantile."""
+        coins plus ``P(F < F0)``, F0 the e^-75 lower quantile.  ``convolution``: as in
+        :class:`_BinaryCore`."""
         w = hi - lo
         if w == 0:
-            return _binary_core(self.eps0, lo, self.n - 1 - hi)
+            return _binary_core(self.eps0, lo, self.n - 1 - hi, convolution=convolution)
         two_beta = 2 * float(special.expit(-self.eps0))
         f0, _, _ = binomial_window(w, two_beta)
         extra = float(stats.binom.cdf(f0 - 1, w, two_beta)) * (1 + 1e-9) if f0 > 0 else 0.0
-        return _binary_core(self.eps0, lo, self.n - 1 - hi, f0, extra)
+        return _binary_core(self.eps0, lo, self.n - 1 - hi, f0, extra, convolution)
+
+    def _accurate_core(self, lo: int, hi: int, charge_matters: Callable[[_BinaryCore], bool]
+                       ) -> tuple[_BinaryCore, str, bool]:
+        """The block's core, how it was convolved, and whether its FFT charge still matters
+        (then splitting the block hardly helps: its halves' cores carry nearly the same
+        charge).  By FFT in double; while
+        ``charge_matters(core)`` (its FFT charge moves the answer by more than a tenth of the
+        search's tolerance), again in long double, then directly if that takes at most
+        ``_DIRECT_CONVOLUTION_TERMS`` products.  In double the charge (about 1e-11 at n = 1e8)
+        decided every block of a small delta: binary RR with eps0 = 2.16, n = 1e8 and delta =
+        6e-11 ran the search to its 600 blocks, 30-90 s, for a certified gap of 1.6 %, and at
+        n = 1e6, delta = 1e-15 or n = 1e7, delta = 1e-12 no block was certified below eps0.
+        Every way gives a certified bound."""
+        core, convolution = self._core(lo, hi), "fft"
+        for better in ("extended", "direct", None):
+            if core.fft_error == 0 or not charge_matters(core):
+                return core, convolution, False
+            if better is None or (better == "direct"
+                                  and core.direct_terms > _DIRECT_CONVOLUTION_TERMS):
+                return core, convolution, True
+            core, convolution = self._core(lo, hi, better), better
+        raise AssertionError("unreachable")
 
     def _initial(self) -> list[tuple[int, int]]:
         """Geometric blocks from j = 0 until they reach the width a block can have and still
@@ -564,7 +618,8 @@ class BinaryRRWorstCase:
     def _search(self, score: Callable[[int, int], tuple[float, ...]], cap: float = math.inf
                 ) -> tuple[float, float, list[_Block]]:
         """Maximise ``score`` over datasets: returns (upper, lower, final blocks).  ``score(lo,
-        hi)`` is ``(upper, lower)`` or ``(upper, lower, core_lower)`` (:class:`_Block`).
+        hi)`` is ``(upper, lower)``, ``(upper, lower, core_lower)`` or ``(upper, lower,
+        core_lower, convolution)`` (:class:`_Block`).
 
         ``cap``: a certified upper bound from elsewhere, which the caller takes the minimum
         with.  Once a *singleton* is certified at or above it, the maximum over datasets is
@@ -608,15 +663,26 @@ class BinaryRRWorstCase:
         if self.eps0 == 0:
             return Bounds(0.0, 0.0), []
 
+        def charge_matters(core):
+            # the charge 2 (1 + x) e moves epsilon by about e / |slope of delta| there
+            up = core.epsilon(delta)
+            if not up < self.eps0:
+                return True
+            _, slope = core.evaluate(up)
+            return 2 * (1 + math.exp(up)) * core.fft_error > 0.1 * self.tol * up * abs(slope)
+
         def score(lo, hi):
-            core = self._core(lo, hi)
+            core, convolution, stuck = self._accurate_core(lo, hi, charge_matters)
             up = core.epsilon(delta)
             if lo == hi:
                 low = core.epsilon_lower(delta, up)
-                return up, low, low
-            # a block stuck at or above the cap: is its excess only its core's numerical gap?
-            # (then _search leaves it; at delta = 1e-15 the FFT-convolved cores are all there)
-            return up, -math.inf, core.epsilon_lower(delta, up) if up >= cap else math.inf
+                return up, low, low, convolution
+            # a block stuck at or above the cap, or at its core's FFT charge: is its excess
+            # only its core's numerical gap?  (then _search leaves it; at delta = 1e-15 the
+            # FFT-convolved cores are all there)
+            return (up, -math.inf,
+                    core.epsilon_lower(delta, up) if up >= cap or stuck else math.inf,
+                    convolution)
         up, low, blocks = self._search(score, cap)
         return certified_bounds(max(low, 0.0), up, f"epsilon at delta={delta!r}"), blocks
 
@@ -631,16 +697,21 @@ class BinaryRRWorstCase:
         if self.eps0 == 0 or epsilon >= self.eps0:
             return Bounds(0.0, 0.0), []
 
+        def charge_matters(core):
+            charge = 2 * (1 + math.exp(epsilon)) * core.fft_error
+            return charge > 0.1 * self.tol * core.delta(epsilon).upper
+
         def score(lo, hi):
-            b = self._core(lo, hi).delta(epsilon)
-            return b.upper, (b.lower if lo == hi else -math.inf), b.lower
+            core, convolution, _ = self._accurate_core(lo, hi, charge_matters)
+            b = core.delta(epsilon)
+            return b.upper, (b.lower if lo == hi else -math.inf), b.lower, convolution
         up, low, blocks = self._search(score)
         return certified_bounds(max(low, 0.0), up, f"delta at epsilon={epsilon!r}"), blocks
 
     def profile(self, blocks: Sequence[_Block]) -> Callable[[np.ndarray], np.ndarray]:
         """Upper privacy profile ``max over blocks of the core's delta(eps)`` for a partition of
         the datasets (any partition is valid; a finer one is tighter)."""
-        cores = [self._core(b.lo, b.hi) for b in blocks]
+        cores = [self._core(b.lo, b.hi, b.convolution) for b in blocks]
 
         def fn(eps):
             eps = np.asarray(eps, dtype=float)
@@ -1014,9 +1085,11 @@ def _binary_worst_case(eps0: float, n: int) -> BinaryRRWorstCase:
 def _binary_exact(eps0: float, n: int, delta: float) -> tuple[Bounds, float]:
     """``(bounds, strong)``: FMT23's stronger clone at ``delta`` (binary RR is in the errata's
     class E_eps0) and the binary-RR branch and bound capped by it (:meth:`BinaryRRWorstCase._search`;
-    the upper bound is the smaller of the two).  At delta = 1e-15 the exact search is at its
+    the upper bound is the smaller of the two).  At delta = 1e-15 the exact search was at its
     FFT rounding floor and answered eps0 (no amplification) after 8 s at n = 1e6 and 87 s at
-    n = 1e8; the stronger clone answers 0.0086 and 0.00082 in under half a second."""
+    n = 1e8; the stronger clone answers 0.0086 and 0.00082 in under half a second.  With the
+    cores convolved in long double where that floor matters, the exact search answers down to
+    about delta = 1e-13 at n = 1e8 and the clone takes over below."""
     strong = _strong_clone(eps0, n).epsilon(delta, eps0)
     if n > _MAX_EXACT_BINARY_N:
         return Bounds(0.0, strong), strong

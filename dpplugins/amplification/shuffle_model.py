@@ -1531,24 +1531,50 @@ class LowerPLD:
     pld: PrivacyLossDistribution
     rho: float
     description: str
+    #: ``(up, down, atom)`` when known (:meth:`of_pmfs` with ``outside``): every stored mass of
+    #: a window outcome, in either distribution, is between ``down`` and ``up`` times the exact
+    #: mass of that outcome; ``atom`` is the larger stored mass of the one outcome without such
+    #: a bound (the window's outside); see :func:`relative_lower_correction`
+    ratios: tuple[float, float, float] | None = None
 
     @classmethod
     def of_pmfs(cls, p0: np.ndarray, p1: np.ndarray, relative: float, h: float,
-                description: str, absolute: float = 0.0) -> "LowerPLD":
+                description: str, absolute: float = 0.0,
+                outside: float | None = None) -> "LowerPLD":
         """The pair of two pmfs on a window, each entry within ``relative`` of the exact one
         (plus an l1 error ``absolute``), with one atom appended for each distribution's mass
         outside the window (merging outcomes is a post-processing, so the pair stays dominated
         by the exact one).  The atom is computed as ``1 - sum``, so it carries the entries' error
         once more, plus the rounding of the sum and of the normalisation:
-        ``rho = 2 (relative + absolute) + (len + 8) u``."""
+        ``rho = 2 (relative + absolute) + (len + 8) u``.
+
+        ``outside`` (a bound on each distribution's exact mass outside the window; only with
+        ``absolute = 0``): the atom is ``outside`` in both instead, so it is off by at most
+        ``outside`` and the normalising sums by at most ``relative + outside + len u``: ``rho``
+        gains ``4 outside`` (our derivation), and the stored window masses, ``fl(p_i / s)``
+        with ``p_i`` within ``relative`` of the exact one, are within ``[(1 - relative)(1 -
+        u)/s, (1 + relative)(1 + u)/s]`` of it for the computed sum ``s`` (``ratios``)."""
         p0 = np.maximum(p0, 0.0)
         p1 = np.maximum(p1, 0.0)
-        r0, r1 = max(0.0, 1.0 - float(p0.sum())), max(0.0, 1.0 - float(p1.sum()))
+        if outside is None or absolute > 0:
+            outside = None
+            r0, r1 = max(0.0, 1.0 - float(p0.sum())), max(0.0, 1.0 - float(p1.sum()))
+        else:
+            r0 = r1 = float(outside)
         p = np.concatenate([p0, [r0]])
         q = np.concatenate([p1, [r1]])
-        pld = PrivacyLossDistribution.from_pmfs(p / p.sum(), q / q.sum(), symmetric=False,
+        sp, sq = float(p.sum()), float(q.sum())
+        pld = PrivacyLossDistribution.from_pmfs(p / sp, q / sq, symmetric=False,
                                                 value_discretization_interval=h)
-        return cls(pld, 2 * (relative + absolute) + (len(p) + 8) * _U, description)
+        rho = 2 * (relative + absolute) + (len(p) + 8) * _U
+        ratios = None
+        if outside is not None:
+            rho += 4 * outside
+            up = max((1 + relative) * (1 + _U) / s for s in (sp, sq)) * (1 + 4 * _U)
+            down = min((1 - relative) * (1 - _U) / s for s in (sp, sq)) * (1 - 4 * _U)
+            atom = max(r0 / sp, r1 / sq) * (1 + 4 * _U)
+            ratios = (up, down, atom)
+        return cls(pld, rho, description, ratios)
 
 
 def lower_round_pld(spec, n: int, *, value_discretization_interval: float | None = None
@@ -1563,18 +1589,52 @@ def lower_round_pld(spec, n: int, *, value_discretization_interval: float | None
     if r.kind == "krr" and r.k >= 3:
         flat = _count_pair_pmfs(_lower_pairs(eps0, n, r.k)["others_at_c"]) if n >= 2 else None
         if flat is not None:
-            p0, p1, rho = flat
+            (p0, p1, rho), outside = flat, None
             what = "others at a third value"
         else:
+            # 1/z and e/z: a few roundings each (z = e + k - 1), 8 u covers them
             e, z, _ = _krr_laws(eps0, r.k)
-            p0, p1, rho = _binary_like_pmfs(n - 1, 1 / z, 1 / z, e / z)
+            p0, p1, rho, outside = _binary_like_window(n - 1, 1 / z, 1 / z, e / z, 8 * _U)
             what = "others at a, count of b"
     else:
-        p0, p1, rho = _binary_like_pmfs(n - 1, float(special.expit(-eps0)),
-                                        float(special.expit(-eps0)), float(special.expit(eps0)))
+        # SciPy's expit, assumed accurate to 4 u relative
+        beta, alpha = float(special.expit(-eps0)), float(special.expit(eps0))
+        p0, p1, rho, outside = _binary_like_window(n - 1, beta, beta, alpha, 4 * _U)
         what = "binary RR, others at the X0 value"
+    if outside is None:
+        return LowerPLD.of_pmfs(p0, p1, rho, h, f"exact lower-bound pair of {r.name} (n={n}, "
+                                               f"{what})")
     return LowerPLD.of_pmfs(p0, p1, rho, h, f"exact lower-bound pair of {r.name} (n={n}, "
-                                           f"{what})")
+                                           f"{what})", outside=outside)
+
+
+def _binary_like_window(others: int, pi: float, v0: float, v1: float, rounding: float):
+    """``S = Bin(others, pi) + Bern(v_b)`` with ``pi <= 1/2`` and the three probabilities
+    floats within relative ``rounding`` of the exact ones: the pmfs of S on ``[lo, hi + 1]``
+    (``[lo, hi]`` the binomial's e^-50 window, both terms of every entry computed), a bound on
+    each entry's relative error *to the exact law*, and a bound on the exact mass of S outside
+    (at most the binomial's outside ``[lo, hi]``).
+
+    The relative error, our derivation: Boost's pmf within ``_REL_SF`` of the binomial of the
+    float ``pi``, that binomial within ``exp(others (rounding + rounding pi / (1 - pi)))`` of
+    the exact one (``Bin(m, pi')(k) / Bin(m, pi)(k) = (pi'/pi)^k ((1 - pi')/(1 - pi))^(m -
+    k)``; ``2 rounding others`` for ``pi <= 1/2``),
+    the victim's weights within ``rounding`` (``v``) and ``(rounding v + u)/(1 - v)``
+    (``1 - v``), and 4 u for the products and the sum of two non-negative terms."""
+    lo, hi, outside = binomial_window(others, pi, log_cut=-50.0)
+    k = np.arange(lo - 1, hi + 2)
+    inside = (k >= 0) & (k <= others)
+    w = np.where(inside, _pmf(np.clip(k, 0, others), others, pi), 0.0)
+    p0 = v0 * w[:-1] + (1 - v0) * w[1:]
+    p1 = v1 * w[:-1] + (1 - v1) * w[1:]
+    drift = math.expm1(2.0 * rounding * (1 + 1e-6) * others)
+    # the weights v and 1 - v: 1 - v_float is off by rounding v + u, relative to 1 - v
+    weight = max(max(rounding, (rounding * v + _U) / (1 - v)) for v in (v0, v1)) \
+        if max(v0, v1) < 1 else math.inf
+    relative = (1 + _REL_SF) * (1 + drift) * (1 + weight) * (1 + 4 * _U) - 1
+    if not (pi <= 0.5 and math.isfinite(relative) and relative < 1e-3):
+        return p0, p1, 2 * _REL_SF + 4 * _U, None
+    return p0, p1, relative * (1 + 1e-6), outside
 
 
 def _binary_like_pmfs(others: int, pi: float, v0: float, v1: float):
@@ -1622,16 +1682,74 @@ def _composed_round_plds(rs: Sequence[Round], h: float) -> PrivacyLossDistributi
     return total
 
 
-def _composed_lower_plds(rs: Sequence[Round], h: float) -> tuple[PrivacyLossDistribution, float]:
-    """The exact pairs of :func:`lower_round_pld` composed the same way, and ``sum count rho``
-    (their relative error, charged by the caller as ``rho (1 + e^eps)``)."""
+def _composed_lower_plds(rs: Sequence[Round], h: float
+                         ) -> tuple[PrivacyLossDistribution, float, "RelativeCorrection | None"]:
+    """The exact pairs of :func:`lower_round_pld` composed the same way, ``sum count rho``
+    (their l1 error, charged by the caller as ``rho (1 + e^eps)``), and their relative
+    correction when every round has one (:class:`RelativeCorrection`)."""
     total, rho = None, 0.0
+    log_up, log_down, atom, relative = 0.0, 0.0, 0.0, True
     for x in rs:
         lp = lower_round_pld(x.randomizer, x.n, value_discretization_interval=h)
         part = lp.pld.self_compose(x.count)
         total = part if total is None else total.compose(part)
         rho += x.count * lp.rho
-    return total, rho
+        if lp.ratios is None:
+            relative = False
+        else:
+            up, down, a = lp.ratios
+            log_up += x.count * math.log(up)
+            log_down += x.count * math.log(down)
+            atom += x.count * a
+    correction = RelativeCorrection.of(log_up, log_down, atom) if relative else None
+    return total, rho, correction
+
+
+@dataclass(frozen=True)
+class RelativeCorrection:
+    """From the composition of stored pairs to the exact ones, when every stored mass of a
+    window outcome is within ``[down, up]`` times the exact one (:attr:`LowerPLD.ratios`).
+
+    Our derivation.  Over k rounds the stored product masses ``P', Q'`` of outcomes with every
+    coordinate in its window are within ``[D, U]`` times the exact ones (``U = prod up``, ``D =
+    prod down``, either distribution); the other outcomes have stored mass at most ``A = sum
+    count atom`` in all (union bound).  With ``x' = x U / D`` every window outcome has ``P' -
+    x' Q' <= U (P - x Q)``, so ``H_x'(P'||Q') <= U H_x(P||Q) + A`` (either direction), i.e.
+    ``H_x(P||Q) >= (H_x'(P'||Q') - A) / U``: a lower bound on the exact delta at ``eps`` from
+    the stored one at ``eps + shift``, ``shift = log(U/D)``.  For epsilon at ``delta``: the
+    stored pair's certified lower epsilon at ``U delta + A``, minus ``shift``.  It replaces
+    the absolute charge ``count rho (1 + e^eps)`` by a relative one: 10 rounds of binary RR at
+    n = 1e5 charged 9e-11 in delta, which hid every delta below about 1e-10."""
+
+    scale: float   # U, rounded up
+    shift: float   # log(U / D), rounded up
+    atom: float    # A
+
+    @classmethod
+    def of(cls, log_up: float, log_down: float, atom: float) -> "RelativeCorrection":
+        slack = 1e-12 * (abs(log_up) + abs(log_down)) + 1e-300
+        return cls(math.exp(log_up + slack) * (1 + 4 * _U),
+                   (log_up - log_down + slack) * (1 + 4 * _U), atom * (1 + 4 * _U))
+
+    def epsilon_lower(self, pld: PrivacyLossDistribution, delta: float) -> float:
+        """Certified lower bound on the exact pairs' epsilon at ``delta`` (0 where the stored
+        pair's is not certified)."""
+        target = (self.scale * delta + self.atom) * (1 + 4 * _U)
+        if not target < 1:
+            return 0.0
+        try:
+            stored = pld.epsilon_for_delta(target).lower
+        except NumericalError:
+            return 0.0
+        return max(0.0, stored - self.shift) if math.isfinite(stored) else stored
+
+    def delta_lower(self, pld: PrivacyLossDistribution, epsilon: float) -> float:
+        """Certified lower bound on the exact pairs' delta at ``epsilon``."""
+        try:
+            stored = pld.delta_for_epsilon(epsilon + self.shift).lower
+        except NumericalError:
+            return 0.0
+        return max(0.0, (stored - self.atom) / self.scale * (1 - 4 * _U))
 
 
 def composed_epsilon_bounds(rounds: Sequence, delta: float, *,
@@ -1652,13 +1770,15 @@ def composed_epsilon_bounds(rounds: Sequence, delta: float, *,
              if all(x.randomizer.delta0 == 0 for x in rs) else up)
     low = 0.0
     if lower:
-        low_pld, rho = _composed_lower_plds(rs, h)
+        low_pld, rho, correction = _composed_lower_plds(rs, h)
         margin = rho * (1 + math.exp(min(up, 700.0)))
         if delta + margin < 1:
             try:
                 low = low_pld.epsilon_for_delta(min(delta + margin, 0.999999)).lower
             except NumericalError:
                 low = 0.0
+        if correction is not None:
+            low = max(low, correction.epsilon_lower(low_pld, delta))
         low = max(low, best_single_round_lower(
             rs, lambda spec, n: fixed_dataset_epsilon_lower(spec, n, delta)))
     return certified_bounds(low, up, f"epsilon at delta={delta!r}")
@@ -1681,12 +1801,14 @@ def composed_delta_bounds(rounds: Sequence, epsilon_: float, *,
         up = 0.0
     low = 0.0
     if lower and up > 0:
-        low_pld, rho = _composed_lower_plds(rs, h)
+        low_pld, rho, correction = _composed_lower_plds(rs, h)
         margin = rho * (1 + math.exp(min(eps, 700.0)))
         try:
             low = max(0.0, low_pld.delta_for_epsilon(eps).lower - margin)
         except NumericalError:
             low = 0.0
+        if correction is not None:
+            low = max(low, correction.delta_lower(low_pld, eps))
         low = max(low, best_single_round_lower(
             rs, lambda spec, n: fixed_dataset_delta_lower(spec, n, eps)))
     return certified_bounds(low, up, f"delta at epsilon={eps!r}")

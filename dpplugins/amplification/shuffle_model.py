@@ -192,8 +192,11 @@ point, which costs minutes beyond that) becomes a dominating PLD
 (:func:`round_pld`, pessimistic connect-the-dots); rounds compose by FFT.  The lower bound
 composes, the same way, the PLD of an exact pair dominated by one round
 (:func:`lower_round_pld`; k-RR: the 2-D "others at c" pair when its support is small, else its
-count of b); its pmfs are within relative ``rho`` of the exact ones, charged as
-``count rho (1 + e^eps)`` (:func:`composed_epsilon_bounds`).
+count of b); its pmfs are within l1 ``rho`` of the exact ones, charged as
+``count rho (1 + e^eps)`` (:func:`composed_epsilon_bounds`), and for binary RR and the count
+of b every stored mass is also within a relative bound of the exact one, which gives a second
+lower bound shifted by about 1e-10 in epsilon instead (:class:`RelativeCorrection`); the larger
+is reported.
 
 Example::
 

@@ -299,15 +299,9 @@ def test_binary_rr_epsilon_at_a_tiny_delta_takes_the_stronger_clone():
 
 
 def _binary_rr_all_zero_epsilon(eps0: float, n: int, delta: float) -> float:
-    """Epsilon at ``delta`` of shuffled binary RR on the dataset where every other user holds 0
-    (one of the datasets the worst case ranges over), from scipy's binomial pmf directly: the
-    count of 1s is ``Bin(n - 1, beta) + victim``, ``P0(s) = beta W(s - 1) + alpha W(s)``, ``P1``
-    with alpha and beta swapped; both directions, bisection on the hockey-stick sum."""
-    alpha, beta = 1 / (1 + math.exp(-eps0)), 1 / (1 + math.exp(eps0))
-    mean, sd = (n - 1) * beta, math.sqrt((n - 1) * alpha * beta)
-    s = np.arange(max(0, int(mean - 40 * sd)), int(mean + 40 * sd) + 2)
-    w, w1 = stats.binom.pmf(s, n - 1, beta), stats.binom.pmf(s - 1, n - 1, beta)
-    p0, p1 = beta * w1 + alpha * w, alpha * w1 + beta * w
+    """Epsilon at ``delta`` of :func:`_all_zero_pair`: both directions, bisection on the
+    hockey-stick sum."""
+    _, p0, p1 = _all_zero_pair(eps0, n)
 
     def delta_at(eps):
         x = math.exp(eps)
@@ -437,6 +431,32 @@ def test_composition_brackets_and_grows(spec):
     assert d.lower <= d.upper <= 1e-6 * (1 + 1e-6)
 
 
+def _all_zero_pair(eps0: float, n: int):
+    """Shuffled binary RR on the dataset where every other user holds 0 (one of the datasets
+    the worst case ranges over), from scipy's binomial pmf: the count of 1s is ``Bin(n - 1,
+    beta) + victim``, ``P0(s) = beta W(s - 1) + alpha W(s)``, ``P1`` with alpha and beta
+    swapped, on +-40 standard deviations."""
+    alpha, beta = 1 / (1 + math.exp(-eps0)), 1 / (1 + math.exp(eps0))
+    mean, sd = (n - 1) * beta, math.sqrt((n - 1) * alpha * beta)
+    s = np.arange(max(0, int(mean - 40 * sd)), int(mean + 40 * sd) + 2)
+    w, w1 = stats.binom.pmf(s, n - 1, beta), stats.binom.pmf(s - 1, n - 1, beta)
+    return s, beta * w1 + alpha * w, alpha * w1 + beta * w
+
+
+def _all_zero_pair_composed(eps0: float, n: int, rounds: int, pessimistic: bool):
+    """dp-accounting's PLDs (grid 1e-5) of :func:`_all_zero_pair`, both directions, composed
+    ``rounds`` times."""
+    pld_module = pytest.importorskip("dp_accounting.pld.privacy_loss_distribution")
+    s, p0, p1 = _all_zero_pair(eps0, n)
+    keep = (p0 > 0) & (p1 > 0)
+    log0 = {int(k): math.log(v) for k, v in zip(s[keep], p0[keep])}
+    log1 = {int(k): math.log(v) for k, v in zip(s[keep], p1[keep])}
+    return [pld_module.from_two_probability_mass_functions(
+        first, second, pessimistic_estimate=pessimistic,
+        value_discretization_interval=1e-5).self_compose(rounds)
+        for first, second in ((log0, log1), (log1, log0))]
+
+
 def test_composition_of_binary_rr_is_tight():
     b = sm.composed_epsilon_bounds([(("binary_rr", 2.0), 10_000, 10)], 1e-6)
     assert b.upper - b.lower <= 0.02 * b.upper
@@ -450,23 +470,12 @@ def test_composed_binary_rr_at_a_small_delta_is_amplified():
     times by dp-accounting's PLD (optimistic estimate, both directions) -- our upper bound is
     at least its epsilon and within 3 % of it; our lower bound is at most its pessimistic
     estimate."""
-    pld_module = pytest.importorskip("dp_accounting.pld.privacy_loss_distribution")
     eps0, n, delta = 1.0, 10**5, 1e-12
     b = sm.composed_epsilon_bounds([(("binary_rr", eps0), n, 10)], delta)
-    alpha, beta = 1 / (1 + math.exp(-eps0)), 1 / (1 + math.exp(eps0))
-    mean, sd = (n - 1) * beta, math.sqrt((n - 1) * alpha * beta)
-    s = np.arange(int(mean - 40 * sd), int(mean + 40 * sd) + 2)
-    w, w1 = stats.binom.pmf(s, n - 1, beta), stats.binom.pmf(s - 1, n - 1, beta)
-    p0, p1 = beta * w1 + alpha * w, alpha * w1 + beta * w
-    keep = (p0 > 0) & (p1 > 0)
-    log0 = {int(k): math.log(v) for k, v in zip(s[keep], p0[keep])}
-    log1 = {int(k): math.log(v) for k, v in zip(s[keep], p1[keep])}
 
     def reference(pessimistic):
-        return max(pld_module.from_two_probability_mass_functions(
-            first, second, pessimistic_estimate=pessimistic,
-            value_discretization_interval=1e-5).self_compose(10).get_epsilon_for_delta(delta)
-            for first, second in ((log0, log1), (log1, log0)))
+        return max(c.get_epsilon_for_delta(delta)
+                   for c in _all_zero_pair_composed(eps0, n, 10, pessimistic))
     optimistic = reference(False)
     assert optimistic <= b.upper <= 1.03 * optimistic
     assert 0.97 * optimistic <= b.lower <= reference(True)
@@ -511,20 +520,8 @@ def test_binary_rr_composed_lower_bound_takes_the_relative_correction():
     (``RelativeCorrection``) shifts epsilon by about 1e-10 instead.  Reference: the same
     dataset pair composed by dp-accounting (pessimistic estimate, both directions), which our
     lower bound may not exceed; the delta query's lower bound is checked the same way."""
-    pld_module = pytest.importorskip("dp_accounting.pld.privacy_loss_distribution")
     eps0, n, rounds = 1.0, 10**5, 10
-    alpha, beta = 1 / (1 + math.exp(-eps0)), 1 / (1 + math.exp(eps0))
-    mean, sd = (n - 1) * beta, math.sqrt((n - 1) * alpha * beta)
-    s = np.arange(int(mean - 40 * sd), int(mean + 40 * sd) + 2)
-    w, w1 = stats.binom.pmf(s, n - 1, beta), stats.binom.pmf(s - 1, n - 1, beta)
-    p0, p1 = beta * w1 + alpha * w, alpha * w1 + beta * w
-    keep = (p0 > 0) & (p1 > 0)
-    log0 = {int(k): math.log(v) for k, v in zip(s[keep], p0[keep])}
-    log1 = {int(k): math.log(v) for k, v in zip(s[keep], p1[keep])}
-    composed = [pld_module.from_two_probability_mass_functions(
-        first, second, pessimistic_estimate=True,
-        value_discretization_interval=1e-5).self_compose(rounds)
-        for first, second in ((log0, log1), (log1, log0))]
+    composed = _all_zero_pair_composed(eps0, n, rounds, True)
     spec = [(("binary_rr", eps0), n, rounds)]
     b = sm.composed_epsilon_bounds(spec, 1e-10)
     assert b.upper - b.lower <= 0.01 * b.upper

@@ -1537,7 +1537,7 @@ class LowerPLD:
     #: ``(up, down, atom)`` when known (:meth:`of_pmfs` with ``outside``): every stored mass of
     #: a window outcome, in either distribution, is between ``down`` and ``up`` times the exact
     #: mass of that outcome; ``atom`` is the larger stored mass of the one outcome without such
-    #: a bound (the window's outside); see :func:`relative_lower_correction`
+    #: a bound (the window's outside); see :class:`RelativeCorrection`
     ratios: tuple[float, float, float] | None = None
 
     @classmethod
@@ -1604,9 +1604,6 @@ def lower_round_pld(spec, n: int, *, value_discretization_interval: float | None
         beta, alpha = float(special.expit(-eps0)), float(special.expit(eps0))
         p0, p1, rho, outside = _binary_like_window(n - 1, beta, beta, alpha, 4 * _U)
         what = "binary RR, others at the X0 value"
-    if outside is None:
-        return LowerPLD.of_pmfs(p0, p1, rho, h, f"exact lower-bound pair of {r.name} (n={n}, "
-                                               f"{what})")
     return LowerPLD.of_pmfs(p0, p1, rho, h, f"exact lower-bound pair of {r.name} (n={n}, "
                                            f"{what})", outside=outside)
 

@@ -581,20 +581,21 @@ class BinaryRRWorstCase:
         extra = float(stats.binom.cdf(f0 - 1, w, two_beta)) * (1 + 1e-9) if f0 > 0 else 0.0
         return _binary_core(self.eps0, lo, self.n - 1 - hi, f0, extra, convolution)
 
-    def _accurate_core(self, lo: int, hi: int, charge_matters: Callable[[_BinaryCore], bool]
+    def _accurate_core(self, lo: int, hi: int, charge_matters: Callable[[_BinaryCore], bool],
+                       ways: tuple[str, ...] = ("extended", "direct")
                        ) -> tuple[_BinaryCore, str, bool]:
         """The block's core, how it was convolved, and whether its FFT charge still matters
         (then splitting the block hardly helps: its halves' cores carry nearly the same
         charge).  By FFT in double; while
         ``charge_matters(core)`` (its FFT charge moves the answer by more than a tenth of the
-        search's tolerance), again in long double, then directly if that takes at most
-        ``_DIRECT_CONVOLUTION_TERMS`` products.  In double the charge (about 1e-11 at n = 1e8)
-        decided every block of a small delta: binary RR with eps0 = 2.16, n = 1e8 and delta =
-        6e-11 ran the search to its 600 blocks, 30-90 s, for a certified gap of 1.6 %, and at
-        n = 1e6, delta = 1e-15 or n = 1e7, delta = 1e-12 no block was certified below eps0.
-        Every way gives a certified bound."""
+        search's tolerance), again in each of ``ways`` in turn: ``"extended"`` (long double),
+        ``"direct"`` (if that takes at most ``_DIRECT_CONVOLUTION_TERMS`` products).  In double
+        the charge (about 1e-11 at n = 1e8) decided every block of a small delta: binary RR
+        with eps0 = 2.16, n = 1e8 and delta = 6e-11 ran the search to its 600 blocks, 30-90 s,
+        for a certified gap of 1.6 %, and at n = 1e6, delta = 1e-15 or n = 1e7, delta = 1e-12
+        no block was certified below eps0.  Every way gives a certified bound."""
         core, convolution = self._core(lo, hi), "fft"
-        for better in ("extended", "direct", None):
+        for better in (*ways, None):
             if core.fft_error == 0 or not charge_matters(core):
                 return core, convolution, False
             if better is None or (better == "direct"
@@ -705,7 +706,10 @@ class BinaryRRWorstCase:
             return charge > 0.1 * self.tol * core.delta(epsilon).upper
 
         def score(lo, hi):
-            core, convolution, _ = self._accurate_core(lo, hi, charge_matters)
+            # long double only: a delta search refines to its tolerance in delta, hundreds of
+            # blocks at tiny deltas, and direct cores made those 10-20 s (n = 1e6, delta near
+            # 1e-12; 3.7 s in long double, within 1.4 % instead of 0.4 %)
+            core, convolution, _ = self._accurate_core(lo, hi, charge_matters, ("extended",))
             b = core.delta(epsilon)
             return b.upper, (b.lower if lo == hi else -math.inf), b.lower, convolution
         up, low, blocks = self._search(score)

@@ -667,9 +667,16 @@ class BinaryRRWorstCase:
         if self.eps0 == 0:
             return Bounds(0.0, 0.0), []
 
+        last: list = [None, 0.0]  # the core charge_matters saw last and its epsilon
+
+        def epsilon_of(core):
+            if last[0] is not core:
+                last[:] = [core, core.epsilon(delta)]
+            return last[1]
+
         def charge_matters(core):
             # the charge 2 (1 + x) e moves epsilon by about e / |slope of delta| there
-            up = core.epsilon(delta)
+            up = epsilon_of(core)
             if not up < self.eps0:
                 return True
             _, slope = core.evaluate(up)
@@ -677,7 +684,7 @@ class BinaryRRWorstCase:
 
         def score(lo, hi):
             core, convolution, stuck = self._accurate_core(lo, hi, charge_matters)
-            up = core.epsilon(delta)
+            up = epsilon_of(core)
             if lo == hi:
                 low = core.epsilon_lower(delta, up)
                 return up, low, low, convolution
@@ -701,16 +708,23 @@ class BinaryRRWorstCase:
         if self.eps0 == 0 or epsilon >= self.eps0:
             return Bounds(0.0, 0.0), []
 
+        last: list = [None, None]  # the core charge_matters saw last and its bounds
+
+        def bounds_of(core):
+            if last[0] is not core:
+                last[:] = [core, core.delta(epsilon)]
+            return last[1]
+
         def charge_matters(core):
             charge = 2 * (1 + math.exp(epsilon)) * core.fft_error
-            return charge > 0.1 * self.tol * core.delta(epsilon).upper
+            return charge > 0.1 * self.tol * bounds_of(core).upper
 
         def score(lo, hi):
             # long double only: a delta search refines to its tolerance in delta, hundreds of
             # blocks at tiny deltas, and direct cores made those 10-20 s (n = 1e6, delta near
             # 1e-12; 3.7 s in long double, within 1.4 % instead of 0.4 %)
             core, convolution, _ = self._accurate_core(lo, hi, charge_matters, ("extended",))
-            b = core.delta(epsilon)
+            b = bounds_of(core)
             return b.upper, (b.lower if lo == hi else -math.inf), b.lower, convolution
         up, low, blocks = self._search(score)
         return certified_bounds(max(low, 0.0), up, f"delta at epsilon={epsilon!r}"), blocks

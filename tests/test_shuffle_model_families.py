@@ -24,6 +24,7 @@ from dpplugins.amplification import shuffle_model_families as fam
 from dpplugins.amplification.shuffle_model_errata import (ErrataPair,
                                                           decomposition_for_total_variation)
 from dpplugins.errors import ParameterError
+from conftest import hockey_stick_mp
 from test_shuffle_model import (blanket_functional, histogram_law,  # brute-force helpers
                                 hockey)
 
@@ -788,3 +789,39 @@ def test_the_blanket_outside_mass_in_closed_form_is_one_minus_gamma(eps0):
                    fam.local_hashing(eps0, 5), fam.laplace_bounded(eps0)):
         gamma = family.blanket[0]
         assert fam.blanket_complement(family) == pytest.approx(1 - gamma, rel=1e-12, abs=0)
+
+
+def _errata_pair_delta_mp(n, eps0, p, q, eps):
+    """The Lemma 7.3 pair's exact delta(eps) in mpmath (40 digits): the law of the counts of
+    reports 0, 1 and 2 (the 3-reporters' identities are the same under X0 and X1), the given
+    doubles p and q taken exactly and e^eps0 in full precision."""
+    with mpmath.workdps(40):
+        e, p, q = mpmath.exp(mpmath.mpf(eps0)), mpmath.mpf(p), mpmath.mpf(q)
+        other = (p, p, q, 1 - 2 * p - q)
+        laws = []
+        for user1 in ((e * p, p, 1 - (e + 1) * p), (p, e * p, 1 - (e + 1) * p)):
+            law = defaultdict(mpmath.mpf)
+            for first in range(3):
+                for rest in itertools.product(range(4), repeat=n - 1):
+                    reports = (first, *rest)
+                    pr = user1[first] * mpmath.fprod(other[r] for r in rest)
+                    law[tuple(reports.count(c) for c in range(3))] += pr
+            laws.append(law)
+        return float(hockey_stick_mp(*laws, mpmath.mpf(eps)))
+
+
+@pytest.mark.parametrize("eps0", [1e-12, 1e-9, 1e-6])
+def test_errata_pair_at_a_tiny_local_epsilon_stays_above_the_exact_pair(eps0):
+    """Found by a hostile sweep: at eps0 = 1e-12 and epsilon = 0.99e-12 the pair's delta was
+    1.11022e-15 where its exact value is 1.11111e-15 (the rounding of e^eps0 p in the laws is a
+    large part of e^eps0 - e^eps there), and at epsilon 0 (its total variation) 5.6e-18 below
+    at eps0 = 1e-6; its bounds now take the rounding margins."""
+    for family in (fam.subset_selection(eps0, 3, 1), fam.unary_encoding(eps0, 4)):
+        p, q = family.lemma73
+        for n in (2, 3):
+            pair = ErrataPair(eps0, n, p, q)
+            for eps in (0.0, 0.5 * eps0, 0.99 * eps0, 0.9999 * eps0):
+                exact = _errata_pair_delta_mp(n, eps0, p, q, eps)
+                assert exact <= pair.delta(eps) <= exact * 1.1 + 1e-14, (n, eps)
+                if eps > 0:   # epsilon at the exact delta of eps is at least eps
+                    assert pair.epsilon(exact) >= eps, (n, eps)

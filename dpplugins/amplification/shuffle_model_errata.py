@@ -64,7 +64,8 @@ import functools
 import math
 
 from dpplugins.amplification.shuffle import check_local_epsilon
-from dpplugins.amplification.count_pair import newton_smallest_epsilon
+from dpplugins.amplification.count_pair import (below_by_margin, eps_rounding_margin,
+                                                newton_smallest_epsilon, upper_at_zero)
 from dpplugins.amplification.shuffle_model import Blanket
 from dpplugins.errors import ParameterError, check_count, check_nonnegative, check_open_unit
 
@@ -104,7 +105,12 @@ class ErrataPair(Blanket):
     upper bounds (every truncated and floating-point term charged).  The computation is the
     blanket's (:class:`~dpplugins.amplification.shuffle_model.Blanket`) with ``M - 1 ~
     Bin(n - 1, 2p + q)`` and the categories 0, 1 and 2 of the module docstring; blocks of M
-    widen until there are at most ``max_blocks``."""
+    widen until there are at most ``max_blocks``.  Both are evaluated
+    :data:`~dpplugins.amplification.count_pair.EPS_ROUNDING_MARGIN` below / above epsilon, which
+    covers the rounding of ``e^eps0 p`` in the laws (without it, eps0 = 1e-12 and epsilon =
+    0.99e-12 gave a delta 8e-4 below the pair's exact 1.1111e-15), and at epsilon 0 delta is
+    widened by :data:`~dpplugins.amplification.count_pair.LAW_ROUNDING_AT_ZERO`
+    (:func:`~dpplugins.amplification.count_pair.upper_at_zero`)."""
 
     def __init__(self, eps0: float, n: int, p: float, q: float, *, eta: float = 2.5e-3,
                  max_blocks: int = 4000) -> None:
@@ -129,7 +135,9 @@ class ErrataPair(Blanket):
 
     def delta(self, epsilon: float) -> float:
         """Certified upper bound on delta(epsilon), both directions (the pair is symmetric)."""
-        return self.evaluate(check_nonnegative("epsilon", epsilon))[0].upper
+        epsilon = check_nonnegative("epsilon", epsilon)
+        value = self.evaluate(float(below_by_margin(epsilon)))[0].upper
+        return upper_at_zero(value, epsilon, self.eps0)
 
     def epsilon(self, delta: float) -> float:
         """Certified upper bound on the smallest epsilon with delta(epsilon) <= delta (at most
@@ -143,8 +151,9 @@ class ErrataPair(Blanket):
             return b.upper, s
         e = math.exp(self.eps0)
         guess = (e - 1) * self.p * math.sqrt(2 * math.log(1 / delta) / (self.n * self.keep + 1))
-        return newton_smallest_epsilon(upper, delta, self.eps0, min(max(guess, 1e-9),
-                                                                     0.5 * self.eps0))
+        found = newton_smallest_epsilon(upper, delta, self.eps0, min(max(guess, 1e-9),
+                                                                      0.5 * self.eps0))
+        return min(eps_rounding_margin(found), self.eps0)
 
 
 @functools.lru_cache(maxsize=128)

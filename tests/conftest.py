@@ -2,7 +2,14 @@
 
 import os
 
-import numpy as np
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # ``pytest -n 2`` runs two workers on two cores: one thread each, set before numpy is
+    # imported (OpenBLAS' threads spinning against the other worker's made a 3 s test take 43 s)
+    for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                      "TF_NUM_INTRAOP_THREADS"):
+        os.environ.setdefault(_variable, "1")
+
+import numpy as np  # noqa: E402
 import pytest
 from scipy import integrate, stats
 from scipy.special import log_ndtr
@@ -172,6 +179,21 @@ def hockey_stick_mp(p, q, eps):
     keys = set(p) | set(q)
     return max(sum(max(0, p.get(x, 0) - g * q.get(x, 0)) for x in keys),
                sum(max(0, q.get(x, 0) - g * p.get(x, 0)) for x in keys))
+
+
+#: the fuzz summaries that pytest-xdist workers sent back (tests/test_fuzz.py), printed once
+_WORKER_FUZZ_SUMMARIES: list[str] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    _WORKER_FUZZ_SUMMARIES.extend(getattr(node, "workeroutput", {}).get(
+        "dpplugins_fuzz_summary", []))
+
+
+def pytest_terminal_summary(terminalreporter):
+    for line in ["", *_WORKER_FUZZ_SUMMARIES] if _WORKER_FUZZ_SUMMARIES else []:
+        terminalreporter.write_line(line)
 
 
 def pytest_collection_modifyitems(config, items):

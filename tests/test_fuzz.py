@@ -155,6 +155,9 @@ def _report(config, seconds: float) -> None:
         lines.append(f"  {name:15s} {s.examples:4d} examples, {s.queries:5d} queries "
                      f"({s.operations} operations: {dict(s.outcomes)}){known}; slowest "
                      f"{s.slowest:.2f} s: {s.slowest_query}")
+    if hasattr(config, "workeroutput"):  # a pytest-xdist worker: the controller prints it
+        config.workeroutput["dpplugins_fuzz_summary"] = lines
+        return
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:  # printed after pytest's own summary, when capture is over
         config.add_cleanup(lambda: [reporter.write_line(line) for line in ["", *lines]])

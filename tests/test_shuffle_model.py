@@ -1075,3 +1075,46 @@ def test_composed_rounds_at_tiny_local_epsilons_bracket_the_exact_product(eps0, 
         d = sm.composed_delta_bounds([(("binary_rr", eps0), n, rounds)], 0.5 * b.upper)
         exact = max(_binary_rr_rounds_delta(eps0, n, rounds, 0.5 * b.upper, o) for o in (0, 1))
         assert d.lower <= exact <= d.upper, (n, rounds, d, float(exact))
+
+
+def test_composed_rounds_below_the_composition_floor_answer_with_the_eps0_sum():
+    """Found by a hostile sweep: at delta = 1e-15, below what the composed PLD of two rounds of
+    binary RR (or of grouped k-RR) can certify, the direct functions raised NumericalError
+    where the accountant answered; pure rounds now answer with basic composition's sum of the
+    eps0 (Dwork & Roth 2014, Thm 3.16), exactly 6 here.  A round with delta0 > 0 has no such
+    answer and still raises."""
+    from dpplugins.amplification import shuffle_model_families as fam
+    from dpplugins.amplification import shuffle_model_heterogeneous as het
+    from dpplugins.errors import NumericalError
+
+    direct = sm.composed_epsilon_bounds([(("binary_rr", 3.0), 150, 2)], 1e-15)
+    assert direct.upper == 6.0 and 5.9 < direct.lower <= direct.upper
+    grouped = het.GroupedKRR(((1.0, 100), (3.0, 50)), 2)
+    bounds = fam.composed_rounds_epsilon_bounds([(grouped, 150, 2)], 1e-15)
+    assert bounds.upper == 6.0 and 0 < bounds.lower <= bounds.upper
+    with pytest.raises(NumericalError):
+        sm.composed_epsilon_bounds([(("general", 3.0, 1e-17), 150, 2)], 1e-15)
+    # at exactly the sum delta is 0; just below it, positive
+    assert sm.composed_delta_bounds([(("binary_rr", 3.0), 150, 2)], 6.0).upper == 0.0
+    assert sm.composed_delta_bounds([(("binary_rr", 3.0), 150, 2)], 5.999).upper > 0.0
+
+
+def test_basic_composition_epsilon_is_the_exact_sum_rounded_up():
+    """The smallest float at or above the exact rational sum of count x eps0 (summing the
+    products in floats rounds some sums down: 2 x 0.3 + 1.7 is 2.3 in floats, 1.1e-16 below
+    the sum of the doubles 0.3 and 1.7)."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(11)
+    r = lambda e: sm.Randomizer("krr", e, 2)
+    cases = [[(r(0.3), 2), (r(1.7), 1)], [(r(3.0), 10 ** 9)], [(r(1e-12), 2)]]
+    cases += [[(r(float(e)), int(c)) for e, c in zip(rng.uniform(0, 5, 3),
+                                                       rng.integers(1, 10 ** 6, 3))]
+              for _ in range(200)]
+    for terms in cases:
+        exact = sum(Fraction(c) * Fraction(spec.eps0) for spec, c in terms)
+        got = sm.basic_composition_epsilon(terms)
+        assert Fraction(got) >= exact and Fraction(math.nextafter(got, 0.0)) < exact, terms
+    assert sm.basic_composition_epsilon([(r(3.0), 10 ** 9)]) == 3e9
+    assert sm.pure_composition_epsilon([(r(1.0), 1), (sm.randomizer(("general", 1.0, 1e-9)),
+                                                      1)]) is None

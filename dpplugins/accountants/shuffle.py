@@ -915,7 +915,8 @@ def _no_amplification(rounds, delta: float) -> float:
     one randomizer compose by the optimal composition theorem (Kairouz, Oh, Viswanath 2015,
     arXiv:1311.0776, Thm 3.3; :func:`dpplugins.accountants.checkin.composed_local_epsilon`);
     several randomizers by basic composition (Dwork & Roth 2014, Thm 3.16): ``sum count eps0``
-    (rounded up) when ``sum count delta0 <= delta``, else inf."""
+    (:func:`~dpplugins.amplification.shuffle_model.basic_composition_epsilon`) when ``sum count
+    delta0 <= delta``, else inf."""
     if len(rounds) == 1 and delta > 0:
         from dpplugins.accountants.checkin import composed_local_epsilon
 
@@ -924,8 +925,9 @@ def _no_amplification(rounds, delta: float) -> float:
     spent = math.fsum(r.count * _delta0(r.randomizer) for r in rounds)
     if spent > delta:
         return math.inf
-    total = math.fsum(r.count * r.randomizer.eps0 for r in rounds)
-    return total * (1 + 1e-12) if math.isfinite(total) else math.inf
+    from dpplugins.amplification.shuffle_model import basic_composition_epsilon
+
+    return basic_composition_epsilon((r.randomizer, r.count) for r in rounds)
 
 
 def _single_round_delta_lower(rounds, epsilon: float) -> float:
@@ -971,8 +973,9 @@ def _no_amplification_delta(rounds, epsilon: float) -> float:
     if len(rounds) == 1:
         r = rounds[0]
         return composed_local_delta(epsilon, r.randomizer.eps0, _delta0(r.randomizer), r.count)
-    total = math.fsum(r.count * r.randomizer.eps0 for r in rounds)
-    if epsilon >= total * (1 + 1e-12):
+    from dpplugins.amplification.shuffle_model import basic_composition_epsilon
+
+    if epsilon >= basic_composition_epsilon((r.randomizer, r.count) for r in rounds):
         return min(math.fsum(r.count * _delta0(r.randomizer) for r in rounds) * (1 + 1e-12),
                    1.0)
     return 1.0

@@ -212,6 +212,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -1770,22 +1771,43 @@ class RelativeCorrection:
         return max(0.0, (stored - self.atom) / self.scale * (1 - 4 * _U))
 
 
+def basic_composition_epsilon(terms) -> float:
+    """``sum count eps0`` over ``(randomizer, count)`` pairs, the epsilon of basic composition
+    (Dwork & Roth 2014, Thm 3.16: the rounds are ``(sum count eps0, sum count delta0)``-DP),
+    summed exactly in rationals and rounded up to a float (exact where it is one)."""
+    exact = sum(Fraction(count) * Fraction(spec.eps0) for spec, count in terms)
+    try:
+        total = float(exact)
+    except OverflowError:
+        return math.inf
+    return total if Fraction(total) >= exact else math.nextafter(total, math.inf)
+
+
+def pure_composition_epsilon(terms) -> float | None:
+    """:func:`basic_composition_epsilon` when every randomizer is pure eps0-DP (None
+    otherwise): an epsilon with delta 0, so an upper bound at every delta."""
+    terms = list(terms)
+    if any(getattr(spec, "delta0", 0.0) > 0 for spec, _ in terms):
+        return None
+    return basic_composition_epsilon(terms)
+
+
 def composed_epsilon_bounds(rounds: Sequence, delta: float, *,
                             value_discretization_interval: float | None = None,
                             lower: bool = True) -> Bounds:
     """Certified ``(lower, upper)`` epsilon at ``delta`` for rounds composed adaptively
     (``rounds``: :class:`Round` or ``(spec, n, count)`` triples).  Upper: the dominating PLDs of
     :func:`round_pld` composed by FFT.  Lower: the exact pairs of :func:`lower_round_pld`
-    composed the same way (an adversary may use the same datasets in every round)."""
+    composed the same way (an adversary may use the same datasets in every round).  Pure
+    rounds are capped by :func:`pure_composition_epsilon`, which also answers where delta is
+    below what the composition can certify."""
     delta = check_open_unit("delta", delta)
     rs = _as_rounds(rounds)
     if not rs:
         return Bounds(0.0, 0.0)
     h = _rounds_grid_step(rs, value_discretization_interval)
-    upper_pld = _composed_round_plds(rs, h)
-    up = upper_pld.epsilon_for_delta(delta, lower=False).upper
-    up = min(up, sum(x.count * x.randomizer.eps0 for x in rs)
-             if all(x.randomizer.delta0 == 0 for x in rs) else up)
+    cap = pure_composition_epsilon((x.randomizer, x.count) for x in rs)
+    up = composed_upper_or_cap(_composed_round_plds(rs, h), delta, cap)
     low = 0.0
     if lower:
         low_pld, rho, correction = _composed_lower_plds(rs, h)
@@ -1811,12 +1833,11 @@ def composed_delta_bounds(rounds: Sequence, epsilon_: float, *,
     rs = _as_rounds(rounds)
     if not rs:
         return Bounds(0.0, 0.0)
+    cap = pure_composition_epsilon((x.randomizer, x.count) for x in rs)
+    if cap is not None and eps >= cap:
+        return Bounds(0.0, 0.0)
     h = _rounds_grid_step(rs, value_discretization_interval)
-    upper_pld = _composed_round_plds(rs, h)
-    up = upper_pld.delta_for_epsilon(eps, lower=False).upper
-    if all(x.randomizer.delta0 == 0 for x in rs) and eps >= sum(x.count * x.randomizer.eps0
-                                                                for x in rs):
-        up = 0.0
+    up = _composed_round_plds(rs, h).delta_for_epsilon(eps, lower=False).upper
     low = 0.0
     if lower and up > 0:
         low_pld, rho, correction = _composed_lower_plds(rs, h)
@@ -1830,6 +1851,21 @@ def composed_delta_bounds(rounds: Sequence, epsilon_: float, *,
         low = max(low, best_single_round_lower(
             rs, lambda spec, n: fixed_dataset_delta_lower(spec, n, eps)))
     return certified_bounds(low, up, f"delta at epsilon={eps!r}")
+
+
+def composed_upper_or_cap(pld: PrivacyLossDistribution, delta: float,
+                          cap: float | None) -> float:
+    """The certified upper epsilon of a composed dominating ``pld`` at ``delta``, at most
+    ``cap`` (:func:`pure_composition_epsilon`, or None); where the composition cannot certify
+    ``delta`` (its NumericalError), ``cap`` itself, an upper bound at every delta -- the error
+    is raised only without one."""
+    try:
+        up = pld.epsilon_for_delta(delta, lower=False).upper
+    except NumericalError:
+        if cap is None:
+            raise
+        return cap
+    return up if cap is None else min(up, cap)
 
 
 def best_single_round_lower(rounds, one_round: Callable[[object, int], float]) -> float:

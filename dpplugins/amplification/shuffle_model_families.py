@@ -957,11 +957,9 @@ def _as_rounds(rounds) -> list[tuple[object, int, int]]:
 
 
 def _eps0_sum(rs) -> float | None:
-    """``sum count eps0`` when every round is pure eps0-DP (else None): the pure-DP composition
-    (Dwork & Roth 2014, Thm 3.16), an upper bound at every delta."""
-    if any(getattr(spec, "delta0", 0.0) > 0 for spec, _, _ in rs):
-        return None
-    return sum(count * spec.eps0 for spec, _, count in rs)
+    """``sum count eps0`` of the rounds, rounded up, when every round is pure eps0-DP (else
+    None; :func:`dpplugins.amplification.shuffle_model.pure_composition_epsilon`)."""
+    return _sm.pure_composition_epsilon((spec, count) for spec, _, count in rs)
 
 
 def _grid(rs, h: float | None) -> float:
@@ -1035,7 +1033,8 @@ def composed_rounds_epsilon_bounds(rounds, delta: float, *,
     this family; above about 1e5 users a family's pair is reduced to one category's count,
     :func:`lower_round_pld`) composed the same way, the error charged ``sum count rho (1 +
     e^eps)``, and at least the best one-round lower bound (any round is a post-processing of
-    the composition).
+    the composition).  Where delta is below what the composition can certify, pure rounds
+    answer with the sum of the eps0 (a NumericalError only when some round has delta0 > 0).
 
     Example::
 
@@ -1050,10 +1049,7 @@ def composed_rounds_epsilon_bounds(rounds, delta: float, *,
     if not rs:
         return Bounds(0.0, 0.0)
     h = _grid(rs, value_discretization_interval)
-    up = _upper_pld(rs, h).epsilon_for_delta(delta, lower=False).upper
-    cap = _eps0_sum(rs)
-    if cap is not None:
-        up = min(up, cap)
+    up = _sm.composed_upper_or_cap(_upper_pld(rs, h), delta, _eps0_sum(rs))
     low = 0.0
     if lower:
         low_pld, rho = _lower_pld(rs, h, delta=delta)

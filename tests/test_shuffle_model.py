@@ -1116,5 +1116,11 @@ def test_basic_composition_epsilon_is_the_exact_sum_rounded_up():
         got = sm.basic_composition_epsilon(terms)
         assert Fraction(got) >= exact and Fraction(math.nextafter(got, 0.0)) < exact, terms
     assert sm.basic_composition_epsilon([(r(3.0), 10 ** 9)]) == 3e9
+    # the accountant's pure-DP bounds (delta 0: lower = upper = the sum) contain the exact sum
+    acc = create("shuffle")
+    acc.compose(ShuffleEvent(150, RandomizedResponseEvent(0.3, 2)), 2)
+    acc.compose(ShuffleEvent(150, RandomizedResponseEvent(1.7, 2)))
+    pure = acc.get_epsilon_bounds(0.0)
+    assert Fraction(pure.lower) <= 2 * Fraction(0.3) + Fraction(1.7) <= Fraction(pure.upper)
     assert sm.pure_composition_epsilon([(r(1.0), 1), (sm.randomizer(("general", 1.0, 1e-9)),
                                                       1)]) is None

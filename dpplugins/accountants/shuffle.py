@@ -838,8 +838,12 @@ class ShuffleAccountant(Accountant):
             return self._epochs_pure_epsilon_bounds(history)
         if any(_delta0(r.randomizer) > 0 for r in rounds):
             return Bounds(0.0, math.inf)
-        total = sum(r.count * r.randomizer.eps0 for r in rounds)
-        return Bounds(total, total)
+        from dpplugins.amplification.shuffle_model import basic_composition_epsilon
+
+        # the exact sum rounded up, and rounded down (minus the negated sum rounded up)
+        upper = basic_composition_epsilon((r.randomizer, r.count) for r in rounds)
+        lower = basic_composition_epsilon((r.randomizer, -r.count) for r in rounds)
+        return Bounds(-lower, upper)
 
     _epochs_no_amplification_epsilon = no_amplification_epsilon
     _epochs_summary = summary

@@ -1124,3 +1124,25 @@ def test_basic_composition_epsilon_is_the_exact_sum_rounded_up():
     assert Fraction(pure.lower) <= 2 * Fraction(0.3) + Fraction(1.7) <= Fraction(pure.upper)
     assert sm.pure_composition_epsilon([(r(1.0), 1), (sm.randomizer(("general", 1.0, 1e-9)),
                                                       1)]) is None
+
+
+def test_binary_rr_total_variation_at_many_users_is_tight():
+    """Found by a hostile sweep: binary RR, eps0 = 20, n = 1e8, delta at epsilon 0 (the total
+    variation) was [0.81374, 0.82242]: the worst datasets lie in a flat stretch that the search
+    left in blocks of 10^4, and the lower bound came from the first singletons.  The middles of
+    the highest blocks are now lower bounds too.  Reference: with the victim's report added to
+    the others' count S (others holding 1 report 1 w.p. 1 - p, others holding 0 w.p. p), the
+    two laws differ by ``(1 - 2p) (S(c) - S(c - 1))``, so delta(0) = (1 - 2p)/2 sum_c |S(c) -
+    S(c - 1)|, computed from scipy's binomial pmfs at j = (n - 1)/2 others holding 1, where the
+    mode of S is highest (both flip counts have the same mean)."""
+    n, eps0 = 10 ** 8, 20.0
+    p = 1 / (1 + math.exp(eps0))
+    j = (n - 1) // 2
+    k = np.arange(60)
+    ones_kept = stats.binom.pmf(k, j, p)                 # others holding 1 that flip to 0
+    zeros_flipped = stats.binom.pmf(k, n - 1 - j, p)     # others holding 0 that flip to 1
+    s = np.convolve(ones_kept[::-1], zeros_flipped)      # S - j + 59, on 0..118
+    exact = (1 - 2 * p) / 2 * np.sum(np.abs(np.diff(np.concatenate([[0.0], s, [0.0]]))))
+    bounds = sm.delta_bounds(("binary_rr", eps0), n, 0.0)
+    assert bounds.lower <= exact * (1 + 1e-9) and exact <= bounds.upper
+    assert bounds.upper - bounds.lower <= 1e-3 * bounds.upper, bounds

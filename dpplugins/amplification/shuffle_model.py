@@ -653,7 +653,17 @@ class BinaryRRWorstCase:
             mid = (worst.lo + worst.hi) // 2
             blocks += [_Block(lo, hi, *score(lo, hi)) for lo, hi in ((worst.lo, mid),
                                                                       (mid + 1, worst.hi))]
-        return max(b.upper for b in blocks), max(b.lower for b in blocks), blocks
+        upper, lower = max(b.upper for b in blocks), max(b.lower for b in blocks)
+        if upper > (1 + self.tol) * lower and len(blocks) >= self.max_blocks:
+            # stopped with the maximum inside wide blocks (a flat curve over datasets: binary
+            # RR, eps0 = 20, n = 1e8, delta at eps 0 had blocks of 10^4 datasets and a lower
+            # bound from the first singletons, 1 % below): the datasets in the middle of the
+            # highest blocks are lower bounds too
+            for b in sorted(blocks, key=lambda b: b.upper)[-4:]:
+                if b.lo < b.hi:
+                    mid = (b.lo + b.hi) // 2
+                    lower = max(lower, score(mid, mid)[1])
+        return upper, lower, blocks
 
     def epsilon(self, delta: float, cap: float = math.inf) -> tuple[Bounds, list[_Block]]:
         """Certified bounds on epsilon(delta) over all neighbouring datasets (memoised; ``cap``

@@ -1785,10 +1785,10 @@ def basic_composition_epsilon(terms) -> float:
     """``sum count eps0`` over ``(randomizer, count)`` pairs, the epsilon of basic composition
     (Dwork & Roth 2014, Thm 3.16: the rounds are ``(sum count eps0, sum count delta0)``-DP),
     summed exactly in rationals and rounded up to a float (exact where it is one)."""
-    exact = sum(Fraction(count) * Fraction(spec.eps0) for spec, count in terms)
     try:
+        exact = sum(Fraction(count) * Fraction(spec.eps0) for spec, count in terms)
         total = float(exact)
-    except OverflowError:
+    except (OverflowError, ValueError):   # an infinite (or NaN) eps0, or a sum past the floats
         return math.inf
     return total if Fraction(total) >= exact else math.nextafter(total, math.inf)
 

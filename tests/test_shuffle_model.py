@@ -1099,6 +1099,23 @@ def test_composed_rounds_below_the_composition_floor_answer_with_the_eps0_sum():
     assert sm.composed_delta_bounds([(("binary_rr", 3.0), 150, 2)], 5.999).upper > 0.0
 
 
+def test_composed_rounds_at_huge_counts_answer():
+    """Found by a hostile sweep: 10^13 rounds of binary RR raised OverflowError from the lower
+    bound's relative correction (its scale e^(count log up) past the floats); the correction
+    now certifies 0 there and the bounds are the one-round lower bound and the eps0 sum."""
+    rounds = [(("binary_rr", 1.0), 10 ** 6, 10 ** 13)]
+    bounds = sm.composed_epsilon_bounds(rounds, 1e-6)
+    one_round = sm.fixed_dataset_epsilon_lower(sm.randomizer(("binary_rr", 1.0)), 10 ** 6, 1e-6)
+    assert bounds.upper == 1e13 and one_round <= bounds.lower <= bounds.upper
+    acc = create("shuffle")
+    acc.compose(ShuffleEvent(10 ** 6, RandomizedResponseEvent(1.0, 2)), 10 ** 13)
+    assert acc.get_epsilon_bounds(1e-6).upper == 1e13
+    # delta 0 of pure rounds at eps0 = 0: bounds (0, 0), not a negative zero
+    acc = create("shuffle")
+    acc.compose(ShuffleEvent(100, RandomizedResponseEvent(0.0, 2)), 3)
+    assert math.copysign(1.0, acc.get_epsilon_bounds(0.0).lower) == 1.0
+
+
 def test_basic_composition_epsilon_is_the_exact_sum_rounded_up():
     """The smallest float at or above the exact rational sum of count x eps0 (summing the
     products in floats rounds some sums down: 2 x 0.3 + 1.7 is 2.3 in floats, 1.1e-16 below
@@ -1116,6 +1133,7 @@ def test_basic_composition_epsilon_is_the_exact_sum_rounded_up():
         got = sm.basic_composition_epsilon(terms)
         assert Fraction(got) >= exact and Fraction(math.nextafter(got, 0.0)) < exact, terms
     assert sm.basic_composition_epsilon([(r(3.0), 10 ** 9)]) == 3e9
+    assert sm.basic_composition_epsilon([(r(1.0), -10 ** 400)]) == -math.inf
     # the accountant's pure-DP bounds (delta 0: lower = upper = the sum) contain the exact sum
     acc = create("shuffle")
     acc.compose(ShuffleEvent(150, RandomizedResponseEvent(0.3, 2)), 2)

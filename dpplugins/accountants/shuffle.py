@@ -843,7 +843,7 @@ class ShuffleAccountant(Accountant):
         # the exact sum rounded up, and rounded down (minus the negated sum rounded up)
         upper = basic_composition_epsilon((r.randomizer, r.count) for r in rounds)
         lower = basic_composition_epsilon((r.randomizer, -r.count) for r in rounds)
-        return Bounds(-lower, upper)
+        return Bounds(max(0.0, -lower), upper)
 
     _epochs_no_amplification_epsilon = no_amplification_epsilon
     _epochs_summary = summary

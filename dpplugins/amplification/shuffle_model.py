@@ -1757,7 +1757,9 @@ class RelativeCorrection:
     @classmethod
     def of(cls, log_up: float, log_down: float, atom: float) -> "RelativeCorrection":
         slack = 1e-12 * (abs(log_up) + abs(log_down)) + 1e-300
-        return cls(math.exp(log_up + slack) * (1 + 4 * _U),
+        # past the float range (10^13 rounds) the scale is inf and the correction certifies 0
+        scale = math.exp(log_up + slack) * (1 + 4 * _U) if log_up + slack < 709 else math.inf
+        return cls(scale,
                    (log_up - log_down + slack) * (1 + 4 * _U), atom * (1 + 4 * _U))
 
     def epsilon_lower(self, pld: PrivacyLossDistribution, delta: float) -> float:
@@ -1787,9 +1789,12 @@ def basic_composition_epsilon(terms) -> float:
     summed exactly in rationals and rounded up to a float (exact where it is one)."""
     try:
         exact = sum(Fraction(count) * Fraction(spec.eps0) for spec, count in terms)
-        total = float(exact)
-    except (OverflowError, ValueError):   # an infinite (or NaN) eps0, or a sum past the floats
+    except (OverflowError, ValueError):   # an infinite (or NaN) eps0
         return math.inf
+    try:
+        total = float(exact)
+    except OverflowError:                 # a sum past the floats
+        return math.inf if exact > 0 else -math.inf
     return total if Fraction(total) >= exact else math.nextafter(total, math.inf)
 
 

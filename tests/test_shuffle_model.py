@@ -28,6 +28,7 @@ from dpplugins.errors import ParameterError
 from dpplugins.events import (EpsilonDeltaEvent, GaussianEvent, LocalHashingEvent,
                               RandomizedResponseEvent, SelfComposedEvent, ShuffleEvent, from_dict)
 from dpplugins.samplers import ShuffledEpochs
+from conftest import hockey_stick_mp
 
 
 # -- brute force --------------------------------------------------------------------------------
@@ -1164,3 +1165,44 @@ def test_binary_rr_total_variation_at_many_users_is_tight():
     bounds = sm.delta_bounds(("binary_rr", eps0), n, 0.0)
     assert bounds.lower <= exact * (1 + 1e-9) and exact <= bounds.upper
     assert bounds.upper - bounds.lower <= 1e-3 * bounds.upper, bounds
+
+
+def _binary_rr_rounds_exact_mp(n, eps0, rounds):
+    """The "others hold 0" pair of ``rounds`` rounds of shuffled binary RR, exactly (40 digits):
+    the law of the counts of 1s per round, the differing user holding 0 (X0) or 1 (X1)."""
+    with mpmath.workdps(40):
+        p = 1 / (1 + mpmath.exp(mpmath.mpf(eps0)))
+        others = [mpmath.binomial(n - 1, c) * p ** c * (1 - p) ** (n - 1 - c) for c in range(n)]
+        laws = []
+        for victim in (p, 1 - p):          # P(victim reports 1) on X0, X1
+            one = [others[c] * (1 - victim) + (others[c - 1] * victim if c else 0)
+                   for c in range(n)] + [others[n - 1] * victim]
+            law = {(): mpmath.mpf(1)}
+            for _ in range(rounds):
+                law = {key + (c,): pr * one[c] for key, pr in law.items() for c in range(n + 1)}
+            laws.append(law)
+        return laws
+
+
+@pytest.mark.parametrize("eps0", [5.0, 20.0, 50.0])
+def test_composed_binary_rr_at_a_large_local_epsilon_has_a_near_tight_lower_bound(eps0):
+    """Composed rounds at eps0 in the tens: the composed pairs' PLD certified nothing and the
+    one-round fixed datasets little (eps0 = 50, 2 rounds, n = 5: lower 0 against an upper of
+    100).  The event "every report is 0" on the "others hold 0" datasets certifies ``K + log(1
+    - delta/P0)``.  Checked against the exact pair (40 digits): the lower bound is below its
+    epsilon and delta, and within 1e-6 of the upper bound."""
+    n, rounds, delta = 5, 2, 1e-6
+    p0, p1 = _binary_rr_rounds_exact_mp(n, eps0, rounds)
+    exact_delta = lambda eps: hockey_stick_mp(p0, p1, eps)
+    with mpmath.workdps(40):
+        lo, hi = mpmath.mpf(0), mpmath.mpf(rounds * eps0)     # exact epsilon at delta: bisect
+        for _ in range(120):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if exact_delta(mid) > delta else (lo, mid)
+    bounds = sm.composed_epsilon_bounds([(("binary_rr", eps0), n, rounds)], delta)
+    assert bounds.lower <= float(hi) <= bounds.upper
+    if eps0 >= 20:
+        assert bounds.upper - bounds.lower < 1e-6, bounds
+    eps = rounds * eps0 - 0.5
+    low = sm.composed_delta_bounds([(("binary_rr", eps0), n, rounds)], eps).lower
+    assert 0.3 < low <= float(exact_delta(eps))

@@ -1813,8 +1813,8 @@ def composed_epsilon_bounds(rounds: Sequence, delta: float, *,
     """Certified ``(lower, upper)`` epsilon at ``delta`` for rounds composed adaptively
     (``rounds``: :class:`Round` or ``(spec, n, count)`` triples).  Upper: the dominating PLDs of
     :func:`round_pld` composed by FFT.  Lower: the exact pairs of :func:`lower_round_pld`
-    composed the same way (an adversary may use the same datasets in every round).  Pure
-    rounds are capped by :func:`pure_composition_epsilon`, which also answers where delta is
+    composed the same way (an adversary may use the same datasets in every round), and at
+    least :func:`event_epsilon_lower` and the best one-round bound.  Pure rounds are capped by :func:`pure_composition_epsilon`, which also answers where delta is
     below what the composition can certify."""
     delta = check_open_unit("delta", delta)
     rs = _as_rounds(rounds)
@@ -1835,7 +1835,8 @@ def composed_epsilon_bounds(rounds: Sequence, delta: float, *,
         if correction is not None:
             low = max(low, correction.epsilon_lower(low_pld, delta))
         low = max(low, best_single_round_lower(
-            rs, lambda spec, n: fixed_dataset_epsilon_lower(spec, n, delta)))
+            rs, lambda spec, n: fixed_dataset_epsilon_lower(spec, n, delta)),
+                  event_epsilon_lower(rs, delta))
     return certified_bounds(low, up, f"epsilon at delta={delta!r}")
 
 
@@ -1864,7 +1865,8 @@ def composed_delta_bounds(rounds: Sequence, epsilon_: float, *,
         if correction is not None:
             low = max(low, correction.delta_lower(low_pld, eps))
         low = max(low, best_single_round_lower(
-            rs, lambda spec, n: fixed_dataset_delta_lower(spec, n, eps)))
+            rs, lambda spec, n: fixed_dataset_delta_lower(spec, n, eps)),
+                  event_delta_lower(rs, eps))
     return certified_bounds(low, up, f"delta at epsilon={eps!r}")
 
 
@@ -1881,6 +1883,70 @@ def composed_upper_or_cap(pld: PrivacyLossDistribution, delta: float,
             raise
         return cap
     return up if cap is None else min(up, cap)
+
+
+def _log_all_report_x0(spec, n: int) -> float | None:
+    """A lower bound on ``log P(every report is x0)`` when all ``n`` users hold ``x0``, for a
+    pure k-RR round (a general pure randomizer: binary RR, which it includes); None for other
+    randomizers.  One user reports x0 w.p. ``E/(E+k-1) = 1/(1 + (k-1) e^-eps0)``; the factor
+    ``1 + 1e-10`` covers the rounding of log1p, exp and the products (a few u each)."""
+    if not isinstance(spec, Randomizer) or spec.delta0 > 0:
+        return None
+    k = spec.k if spec.kind == "krr" else 2
+    return -n * math.log1p((k - 1) * math.exp(-spec.eps0)) * (1 + 1e-10) - 1e-300
+
+
+def all_report_x0_bounds(rounds: Sequence) -> tuple[float, float] | None:
+    """``(log P0, K)``, both rounded down, of the event "every report of every round is x0" on
+    the datasets where every other user holds x0 and the differing user x0 (X0) or x1 (X1):
+    under X1 only the differing user's report changes law, ``P(x0 | x1) = e^-eps0 P(x0 | x0)``
+    for k-RR, so ``P1 = P0 e^-K`` with ``K = sum count eps0`` over the rounds (our derivation).
+    Rounds other than pure k-RR are left out (dropping their reports is a post-processing).
+    None if no round qualifies.  It matters at eps0 in the tens, where the composed pairs
+    certified nothing (binary RR, eps0 = 50, n = 5, 2 rounds, delta = 1e-6: lower 0 under an
+    upper of 100; this event gives 99.999999)."""
+    logs, kept = [], []
+    for x in rounds:
+        spec, n, count = (x.randomizer, x.n, x.count) if isinstance(x, Round) else x
+        log_x0 = _log_all_report_x0(spec, n)
+        if log_x0 is not None and count > 0:
+            logs.append(count * log_x0)
+            kept.append((spec, count))
+    if not kept:
+        return None
+    # the products and fsum within 2 u; sum count eps0 rounded down (minus the negated sum
+    # rounded up)
+    return (math.fsum(logs) * (1 + 1e-12),
+            -basic_composition_epsilon((s, -c) for s, c in kept))
+
+
+def event_epsilon_lower(rounds: Sequence, delta: float) -> float:
+    """Certified lower bound on epsilon(delta) of the composed rounds from the event of
+    :func:`all_report_x0_bounds`: ``delta(eps) >= P0 - e^eps P1 = P0 (1 - e^(eps - K))``, so
+    ``epsilon(delta) >= K + log(1 - delta/P0)`` where ``P0 > delta`` (0 otherwise)."""
+    found = all_report_x0_bounds(rounds)
+    if found is None:
+        return 0.0
+    log_p0, total = found
+    log_ratio = math.log(delta) - log_p0
+    if not log_ratio < -1e-9:
+        return 0.0
+    value = total + math.log1p(-math.exp(log_ratio) * (1 + 1e-12)) * (1 + 1e-12)
+    return max(0.0, value - 4 * _U * abs(total))
+
+
+def event_delta_lower(rounds: Sequence, epsilon_: float) -> float:
+    """Certified lower bound on delta(epsilon_) from the same event: ``P0 (1 - e^(eps -
+    K))`` for ``eps < K`` (0 otherwise)."""
+    found = all_report_x0_bounds(rounds)
+    if found is None:
+        return 0.0
+    log_p0, total = found
+    # eps - K rounded up (its rounding is relative to |eps - K| near K, not to delta)
+    gap = epsilon_ - total + 2 * _U * max(abs(epsilon_), abs(total))
+    if not gap < 0:
+        return 0.0
+    return max(0.0, math.exp(log_p0) * -math.expm1(gap) * (1 - 1e-12))
 
 
 def best_single_round_lower(rounds, one_round: Callable[[object, int], float]) -> float:

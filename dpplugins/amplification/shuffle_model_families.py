@@ -1060,7 +1060,8 @@ def composed_rounds_epsilon_bounds(rounds, delta: float, *,
             except NumericalError:
                 low = 0.0
         # a round's own (three-category) bound can beat a composition of count pairs
-        low = max(low, single_round_epsilon_lower(rs, delta))
+        low = max(low, single_round_epsilon_lower(rs, delta),
+                  _sm.event_epsilon_lower(rs, delta))
     return certified_bounds(max(low, 0.0), up, f"epsilon at delta={delta!r}")
 
 
@@ -1123,5 +1124,5 @@ def composed_rounds_delta_bounds(rounds, epsilon_: float, *,
                           - rho * (1 + math.exp(min(eps, 700.0))))
             except NumericalError:
                 low = 0.0
-        low = max(low, single_round_delta_lower(rs, eps))
+        low = max(low, single_round_delta_lower(rs, eps), _sm.event_delta_lower(rs, eps))
     return certified_bounds(low, up, f"delta at epsilon={eps!r}")

@@ -1206,3 +1206,20 @@ def test_composed_binary_rr_at_a_large_local_epsilon_has_a_near_tight_lower_boun
     eps = rounds * eps0 - 0.5
     low = sm.composed_delta_bounds([(("binary_rr", eps0), n, rounds)], eps).lower
     assert 0.3 < low <= float(exact_delta(eps))
+
+
+def test_composed_delta_out_of_the_compositions_reach_answers():
+    """delta queries of 2^53 or 10^9 rounds: the composed PLD needs 3e13 grid bins, and the
+    direct functions refused (NumericalError) where the accountant answered; they now answer
+    with upper 1 and their lower bounds.  The event lower bound stays below the exact value of
+    its event, ``P0 (1 - e^(eps - K))`` with ``P0 = (E/(E+1))^(2 rounds)`` (mpmath)."""
+    from dpplugins.amplification import shuffle_model_families as fam
+
+    assert sm.composed_delta_bounds([(("binary_rr", 2.0), 2, 2 ** 53)], 5.0).upper == 1.0
+    rounds, eps = [(("binary_rr", 50.0), 2, 10 ** 9)], 1e10
+    with mpmath.workdps(40):
+        e = mpmath.exp(50)
+        event = (e / (e + 1)) ** (2 * 10 ** 9) * (1 - mpmath.exp(eps - 50 * 10 ** 9))
+    for bounds in (sm.composed_delta_bounds(rounds, eps),
+                   fam.composed_rounds_delta_bounds(rounds, eps)):
+        assert bounds.upper == 1.0 and 0.999 < bounds.lower <= float(event)

@@ -499,12 +499,15 @@ def test_many_approximate_rounds_publish_with_the_composed_probability():
     """10^5 rounds of an (eps0, delta0 = 1e-9) randomizer publish the differing user's input in
     some round with probability 1 - (1 - 1e-9)^(10^5), about 1e-4 (a certified lower bound on
     delta at every epsilon), so epsilon(1e-6) is inf.  The query refused (it asked for 10^7 grid
-    bins) because only the largest delta0 (1e-9) was taken as that probability."""
+    bins) because only the largest delta0 (1e-9) was taken as that probability.  The delta
+    query's lower bound is at least that probability; since the direct function answers where
+    the composition is out of reach, it is the composed binary-RR pair's (the general class
+    holds binary RR at eps0), about 1: the mean privacy loss of 10^5 such rounds is about 54."""
     acc = create("shuffle").compose(ShuffleEvent(1000, EpsilonDeltaEvent(1.0, 1e-9)), 10**5)
     assert acc.get_epsilon_bounds(1e-6) == Bounds(math.inf, math.inf)
     published = -math.expm1(10**5 * math.log1p(-1e-9))
     b = acc.get_delta_bounds(0.5)
-    assert published * (1 - 1e-9) <= b.lower <= published and b.upper >= b.lower
+    assert published * (1 - 1e-9) <= b.lower <= b.upper
     # one round of the same randomizer: delta0 itself
     one = create("shuffle").compose(ShuffleEvent(1000, EpsilonDeltaEvent(1.0, 1e-9)))
     assert 1e-9 * (1 - 1e-9) <= one.get_delta_bounds(0.5).lower <= 1e-9

@@ -1814,8 +1814,9 @@ def composed_epsilon_bounds(rounds: Sequence, delta: float, *,
     (``rounds``: :class:`Round` or ``(spec, n, count)`` triples).  Upper: the dominating PLDs of
     :func:`round_pld` composed by FFT.  Lower: the exact pairs of :func:`lower_round_pld`
     composed the same way (an adversary may use the same datasets in every round), and at
-    least :func:`event_epsilon_lower` and the best one-round bound.  Pure rounds are capped by :func:`pure_composition_epsilon`, which also answers where delta is
-    below what the composition can certify."""
+    least :func:`event_epsilon_lower` and the best one-round bound.  Pure rounds are capped by
+    :func:`pure_composition_epsilon`, which also answers where delta is below what the
+    composition can certify."""
     delta = check_open_unit("delta", delta)
     rs = _as_rounds(rounds)
     if not rs:
@@ -1853,7 +1854,12 @@ def composed_delta_bounds(rounds: Sequence, epsilon_: float, *,
     if cap is not None and eps >= cap:
         return Bounds(0.0, 0.0)
     h = _rounds_grid_step(rs, value_discretization_interval)
-    up = _composed_round_plds(rs, h).delta_for_epsilon(eps, lower=False).upper
+    try:
+        up = _composed_round_plds(rs, h).delta_for_epsilon(eps, lower=False).upper
+    except NumericalError:
+        # the composition is out of reach (2^53 rounds: 3e13 grid bins): delta is at most 1,
+        # and the lower bounds below still certify
+        up = 1.0
     low = 0.0
     if lower and up > 0:
         low_pld, rho, correction = _composed_lower_plds(rs, h)

@@ -1114,7 +1114,10 @@ def composed_rounds_delta_bounds(rounds, epsilon_: float, *,
     if cap is not None and eps >= cap:
         return Bounds(0.0, 0.0)
     h = _grid(rs, value_discretization_interval)
-    up = min(_upper_pld(rs, h).delta_for_epsilon(eps, lower=False).upper, 1.0)
+    try:
+        up = min(_upper_pld(rs, h).delta_for_epsilon(eps, lower=False).upper, 1.0)
+    except NumericalError:   # the composition is out of reach: delta is at most 1
+        up = 1.0
     low = 0.0
     if lower and up > 0:
         low_pld, rho = _lower_pld(rs, h, epsilon_=eps)

@@ -65,7 +65,11 @@ loader's batch sampler is watched (:func:`_watch_passes`): a new iteration must 
 recorded steps stand -- torch's samplers begin a new permutation every time, so the previous pass
 must have run to its end; ours continue from ``position``, which must equal the batches trained
 -- otherwise :class:`~dpplugins.errors.ParameterError` before any batch of it is drawn (a
-``break`` inside an epoch followed by a fresh permutation was accounted as one pass).
+``break`` inside an epoch followed by a fresh permutation was accounted as one pass).  Every
+optimizer step must also train a batch of that loader: since its current iteration began, no
+more steps than batches drawn (:meth:`DPPluginsAccountant._check_batch_drawn`), for every
+loader, Poisson too -- steps on another ``DataLoader`` or on the full data were recorded as its
+batches -- otherwise :class:`~dpplugins.errors.ParameterError` before the parameters move.
 
 Calibration (``make_private_with_epsilon`` with our accountants):
 :func:`dpplugins.calibration.find_noise_multiplier` on the loader's event for the whole run
@@ -613,7 +617,8 @@ class _StepHook:
     def __call__(self, optim) -> None:
         self.adapter._record_step(self.event, self.sample_rate,
                                   float(optim.noise_multiplier),
-                                  int(optim.accumulated_iterations))
+                                  int(optim.accumulated_iterations),
+                                  bound=self.event is not None)
 
 
 class DPPluginsAccountant:
@@ -818,9 +823,52 @@ class DPPluginsAccountant:
                 "seed=, the same everywhere; dpplugins' samplers: rng=) and call "
                 "set_epoch(epoch) on every rank or on none")
 
+    def _begin_iteration(self) -> None:
+        """A new iteration of a watched loader's batch sampler (:func:`_watch_passes`)."""
+        self._loader_watch = {"drawn": 0, "stepped": 0}
+
+    def _batch_drawn(self) -> None:
+        watch = getattr(self, "_loader_watch", None)
+        if watch is not None:
+            watch["drawn"] += 1
+
+    def _check_batch_drawn(self) -> None:
+        """Refuse an optimizer step that trained no batch of the loader ``make_private``
+        returned: since that loader's batch sampler began its current iteration, no more steps
+        than batches it drew.  The hook records each step as a batch of that loader, so steps
+        on another loader (a new ``DataLoader`` with another batch size, fresh permutations) or
+        on no loader (full-batch steps) were accounted as batches of it: 16 full-batch steps
+        with the ``shuffle`` accountant reported 6.57 where the 16 Gaussian steps that ran have
+        24.38 (a hostile sweep).  Drawn batches run ahead of the trained ones when the loader
+        prefetches, and a step may accumulate several batches, so this is a necessary
+        condition, not the whole protocol: per-pass protocols are also checked at every new
+        iteration (:meth:`_check_pass_start`).  Without a watched loader (attached by hand to a
+        loader without a batch sampler, or a restored adapter) nothing is checked here."""
+        if not getattr(self, "_watching", False):
+            return
+        watch = getattr(self, "_loader_watch", None)
+        if watch is None or watch["stepped"] >= watch["drawn"]:
+            drawn = 0 if watch is None else watch["drawn"]
+            what = ("a step before the loader was iterated" if watch is None else
+                    f"step {watch['stepped'] + 1} since the loader's current iteration began, "
+                    f"which has drawn {drawn} batch{'es' if drawn != 1 else ''}")
+            raise ParameterError(
+                "optimizer.step()", what,
+                "a step on batches of the data loader make_private returned: the accountant "
+                "records every step as a batch of that loader, so a step on other data (another "
+                "DataLoader, a full batch, a loader made again) would be accounted as a "
+                "protocol that did not run",
+                "train on the loader make_private returned (for x, y in data_loader: ...); to "
+                "change the batch size, the sampler or the data, call make_private again with "
+                "the new loader")
+        watch["stepped"] += 1
+        self._loader_watch = watch
+
     def _record_step(self, template: Event | None, sample_rate: float, sigma: float,
-                     accumulated: int) -> None:
+                     accumulated: int, bound: bool = False) -> None:
         self._compare_schedules()
+        if bound:
+            self._check_batch_drawn()
         inner = self._require()
         template = template if template is not None else self._loader_event
         learned = self._accumulation
@@ -954,8 +1002,11 @@ class DPPluginsAccountant:
             self._accumulation = accumulation
 
     def __reduce__(self):
-        # the adapter classes are made by register(): pickle by registry name
-        return (_rebuild_adapter, (self._dpplugins_name, dict(self.__dict__)))
+        # the adapter classes are made by register(): pickle by registry name; a copy watches
+        # no loader (the copy of a watched batch sampler is unwatched too)
+        state = {k: v for k, v in self.__dict__.items()
+                 if k not in ("_watching", "_loader_watch")}
+        return (_rebuild_adapter, (self._dpplugins_name, state))
 
 
 #: watched subclasses of batch sampler classes (one per class)
@@ -964,10 +1015,12 @@ _WATCHED: dict[type, type] = {}
 
 def _watch_passes(loader, adapter: "DPPluginsAccountant") -> None:
     """Make every new iteration of ``loader``'s batch sampler call
-    ``adapter._check_pass_start`` first.  The batch sampler is iterated by the loader itself
-    and by Opacus' ``BatchMemoryManager`` (which wraps it), so that is where a new pass begins.
-    The instance gets a subclass of its own class that only adds that call (same state, same
-    behaviour otherwise); loaders without a batch sampler are left alone."""
+    ``adapter._check_pass_start`` first, and count the batches it draws
+    (:meth:`DPPluginsAccountant._check_batch_drawn`).  The batch sampler is iterated by the
+    loader itself and by Opacus' ``BatchMemoryManager`` (which wraps it), so that is where a
+    new pass begins.  The instance gets a subclass of its own class that only adds that call
+    and the count (same state, same batches otherwise); loaders without a batch sampler are
+    left alone."""
     batch_sampler = getattr(loader, "batch_sampler", None)
     if batch_sampler is None:
         return
@@ -977,9 +1030,11 @@ def _watch_passes(loader, adapter: "DPPluginsAccountant") -> None:
         if watched is None:
             def __iter__(self, _base=cls):
                 adapter_ = self.__dict__.get("_dpplugins_adapter")
-                if adapter_ is not None:
-                    adapter_._check_pass_start(self)
-                return _base.__iter__(self)
+                if adapter_ is None:
+                    return _base.__iter__(self)
+                adapter_._check_pass_start(self)
+                adapter_._begin_iteration()
+                return _counted(_base.__iter__(self), adapter_)
 
             def __reduce_ex__(self, protocol, _base=cls):
                 # copies and pickles are of the plain class, unwatched
@@ -997,6 +1052,14 @@ def _watch_passes(loader, adapter: "DPPluginsAccountant") -> None:
         except TypeError:   # pragma: no cover - a batch sampler with __slots__
             return
     batch_sampler.__dict__["_dpplugins_adapter"] = adapter
+    adapter._watching = True
+
+
+def _counted(batches, adapter: "DPPluginsAccountant"):
+    """``batches`` as they are drawn, each counted by ``adapter``."""
+    for batch in batches:
+        adapter._batch_drawn()
+        yield batch
 
 
 def _unwatched(cls: type, state: dict):
@@ -1131,8 +1194,7 @@ def _private(engine, original, arguments: dict, step_event=None):
         accountant._bind(event)
         accountant._distributed_training = _distributed_module(arguments.get("module"))
         _count_non_finite_as_zero(optimizer)
-        if isinstance(event, ProtocolEvent):
-            _watch_passes(returned, accountant)
+        _watch_passes(returned, accountant)
     else:
         name = accountant.mechanism()
         _warn_for_opacus_accountant(name, event, stacklevel=4)
@@ -1327,8 +1389,7 @@ def attach(privacy_engine, data_loader, optimizer=None) -> None:
         if hasattr(optimizer, "clip_and_accumulate"):
             # a DP optimizer made without make_private: count non-finite examples as zero there too
             _count_non_finite_as_zero(optimizer)
-        if isinstance(event, ProtocolEvent):
-            _watch_passes(data_loader, accountant)
+        _watch_passes(data_loader, accountant)
         return
     name = accountant.mechanism()
     _warn_for_opacus_accountant(name, event)

@@ -541,6 +541,52 @@ def test_a_pass_cut_short_then_a_fresh_permutation_is_refused():
     copy.deepcopy(loader)   # the watched batch sampler still copies
 
 
+@pytest.mark.parametrize("accountant,poisson", [("shuffle", False), ("pld", True)])
+def test_a_step_on_batches_not_drawn_from_the_returned_loader_is_refused(accountant, poisson):
+    """The hook records every optimizer step as a batch of the loader make_private returned.
+    Sixteen full-batch steps on 64 examples with the ``shuffle`` accountant (batches of 8, the
+    loader never iterated) were accounted as two shuffled epochs, 6.57 at delta 1e-5, while the
+    16 Gaussian steps on every example that ran have a certified lower bound above 24; now the
+    first such step is refused before the parameters move, and nothing is recorded."""
+    from dpplugins.accountants import create
+    from dpplugins.errors import ParameterError
+
+    register()
+    model, optimizer, loader = tiny_setup(n=64, batch=8)
+    if not poisson:
+        loader = torch.utils.data.DataLoader(loader.dataset, batch_size=8, shuffle=True)
+    engine = PrivacyEngine(accountant=accountant)
+    model, optimizer, loader = make_private(engine, model, optimizer, loader,
+                                            poisson_sampling=poisson)
+    x, y = loader.dataset.tensors
+    criterion = torch.nn.CrossEntropyLoss()
+    start = [p.detach().clone() for p in model.parameters()]
+    optimizer.zero_grad()
+    criterion(model(x), y).backward()
+    with pytest.raises(ParameterError, match="before the loader was iterated"):
+        optimizer.step()
+    assert len(engine.accountant) == 0
+    assert all(torch.equal(p.detach(), s) for p, s in zip(model.parameters(), start))
+    if not poisson:   # what the old accounting claimed, against what ran
+        claimed = create("shuffle").compose(shuffled(64, 8).with_steps(16))
+        ran = create("pld").compose(SelfComposedEvent(GaussianEvent(1.0), 16))
+        assert claimed.get_epsilon(DELTA) < ran.get_epsilon_bounds(DELTA).lower
+    # one epoch on the loader, then steps on another loader (batch size changed mid-training):
+    # refused at the first step past the batches the returned loader drew
+    train(model, optimizer, loader)
+    steps = len(engine.accountant)
+    assert steps == len(loader)
+    other = torch.utils.data.DataLoader(loader.dataset, batch_size=32, shuffle=True)
+    with pytest.raises(ParameterError, match=f"step {steps + 1} since the loader's current "
+                                             f"iteration began, which has drawn {steps}"):
+        train(model, optimizer, other)
+    assert len(engine.accountant) == steps
+    # the returned loader goes on as before, and a copy of the adapter watches no loader
+    train(model, optimizer, loader, epochs=2)
+    assert len(engine.accountant) == 3 * steps
+    assert not getattr(copy.deepcopy(engine.accountant), "_watching", False)
+
+
 def test_our_sampler_resumes_where_it_stands_and_a_drawn_untrained_batch_is_refused():
     """Ours continue their pass: a break after 3 trained steps and a new iteration go on at
     batch 4, as one uninterrupted epoch would (the same ledger).  A batch drawn but not trained

@@ -69,8 +69,10 @@ def test_a_diverged_example_counts_as_zero_and_the_update_is_the_others_clipped_
     engine, (model, optimizer, loader), start, reference = private("pld", x, y, 0.0)
     with pytest.warns(RuntimeWarning, match="1 example"):
         optimizer.zero_grad()
-        # sample rate 1: the Poisson batch is the whole data
-        torch.nn.functional.mse_loss(model(x), y).backward()
+        # sample rate 1: the Poisson batch is the whole data, in order
+        (xb, yb), = loader
+        assert torch.allclose(xb, x, equal_nan=True)
+        torch.nn.functional.mse_loss(model(xb), yb).backward()
         optimizer.step()
     expected = [s - LR * g / len(x) for s, g in zip(start, clipped_sum(reference, x, y))]
     for p, e in zip(model.parameters(), expected):
@@ -122,9 +124,10 @@ def test_with_noise_the_released_model_stays_finite(options):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         for _ in range(3):
-            optimizer.zero_grad()
-            torch.nn.functional.mse_loss(model(x), y).backward()
-            optimizer.step()
+            for xb, yb in loader:
+                optimizer.zero_grad()
+                torch.nn.functional.mse_loss(model(xb), yb).backward()
+                optimizer.step()
     assert all(bool(torch.isfinite(p).all()) for p in model.parameters())
     assert engine.get_epsilon(1e-5) > 0
 
@@ -182,13 +185,14 @@ def test_a_skipped_physical_batch_keeps_its_sum_when_the_next_one_is_undone():
     clean_x, clean_y = data(0.25)
     x, y = data(INF)
     engine, (model, optimizer, loader), start, reference = private("pld", x, y, 0.0)
+    (xb, yb), = loader                    # the logical batch (sample rate 1: all of x, y)
     optimizer.zero_grad()
     torch.nn.functional.mse_loss(model(clean_x), clean_y).backward()
     optimizer.signal_skip_step(do_skip=True)
     optimizer.step()                      # clipped and summed, no release
     optimizer.zero_grad()                 # keeps the summed gradients of a skipped step
     with pytest.warns(RuntimeWarning, match="1 example"):
-        torch.nn.functional.mse_loss(model(x), y).backward()
+        torch.nn.functional.mse_loss(model(xb), yb).backward()
         optimizer.step()
     summed = [a + b for a, b in zip(clipped_sum(reference, clean_x, clean_y),
                                     clipped_sum(reference, x, y))]

@@ -101,7 +101,7 @@ def test_callback_shuffled_epochs_with_our_sampler_matches_gaussian_closed_form(
 
 def test_callback_microbatching_halves_noise_like_tf_privacy():
     x, y = _data()
-    callback = PrivacyCallback(delta=DELTA, batch_size=BATCH, num_examples=N)
+    callback = PrivacyCallback(delta=DELTA, batch_size=BATCH, num_examples=N, sampler="poisson")
     _dp_model(num_microbatches=4).fit(x, y, batch_size=BATCH, epochs=1, verbose=0,
                                       callbacks=[callback])
     assert callback.used_microbatching is True
@@ -174,7 +174,7 @@ def test_callback_refuses_more_batches_than_accounted_and_accounts_unknown_ones(
     epsilon of 4 steps (an under-count).  Now ``fit`` is refused at set-up; a dataset whose
     length Keras does not know is accounted as it ran (Poisson steps), with a warning."""
     x, y = _data()
-    callback = PrivacyCallback(delta=DELTA, batch_size=BATCH, num_examples=N, steps_per_epoch=4)
+    callback = PrivacyCallback(delta=DELTA, batch_size=BATCH, num_examples=N, sampler="poisson", steps_per_epoch=4)
     with pytest.raises(ParameterError, match="at least the 8 batches Keras runs per epoch"):
         _dp_model().fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[callback])
     assert callback.accountant.history == [] and callback.epsilons == []
@@ -213,7 +213,7 @@ def test_callback_reads_the_optimizer_at_every_fit():
     mu = math.sqrt(1 / 5.0 ** 2 + 1 / 0.5 ** 2)
     assert callback.epsilons[-1] >= _gaussian_epsilon(mu, DELTA) * (1 - 1e-9)
     assert callback.epsilons[-1] <= _gaussian_epsilon(mu, DELTA) * 1.001
-    given = PrivacyCallback(delta=DELTA, noise_multiplier=1.0, batch_size=BATCH,
+    given = PrivacyCallback(delta=DELTA, noise_multiplier=1.0, batch_size=BATCH, sampler="poisson",
                             num_examples=N)
     with pytest.raises(ParameterError, match="the optimizer's noise multiplier 0.5"):
         model(0.5).fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[given])
@@ -228,7 +228,7 @@ def test_callback_refuses_gradient_accumulation():
     x, y = _data()
     with pytest.raises(ParameterError, match="gradient_accumulation_steps"):
         model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0,
-                  callbacks=[PrivacyCallback(delta=DELTA, batch_size=BATCH, num_examples=N)])
+                  callbacks=[PrivacyCallback(delta=DELTA, batch_size=BATCH, num_examples=N, sampler="poisson")])
 
 
 @pytest.mark.parametrize("kwargs, name", [
@@ -240,6 +240,7 @@ def test_callback_refuses_gradient_accumulation():
     ({"batch_size": 300}, "batch_size"),
     ({"num_examples": 0}, "num_examples"),
     ({"sampler": "uniform"}, "sampler"),
+    ({"sampler": None}, "sampler"),
     ({"sampler": "poisson", "accountant": "shuffle"}, "accountant"),
     ({"sampler": "shuffled_epochs", "accountant": "pld"}, "accountant"),
     ({"steps_per_epoch": 0}, "steps_per_epoch"),
@@ -248,7 +249,8 @@ def test_callback_refuses_gradient_accumulation():
     ({"writer": "logs/"}, "writer"),
 ])
 def test_callback_rejects_bad_input(kwargs, name):
-    args = dict(delta=DELTA, noise_multiplier=SIGMA, batch_size=BATCH, num_examples=N)
+    args = dict(delta=DELTA, noise_multiplier=SIGMA, batch_size=BATCH, num_examples=N,
+                sampler="poisson")
     args.update(kwargs)
     with pytest.raises(ParameterError) as info:
         PrivacyCallback(**args)
@@ -364,6 +366,7 @@ def test_callback_takes_the_protocol_from_sliding_and_averaged_samplers():
 
 def test_microbatching_halves_noise_only_under_add_remove():
     common = dict(delta=DELTA, noise_multiplier=SIGMA, batch_size=BATCH, num_examples=N,
+                  sampler="poisson",
                   used_microbatching=True)
     assert PrivacyCallback(**common).accounted_noise_multiplier == SIGMA / 2
     # replace-one already charges sensitivity 2C, which covers a clipped microbatch
@@ -378,13 +381,13 @@ def test_callback_refuses_no_microbatching_when_the_optimizer_microbatches():
     times too small in the sweep's case.  It is refused under add/remove; under replace-one,
     which charges that sensitivity either way, it stands."""
     x, y = _data()
-    refused = PrivacyCallback(delta=DELTA, batch_size=BATCH, num_examples=N,
+    refused = PrivacyCallback(delta=DELTA, batch_size=BATCH, num_examples=N, sampler="poisson",
                               used_microbatching=False)
     with pytest.raises(ParameterError) as info:
         _dp_model(num_microbatches=4).fit(x, y, batch_size=BATCH, epochs=1, verbose=0,
                                           callbacks=[refused])
     assert info.value.name == "used_microbatching" and refused.accountant.history == []
-    replace = PrivacyCallback(delta=DELTA, batch_size=BATCH, num_examples=N,
+    replace = PrivacyCallback(delta=DELTA, batch_size=BATCH, num_examples=N, sampler="poisson",
                               used_microbatching=False,
                               accountant_options={"neighbouring": "replace_one"})
     _dp_model(num_microbatches=4).fit(x, y, batch_size=BATCH, epochs=1, verbose=0,
@@ -457,7 +460,8 @@ def test_balls_and_bins_callback():
 def test_accountant_validity_is_supports_of_the_epoch_event():
     """No table: an accountant is valid for the sampler iff it supports the epoch's event."""
     common = dict(delta=DELTA, noise_multiplier=SIGMA)
-    fdp = PrivacyCallback(**common, batch_size=BATCH, num_examples=N, accountant="fdp")
+    fdp = PrivacyCallback(**common, batch_size=BATCH, num_examples=N, sampler="poisson",
+                          accountant="fdp")
     event, count = fdp.epoch_event()
     assert (event, count) == (PoissonSampledEvent(BATCH / N, GaussianEvent(SIGMA)), 8)
     assert create("fdp").supports(event) and fdp.accountant.name == "fdp"
@@ -484,7 +488,7 @@ def test_user_registered_accountant_works_in_the_callback(monkeypatch):
         name = "my_pld"
 
     monkeypatch.setitem(registry._REGISTRY, "my_pld", MyPLD)
-    callback = PrivacyCallback(delta=DELTA, noise_multiplier=SIGMA, batch_size=BATCH,
+    callback = PrivacyCallback(delta=DELTA, noise_multiplier=SIGMA, batch_size=BATCH, sampler="poisson",
                                num_examples=N, accountant="my_pld")
     logs = {}
     callback.on_epoch_end(0, logs)
@@ -539,7 +543,7 @@ def test_random_allocation_trains_under_keras_and_is_accounted_by_its_event(
 def test_unknown_accountant_options_are_named_not_the_sampler():
     # (the sampler was blamed: "sampler='poisson' is invalid")
     with pytest.raises(ParameterError, match="accountant_options") as info:
-        PrivacyCallback(delta=1e-5, noise_multiplier=1.0, batch_size=10, num_examples=100,
+        PrivacyCallback(delta=1e-5, noise_multiplier=1.0, batch_size=10, num_examples=100, sampler="poisson",
                         accountant_options={"bogus": 1})
     assert "bogus" in str(info.value)
 
@@ -628,3 +632,16 @@ def test_the_callback_guards_the_optimizer_even_after_an_unguarded_fit():
                   shuffle=False, verbose=0, callbacks=callbacks)
         runs.append(_weights(model))
     assert np.array_equal(runs[0], runs[1])
+
+
+def test_the_sampler_must_be_named():
+    """Without a sampler the callback used Poisson accounting, which a plain ``fit`` (shuffled
+    epochs) does not do: 2 epochs of 64 examples in batches of 8 at sigma 1 were reported at
+    the Poisson upper bound, below the certified lower bound of the shuffled epochs that ran."""
+    with pytest.raises(ParameterError, match="sampler='shuffled_epochs'") as info:
+        PrivacyCallback(delta=DELTA, noise_multiplier=1.0, batch_size=8, num_examples=64)
+    assert info.value.name == "sampler"
+    poisson = create("pld").compose(SelfComposedEvent(
+        PoissonSampledEvent(8 / 64, GaussianEvent(1.0)), 16))
+    ran = create("shuffle").compose(ShuffledEpochs(64, 8).event(1.0, 2))
+    assert poisson.get_epsilon(DELTA) < ran.get_epsilon_bounds(DELTA).lower

@@ -24,6 +24,7 @@ from dpplugins.accountants import UnsupportedEventError, create
 from dpplugins.amplification import count_pair
 from dpplugins.amplification import shuffle as sh
 from dpplugins.amplification import shuffle_model as sm
+from dpplugins.amplification import swap
 from dpplugins.errors import ParameterError
 from dpplugins.events import (EpsilonDeltaEvent, GaussianEvent, LocalHashingEvent,
                               RandomizedResponseEvent, SelfComposedEvent, ShuffleEvent, from_dict)
@@ -699,6 +700,33 @@ def test_epsilon_below_delta0_is_infinite_not_an_error():
     res = sh.epsilon(eps0, 2, 1e-10, delta0=delta0)
     assert res.epsilon == math.inf and res.method == "none"
     assert sm.lower_bound(("general", eps0, delta0), 2, 1e-10).epsilon == math.inf
+
+
+def test_a_zero_epsilon_randomizer_with_delta0_is_not_free():
+    """eps0 = 0 with delta0 > 0: the upper bound took the eps0 = 0 shortcut of a pure randomizer
+    and answered 0 where the lower bound was inf (the CLI refused its own crossing).  A (0,
+    delta0)-DP randomizer may publish its input with probability delta0 (uniform otherwise);
+    enumerated for n = 2, its shuffled reports have delta(50) >= delta0, so below delta0 the
+    answer is inf, and at or above it 0 (each round is (0, delta0)-DP, no amplification)."""
+    delta0 = 0.01
+    for x, y in itertools.permutations(range(3), 2):   # the randomizer is (0, delta0)-DP
+        p, q = _raw_or_krr_row(0.0, delta0, x), _raw_or_krr_row(0.0, delta0, y)
+        assert sum(max(a - b, 0.0) for a, b in zip(p, q)) <= delta0 * (1 + 1e-12)
+    law0 = histogram_law([_raw_or_krr_row(0.0, delta0, 0), _raw_or_krr_row(0.0, delta0, 2)])
+    law1 = histogram_law([_raw_or_krr_row(0.0, delta0, 1), _raw_or_krr_row(0.0, delta0, 2)])
+    assert hockey(law0, law1, 50.0) >= delta0 * (1 - 1e-12)
+    spec = ("general", 0.0, delta0)
+    for n in (2, 100, 10**6):
+        for delta in (1e-12, 0.5 * delta0):
+            assert sm.epsilon(spec, n, delta).epsilon == math.inf
+            assert sm.lower_bound(spec, n, delta).epsilon == math.inf
+            assert sh.epsilon(0.0, n, delta, delta0=delta0).epsilon == math.inf
+        assert sm.epsilon(spec, n, delta0).epsilon == 0.0
+        assert sm.delta_bounds(spec, n, 1.0).lower >= delta0
+        with pytest.raises(ParameterError, match="delta0"):   # Thm 5.1 needs eps0 > 0 here
+            swap.epsilon(0.0, n, 0.5, delta0=delta0)
+    acc = create("shuffle").compose(ShuffleEvent(100, EpsilonDeltaEvent(0.0, delta0)))
+    assert acc.get_epsilon_bounds(1e-6) == (math.inf, math.inf)
 
 
 def _kov_delta(eps, eps0, k):

@@ -1175,7 +1175,7 @@ def _bound(eps: float, delta: float, method: str, r: Randomizer, n: int,
 @functools.lru_cache(maxsize=512)
 def _epsilon_cached(r: Randomizer, n: int, delta: float) -> ShuffleBound:
     eps0 = r.eps0
-    if eps0 == 0:
+    if eps0 == 0 and r.delta0 == 0:
         return _bound(0.0, delta, "none", r, n, {"none": 0.0})
     cands: dict[str, float] = {}
     if r.kind == "krr" and r.k == 2:

@@ -189,7 +189,7 @@ def epsilon(eps0: float, n: int, delta: float, *, delta0: float = 0.0) -> SwapBo
     """
     eps0, n, delta0 = _check(eps0, n, delta0)
     delta = check_open_unit("delta", delta)
-    if eps0 == 0:
+    if eps0 == 0 and delta0 == 0:
         return SwapBound(0.0, delta, "balle2020_swap")
     if delta0 == 0:
         a, b = coefficients(eps0, n)

@@ -1648,6 +1648,13 @@ def make_private_pnsgd(privacy_engine, *, module, optimizer, data_loader, noise_
                                      "the pnsgd accountant assumes a constant step size; do not "
                                      "use a learning-rate scheduler")
         _check_plain_sgd(optimizer.param_groups)
+        if getattr(optimizer, "max_grad_norm", max_grad_norm) != max_grad_norm:
+            # the recorded event's Lipschitz constant is the clipping norm made private with
+            raise ParameterError("optimizer.max_grad_norm", optimizer.max_grad_norm,
+                                 f"the clipping norm make_private_pnsgd recorded, "
+                                 f"{max_grad_norm!r}",
+                                 "the pnsgd accountant's Lipschitz constant is that norm; "
+                                 "call make_private_pnsgd again to change it")
         result = original_step(*args, **kwargs)
         project_onto_ball(params, diameter)
         return result

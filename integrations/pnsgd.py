@@ -143,6 +143,11 @@ class ProjectedNoisySGD(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         params = self._parameters()
+        if self._accountant is not None:
+            # the constants may have been reassigned since the accountant was made (diameter,
+            # max_grad_norm, lr in every group and on the optimizer): 9.38 was reported for a
+            # run at diameter 1000 whose accountant says 15.46 (a hostile sweep)
+            _check_matches(self, self._accountant, changed=True)
         grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
 
         # clip: g <- g * min(1, L / ||g||), the norm over all parameters jointly
@@ -182,8 +187,9 @@ def project_onto_ball(params, diameter: float) -> None:
             p.mul_(shrink)
 
 
-def _check_matches(optimizer: ProjectedNoisySGD, accountant) -> None:
-    """Raise ParameterError unless the accountant describes this optimizer."""
+def _check_matches(optimizer: ProjectedNoisySGD, accountant, changed: bool = False) -> None:
+    """Raise ParameterError unless the accountant describes this optimizer (``changed``: at a
+    step, after the two agreed when the accountant was attached)."""
     if not isinstance(accountant, PNSGDAccountant):
         raise ParameterError("accountant", accountant, "a PNSGDAccountant or None",
                              "create it with make_pnsgd_accountant(optimizer, dataset_size)")
@@ -195,9 +201,12 @@ def _check_matches(optimizer: ProjectedNoisySGD, accountant) -> None:
     for ours, theirs in pairs:
         value, expected = getattr(accountant, ours), getattr(optimizer, theirs)
         if value != expected:
+            hint = ("the optimizer's constants changed after its accountant was attached; the "
+                    "accountant describes the run with the constants it was made with: create a "
+                    "new optimizer and accountant to change them" if changed else
+                    "create it with make_pnsgd_accountant(optimizer, dataset_size)")
             raise ParameterError(f"accountant.{ours}", value,
-                                 f"equal to the optimizer's {theirs} = {expected!r}",
-                                 "create it with make_pnsgd_accountant(optimizer, dataset_size)")
+                                 f"equal to the optimizer's {theirs} = {expected!r}", hint)
 
 
 def make_pnsgd_accountant(optimizer: ProjectedNoisySGD, dataset_size: int, *,

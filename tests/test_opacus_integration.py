@@ -763,6 +763,14 @@ def test_pnsgd_refuses_a_changed_learning_rate_and_momentum():
     with pytest.raises(ParameterError, match="optimizer momentum"):
         optimizer.step()
     assert len(engine.accountant) == 0
+    # the clipping norm is the recorded Lipschitz constant: changed after set-up, refused
+    engine, model, optimizer, loader = setup()
+    optimizer.max_grad_norm = 0.01
+    xb, yb = next(iter(loader))
+    criterion(model(xb), yb).backward()
+    with pytest.raises(ParameterError, match="optimizer.max_grad_norm=0.01"):
+        optimizer.step()
+    assert len(engine.accountant) == 0
 
 
 def test_helpers_refuse_bad_input_by_name():

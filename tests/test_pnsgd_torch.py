@@ -152,6 +152,27 @@ def test_a_mismatched_accountant_is_refused():
     assert info.value.name == "optimizer"
 
 
+@pytest.mark.parametrize("change", ["diameter", "max_grad_norm", "lr"])
+def test_constants_changed_after_the_accountant_was_attached_are_refused(change):
+    """A hostile sweep: the diameter raised to 1000 after make_pnsgd_accountant (D = 1) kept
+    being accounted at D = 1 (9.38 at delta 1e-5, where the accountant of what ran, D = 1000,
+    says 15.46); so did a changed clipping norm, or lr changed on the optimizer and in its
+    group together.  The step is refused before the parameters move."""
+    w = torch.zeros(3, requires_grad=True)
+    opt = ProjectedNoisySGD([w], lr=0.5, noise_multiplier=1.0, max_grad_norm=1.0, diameter=1.0)
+    accountant = make_pnsgd_accountant(opt, dataset_size=50)
+    w.grad = torch.ones(3)
+    opt.step()
+    setattr(opt, change, 1000.0 if change == "diameter" else 0.01)
+    if change == "lr":
+        opt.param_groups[0]["lr"] = 0.01
+    before = w.detach().clone()
+    w.grad = torch.ones(3)
+    with pytest.raises(ParameterError, match="changed after its accountant was attached"):
+        opt.step()
+    assert torch.equal(w.detach(), before) and len(accountant) == 1
+
+
 GOOD = dict(lr=0.1, noise_multiplier=1.0, max_grad_norm=1.0, diameter=2.0)
 
 

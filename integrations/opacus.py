@@ -1157,6 +1157,25 @@ def _poisson_hint(poisson_sampling: bool) -> str:
             "sampler it describes" if poisson_sampling else "")
 
 
+def _check_clipping_norm(max_grad_norm) -> None:
+    """ParameterError unless ``max_grad_norm`` is a finite number > 0, or a list of them (per
+    layer).  NaN was accepted at set-up and the first step failed with a NumericalError that
+    named neither the parameter nor its value (a hostile sweep)."""
+    def scalar(value):   # a one-element tensor or array is read as its number
+        size = getattr(value, "numel", getattr(value, "size", None))
+        size = size() if callable(size) else size
+        return value.item() if size == 1 and hasattr(value, "item") else value
+
+    if isinstance(max_grad_norm, (list, tuple)):
+        if not max_grad_norm:
+            raise ParameterError("max_grad_norm", max_grad_norm,
+                                 "a finite number > 0 or a non-empty list of them (per layer)")
+        for i, value in enumerate(max_grad_norm):
+            check_positive(f"max_grad_norm[{i}]", scalar(value))
+    else:
+        check_positive("max_grad_norm", scalar(max_grad_norm))
+
+
 def _private(engine, original, arguments: dict, step_event=None):
     """``make_private`` with the loader's event checked before and bound after.
 
@@ -1179,6 +1198,7 @@ def _private(engine, original, arguments: dict, step_event=None):
                                  "rank>), or one of dpplugins' samplers built after "
                                  "init_process_group on every rank, with its default "
                                  "num_replicas and rank and the same seed")
+        _check_clipping_norm(arguments.get("max_grad_norm"))
         predicted = step_event if step_event is not None else loader_event(
             arguments["data_loader"], sigma, poisson_sampling=poisson)
         # before Opacus touches anything

@@ -1225,3 +1225,23 @@ def test_hostile_adapter_states_are_parameter_errors(change):
     state = {**acc.state_dict(), **change}
     with pytest.raises(ParameterError):
         create_accountant("pld").load_state_dict(state)
+
+
+@pytest.mark.parametrize("norm", [float("nan"), float("inf"), 0.0, -1.0, [1.0, float("nan")], []])
+def test_a_bad_clipping_norm_is_refused_at_make_private(norm):
+    """NaN was accepted at set-up; the first step then failed with a NumericalError that named
+    neither max_grad_norm nor its value (a hostile sweep)."""
+    from dpplugins.errors import ParameterError
+
+    register()
+    model, optimizer, loader = tiny_setup(n=64, batch=8)
+    engine = PrivacyEngine(accountant="pld")
+    with pytest.raises(ParameterError, match=r"max_grad_norm(\[1\])?="):
+        engine.make_private(module=model, optimizer=optimizer, data_loader=loader,
+                            noise_multiplier=1.0, max_grad_norm=norm, poisson_sampling=True,
+                            **({"clipping": "per_layer"} if isinstance(norm, list) else {}))
+    # a one-element tensor is read as its number, as Opacus reads it
+    model, optimizer, loader = tiny_setup(n=64, batch=8)
+    engine.make_private(module=model, optimizer=optimizer, data_loader=loader,
+                        noise_multiplier=1.0, max_grad_norm=torch.tensor(1.0),
+                        poisson_sampling=True)

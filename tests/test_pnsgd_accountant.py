@@ -339,3 +339,26 @@ def test_an_accountant_with_version_0_1_options_accounts_a_composed_event_by_its
     small = PNSGDEvent(100, 1, GaussianEvent(1.0), lipschitz=1.0, diameter=1.0, learning_rate=1.0)
     assert create("pnsgd").compose(cases[0][1]).get_epsilon(1e-5) > \
         create("pnsgd").compose(small).get_epsilon(1e-5)
+
+
+@pytest.mark.parametrize("options", [dict(lipschitz=1.0, diameter=1e-300, learning_rate=0.1),
+                                     dict(lipschitz=1.0, diameter=1.0, learning_rate=1e308),
+                                     dict(lipschitz=1.0, diameter=1.0, learning_rate=0.1,
+                                          contraction=1e-300)])
+def test_extreme_constants_answer_without_numpy_warnings(options):
+    """A hostile sweep: these valid constants answered, but with numpy's "invalid value
+    encountered in subtract" from the hockey-stick of two Gaussians whose tails both underflow
+    (a NaN the code then replaced).  The answer is the same without the warning, and it is an
+    ordered pair, and the upper bound is below the no-amplification bound of the 200 steps (each
+    example in 2 of them, each (2L/sigma)-GDP on it under replace-one; Gaussian composition,
+    Dong, Roth, Su 2019, Cor. 3.3: the exact Gaussian curve is above delta there)."""
+    import warnings
+
+    acc = create("pnsgd", dataset_size=100, **options)
+    acc.step(noise_multiplier=1.0, sample_rate=0.01, count=200)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lower, upper = acc.get_epsilon_bounds(1e-5)
+    assert 0.0 <= lower <= upper and math.isfinite(upper)
+    # two passes: each example is in 2 steps, each 2-GDP under replace-one: mu = 2 sqrt(2)
+    assert gaussian_delta_exact(upper, 2 * math.sqrt(2)) > 1e-5

@@ -382,3 +382,21 @@ def test_summary_of_an_empty_or_non_private_ledger():
         assert acc.no_amplification_epsilon(1e-5) == math.inf
     acc = create("swap").compose(SwapEvent(100, 1, GaussianEvent(1.0)))
     assert "epsilon in [" in acc.summary(1e-5) and acc.no_amplification_epsilon(1e-5) > 0
+
+
+def test_noise_near_the_float_limit_answers_without_numpy_warnings():
+    """A hostile sweep: noise_multiplier = 1e308 overflowed the lower-bound pair's window
+    (numpy's "invalid value encountered in multiply" from linspace).  The pair is now the
+    trivial one-bin statistic (a post-processing, lower bound 0), and the answer is ordered."""
+    import warnings
+
+    from dpplugins.accountants import create
+    from dpplugins.samplers import ShuffledEpochs
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        p, q = shuffle.max_statistic_pair(1e308, 10, 1.0, 0.0)
+        bounds = create("shuffle").compose(ShuffledEpochs(1000, 10).event(1e308, 2)) \
+            .get_epsilon_bounds(1e-5)
+    assert p.tolist() == q.tolist() == [1.0]
+    assert 0.0 == bounds.lower <= bounds.upper

@@ -249,7 +249,8 @@ def _log_theta_pair_regular(log_gamma: np.ndarray, r: np.ndarray, outward: bool 
     lp = log_ndtr(half - a)
     lq = log_ndtr(-a - half)
     log_below = log_ndtr(a - half)
-    d = log_gamma + lq - lp
+    with np.errstate(invalid="ignore"):   # lp = lq = -inf: NaN, replaced by -inf below
+        d = log_gamma + lq - lp
     if outward:   # (an infinite log is an exact 0 or 1 and is charged nothing)
         d = d - _rounding_charge(3.0, lp, lq, log_gamma)
         lp = lp + _rounding_charge(1.0, lp)

@@ -887,6 +887,11 @@ def max_statistic_pair(noise_multiplier: float, steps_per_epoch: int, mean_p: fl
     top = max(mean_p, mean_q, 0.0)
     lo = sigma * float(special.ndtri_exp(-80.0 / k)) + min(mean_p, mean_q, 0.0)
     hi = top - sigma * float(special.ndtri_exp(-80.0 - math.log(k)))
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        # noise near the float limit (sigma = 1e308): the window's ends overflow and linspace
+        # raised numpy's invalid-value warning.  One bin for all outcomes is a post-processing
+        # (the trivial statistic): a valid pair for lower bounds, which certifies 0
+        return np.ones(1), np.ones(1)
     gap = abs(mean_p - mean_q)
     width = bin_width or min(sigma / 10, 5e-4 * sigma * sigma / max(gap, 1e-12))
     with np.errstate(over="ignore", divide="ignore"):

@@ -827,7 +827,21 @@ class DPPluginsAccountant:
         """A new iteration of a watched loader's batch sampler (:func:`_watch_passes`)."""
         self._loader_watch = {"drawn": 0, "stepped": 0}
 
-    def _batch_drawn(self) -> None:
+    def _batch_drawn(self, batch_sampler=None) -> None:
+        """One batch drawn by a watched batch sampler.  A Poisson sampler whose ``sample_rate``
+        was changed in place since ``make_private`` read it is refused before its batch is
+        trained: the hook records the rate it read (a rate set to 0.5 after make_private at
+        0.125 was accounted as 16 steps at 0.125, epsilon 4.02, where the steps that ran have
+        13.38 -- a hostile sweep)."""
+        event = self._loader_event
+        rate = getattr(batch_sampler, "sample_rate", None)
+        if (isinstance(event, PoissonSampledEvent) and rate is not None
+                and float(rate) != float(event.sample_rate)):
+            raise ParameterError(
+                "data_loader.batch_sampler.sample_rate", rate,
+                f"{float(event.sample_rate)!r}, the sample rate make_private read from the "
+                "loader (the accountant records every step at it)",
+                "call make_private again with a loader of the new rate to change it")
         watch = getattr(self, "_loader_watch", None)
         if watch is not None:
             watch["drawn"] += 1
@@ -1034,7 +1048,7 @@ def _watch_passes(loader, adapter: "DPPluginsAccountant") -> None:
                     return _base.__iter__(self)
                 adapter_._check_pass_start(self)
                 adapter_._begin_iteration()
-                return _counted(_base.__iter__(self), adapter_)
+                return _counted(_base.__iter__(self), adapter_, self)
 
             def __reduce_ex__(self, protocol, _base=cls):
                 # copies and pickles are of the plain class, unwatched
@@ -1055,10 +1069,11 @@ def _watch_passes(loader, adapter: "DPPluginsAccountant") -> None:
     adapter._watching = True
 
 
-def _counted(batches, adapter: "DPPluginsAccountant"):
-    """``batches`` as they are drawn, each counted by ``adapter``."""
+def _counted(batches, adapter: "DPPluginsAccountant", batch_sampler):
+    """``batches`` of ``batch_sampler`` as they are drawn, each counted (and checked) by
+    ``adapter`` before it is handed on."""
     for batch in batches:
-        adapter._batch_drawn()
+        adapter._batch_drawn(batch_sampler)
         yield batch
 
 

@@ -1245,3 +1245,35 @@ def test_a_bad_clipping_norm_is_refused_at_make_private(norm):
     engine.make_private(module=model, optimizer=optimizer, data_loader=loader,
                         noise_multiplier=1.0, max_grad_norm=torch.tensor(1.0),
                         poisson_sampling=True)
+
+
+def test_a_poisson_sample_rate_changed_in_place_is_refused():
+    """A hostile sweep: ``loader.batch_sampler.sample_rate = 0.5`` after make_private at rate
+    1/8 (64 examples, batches of 8) trained 2 epochs at 0.5, accounted as 16 steps at 1/8.  The
+    first batch drawn at the new rate is refused before it is trained; the ledger keeps the
+    steps that ran at the rate make_private read."""
+    from dpplugins.errors import ParameterError
+
+    register()
+    model, optimizer, loader = tiny_setup(n=64, batch=8)
+    engine = PrivacyEngine(accountant="pld")
+    model, optimizer, loader = make_private(engine, model, optimizer, loader,
+                                            poisson_sampling=True)
+    criterion = torch.nn.CrossEntropyLoss()
+
+    def train_steps():
+        for x, y in loader:
+            optimizer.zero_grad()
+            if len(y):
+                criterion(model(x), y).backward()
+            optimizer.step()
+
+    train_steps()
+    assert ledger(engine.accountant) == [(PoissonSampledEvent(1 / 8, GaussianEvent(1.0)), 8)]
+    loader.batch_sampler.sample_rate = 0.5
+    with pytest.raises(ParameterError, match="sample_rate=0.5"):
+        train_steps()
+    assert len(engine.accountant) == 8
+    loader.batch_sampler.sample_rate = 1 / 8   # back to the rate make_private read
+    train_steps()
+    assert len(engine.accountant) == 16

@@ -25,10 +25,12 @@ import importlib.util
 import statistics
 import sys
 import time
+from fractions import Fraction
 from pathlib import Path
 
 from dpplugins.accountants import create
 from dpplugins.amplification.allocation import monte_carlo_delta
+from dpplugins.events import GaussianEvent, RandomAllocationEvent
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _ab import alternate, dp_accounting_pld_epsilon  # noqa: E402
@@ -47,7 +49,10 @@ def timed(fn):
 
 def ours(name: str, sigma: float, t: int, epochs: int):
     acc = create(name)
-    acc.step(noise_multiplier=sigma, sample_rate=1 / t, count=t * epochs)
+    if name == "balls_and_bins":   # random allocation into t steps, every epoch
+        acc.compose(RandomAllocationEvent(t, Fraction(1, t), GaussianEvent(sigma)), t * epochs)
+    else:                           # Poisson steps at rate 1 / t
+        acc.step(noise_multiplier=sigma, sample_rate=1 / t, count=t * epochs)
     return acc.get_epsilon_bounds(DELTA)
 
 

@@ -201,3 +201,20 @@ def pytest_collection_modifyitems(config, items):
         if item.path.name in SLOW_FILES or item.name in SLOW_TESTS or \
                 getattr(item, "originalname", item.name) in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
+
+
+def legacy_step(accountant, noise_multiplier, sample_rate):
+    """What ``accountant.step(noise_multiplier, sample_rate)`` recorded in version 0.1 (and
+    what its 0.1 state dicts load as): ``balls_and_bins`` and ``swap`` now refuse ``step()``
+    (Opacus' Poisson step), so their tests compose this event instead -- random allocation into
+    ``1 / sample_rate`` steps, and a shuffled step of one example; every other accountant's
+    ``step_event``."""
+    return accountant._legacy_step_event(noise_multiplier, sample_rate)
+
+
+def legacy_history(accountant, entries):
+    """``(noise_multiplier, sample_rate, steps)`` entries read as :func:`legacy_step`."""
+    from dpplugins.events import SelfComposedEvent
+
+    return [SelfComposedEvent(legacy_step(accountant, sigma, q), steps)
+            for sigma, q, steps in entries]

@@ -25,6 +25,7 @@ from dpplugins.samplers import RandomCheckIn
 
 _LEAVES = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
            types.MethodType, str, bytes, int, float)
+from conftest import legacy_step  # noqa: E402
 
 
 def _held(root) -> tuple[list, int]:
@@ -72,7 +73,7 @@ def test_balls_and_bins_keeps_only_what_the_queried_history_uses():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", AccuracyWarning)
         for sigma in sigmas:
-            acc.step(noise_multiplier=sigma, sample_rate=0.1, count=10)
+            acc.compose(legacy_step(acc, sigma, 0.1), 10)
             bounds = acc.get_epsilon_bounds(1e-5)
             fresh = _fresh("balls_and_bins", acc.history)
             assert fresh.get_epsilon_bounds(1e-5) == bounds
@@ -90,7 +91,7 @@ def test_balls_and_bins_pickle_and_state_dict_carry_no_cache():
     pickle of an accountant that was never queried; the state dict is the same."""
     acc, sigmas = _noise_schedule_accountant()
     for sigma in sigmas[:2]:
-        acc.step(noise_multiplier=sigma, sample_rate=0.1, count=10)
+        acc.compose(legacy_step(acc, sigma, 0.1), 10)
         bounds = acc.get_epsilon_bounds(1e-5)
     never = _fresh("balls_and_bins", acc.history)
     assert _held(acc)[0]   # it has something to leave out

@@ -32,6 +32,7 @@ from dpplugins.errors import NumericalError
 from dpplugins.events import GaussianEvent, RandomAllocationEvent
 from dpplugins.pld import AccuracyWarning, distribution
 from test_allocation_reliability import _delta_two_steps
+from conftest import legacy_step  # noqa: E402
 
 
 def _no_fft(*args, **kwargs):
@@ -61,7 +62,7 @@ def test_tiny_delta_at_huge_epsilon_needs_no_fft(monkeypatch, sigma, steps, epsi
     1e-300 floor of representable answers."""
     monkeypatch.setattr(distribution, "compose_grid_pmfs", _no_fft)
     acc = create("balls_and_bins")
-    acc.step(noise_multiplier=sigma, sample_rate=0.5, count=steps)
+    acc.compose(legacy_step(acc, sigma, 0.5), steps)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the AccuracyWarning of the (0, tiny) gap
         bounds = acc.get_delta_bounds(epsilon)
@@ -191,7 +192,7 @@ def test_delta_near_the_error_terms_is_not_refined(monkeypatch):
     monkeypatch.setattr(cls, "_composed", counted)
     sigma, steps = 55.59774048858646, 1_000_000
     acc = create("balls_and_bins")
-    acc.step(noise_multiplier=sigma, sample_rate=0.5, count=steps)
+    acc.compose(legacy_step(acc, sigma, 0.5), steps)
     with pytest.warns(module.AccuracyWarning, match="error terms"):
         lower, upper = acc.get_delta_bounds(100.0)
     assert levels == [0]

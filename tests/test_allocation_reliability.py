@@ -24,6 +24,7 @@ from scipy.optimize import brentq
 from conftest import gaussian_delta_exact
 from dpplugins.amplification.allocation import monte_carlo_delta, random_allocation_pld
 from dpplugins.errors import NumericalError
+from conftest import legacy_step  # noqa: E402
 
 
 def _gaussian_epsilon(mu: float, delta: float) -> float:
@@ -189,7 +190,7 @@ def test_small_noise_delta_brackets_monte_carlo():
 def test_accountant_answers_where_the_slack_used_to_refuse():
     from dpplugins.accountants import create
     acc = create("balls_and_bins")
-    acc.step(noise_multiplier=1.0, sample_rate=1 / 10, count=10 * 10)
+    acc.compose(legacy_step(acc, 1.0, 1 / 10), 10 * 10)
     lower, upper = acc.get_epsilon_bounds(1e-8)
     gauss = _gaussian_epsilon(math.sqrt(10), 1e-8)
     assert gauss - 10 * math.log(10) <= lower <= upper <= gauss
@@ -222,7 +223,7 @@ def test_noise_beyond_the_grid_range_is_bracketed_not_nan(sigma):
     from dpplugins.accountants import create
     from dpplugins.pld import PrivacyLossDistribution
     acc = create("balls_and_bins")
-    acc.step(noise_multiplier=sigma, sample_rate=0.02, count=50)  # one epoch of 50 steps
+    acc.compose(legacy_step(acc, sigma, 0.02), 50)  # one epoch of 50 steps
     assert acc.get_epsilon_bounds(1e-5) == (0.0, 0.0)
     bounds = acc.get_delta_bounds(0.0)
     assert 0.0 <= bounds.lower <= bounds.upper <= 1e-12  # error floors, not the mechanism

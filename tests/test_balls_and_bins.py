@@ -26,8 +26,11 @@ from dpplugins.amplification.allocation import (MonteCarloEstimate, allocation_p
                                                 monte_carlo_delta, random_allocation_pld)
 from dpplugins.errors import NumericalError, ParameterError
 from dpplugins.mechanisms.types import MechanismPairs
-from dpplugins.events import GaussianEvent, RandomAllocationEvent, RandomizedResponseEvent
+from dpplugins.accountants import UnsupportedEventError
+from dpplugins.events import (GaussianEvent, RandomAllocationEvent, RandomizedResponseEvent,
+                              SelfComposedEvent, ShuffledEpochsEvent, leaves)
 from dpplugins.pld import AccuracyWarning, PrivacyLossDistribution
+from conftest import legacy_history, legacy_step  # noqa: E402
 
 
 def _exact_gaussian_epsilon(mu: float, delta: float) -> float:
@@ -86,7 +89,7 @@ def test_one_step_per_epoch_brackets_the_gaussian(sigma, method):
 
 def test_accountant_with_one_step_per_epoch_is_the_gaussian():
     acc = create("balls_and_bins")
-    acc.step(noise_multiplier=1.3, sample_rate=1.0, count=4)
+    acc.compose(legacy_step(acc, 1.3, 1.0), 4)
     exact = _exact_gaussian_epsilon(2 / 1.3, 1e-5)
     lower, upper = acc.get_epsilon_bounds(1e-5)
     assert lower <= exact <= upper
@@ -141,13 +144,13 @@ def test_monte_carlo_is_only_an_estimate_with_its_confidence():
 # -- published numbers and Poisson --------------------------------------------------------------
 def test_published_sigma_one_hundred_steps_and_poisson_comparison():
     acc = create("balls_and_bins")
-    acc.step(noise_multiplier=1.0, sample_rate=0.01, count=100)
+    acc.compose(legacy_step(acc, 1.0, 0.01), 100)
     lower, upper = acc.get_epsilon_bounds(1e-5)
     # issue 6: public tools give 0.61 - 0.64 for balls-and-bins
     assert lower <= 0.64 and upper >= 0.61
     assert upper - lower <= 1e-3
     poisson = create("pld")
-    poisson.step(noise_multiplier=1.0, sample_rate=0.01, count=100)
+    poisson.compose(legacy_step(poisson, 1.0, 0.01), 100)
     p_lower, p_upper = poisson.get_epsilon_bounds(1e-5)
     assert 0.71 <= p_lower <= p_upper <= 0.72   # the issue's Poisson numbers
     assert upper < p_lower
@@ -165,7 +168,7 @@ def test_fft_and_geometric_methods_agree():
 def test_epsilon_decreases_with_noise_and_grows_with_epochs():
     def bounds(sigma, t, epochs):
         acc = RandomAllocationAccountant()
-        acc.step(noise_multiplier=sigma, sample_rate=1 / t, count=t * epochs)
+        acc.compose(legacy_step(acc, sigma, 1 / t), t * epochs)
         return acc.get_epsilon_bounds(1e-6)
 
     base = bounds(1.0, 200, 2)
@@ -177,7 +180,7 @@ def test_epsilon_decreases_with_noise_and_grows_with_epochs():
 # -- history handling ----------------------------------------------------------------------------
 def _events(history):
     acc = create("balls_and_bins")
-    acc.history = history
+    acc.history = legacy_history(acc, history)
     return acc.history
 
 
@@ -197,7 +200,7 @@ def test_mixed_noise_epoch_lower_bound_is_below_the_exact_value():
     quadrature of that epoch (the issue's numbers): epsilon(1e-3) = 3.90729, delta(1) =
     0.098150.  The lower bound used to key on the smallest sigma and came out above both."""
     acc = create("balls_and_bins")
-    acc.history = [(0.7, 0.5, 1), (10.0, 0.5, 1)]
+    acc.history = legacy_history(acc, [(0.7, 0.5, 1), (10.0, 0.5, 1)])
     bounds = acc.get_epsilon_bounds(1e-3)
     assert bounds.lower <= 3.90729 <= bounds.upper
     delta = acc.get_delta_bounds(1.0)
@@ -206,25 +209,26 @@ def test_mixed_noise_epoch_lower_bound_is_below_the_exact_value():
 
 def test_partial_epoch_and_mixed_noise_are_accounted_conservatively():
     acc = create("balls_and_bins")
-    acc.history = [(1.0, 0.025, 85)]          # two full epochs of 40 steps and 5 more
+    # two full epochs of 40 steps and 5 more
+    acc.history = legacy_history(acc, [(1.0, 0.025, 85)])
     two = create("balls_and_bins")
-    two.history = [(1.0, 0.025, 80)]
+    two.history = legacy_history(two, [(1.0, 0.025, 80)])
     three = create("balls_and_bins")
-    three.history = [(1.0, 0.025, 120)]
+    three.history = legacy_history(three, [(1.0, 0.025, 120)])
     b = acc.get_epsilon_bounds(1e-5)
     assert b.upper == pytest.approx(three.get_epsilon_bounds(1e-5).upper, rel=1e-9)
     assert b.lower == pytest.approx(two.get_epsilon_bounds(1e-5).lower, rel=1e-9)
     mixed = create("balls_and_bins")
-    mixed.history = [(1.5, 0.025, 10), (1.0, 0.025, 30)]
+    mixed.history = legacy_history(mixed, [(1.5, 0.025, 10), (1.0, 0.025, 30)])
     plain = create("balls_and_bins")
-    plain.history = [(1.0, 0.025, 40)]
+    plain.history = legacy_history(plain, [(1.0, 0.025, 40)])
     assert mixed.get_epsilon(1e-5) == pytest.approx(plain.get_epsilon(1e-5), rel=1e-9)
 
 
 def test_state_dict_round_trip_and_registry():
     assert "balls_and_bins" in available()
     acc = create("balls_and_bins", eps_tolerance=0.02)
-    acc.step(noise_multiplier=1.1, sample_rate=1 / 50, count=120)
+    acc.compose(legacy_step(acc, 1.1, 1 / 50), 120)
     state = acc.state_dict()
     again = create("balls_and_bins", eps_tolerance=0.02)
     again.load_state_dict(state)
@@ -232,6 +236,47 @@ def test_state_dict_round_trip_and_registry():
     assert again.get_epsilon_bounds(1e-5) == acc.get_epsilon_bounds(1e-5)
     assert acc.bound_type == "certified upper bound" and "Chua" in acc.theorem
     assert 0 < acc.get_delta(1.0) < 1
+
+
+@pytest.mark.parametrize("name", ["balls_and_bins", "swap"])
+def test_step_is_a_poisson_step_which_is_refused_but_old_states_keep_their_meaning(name):
+    """A hostile sweep: ``step()`` is Opacus' sugar for a Poisson step, but these two read it as
+    their own protocol (version 0.1), so a Poisson loop that only changed the accountant's name
+    was accounted as random allocation: 100 steps at rate 0.01 and sigma 1 gave 0.621, below
+    the certified lower bound of the Poisson steps that ran (0.718; dp-accounting's PLD
+    bound, :func:`test_random_allocation_is_below_the_poisson_steps_that_ran`).  ``step()``
+    and Opacus' ``(sigma, q, steps)`` history are refused now, naming the accountants that take
+    Poisson steps; the accountant's own version-0.1 state dict still loads with the meaning it
+    had."""
+    acc = create(name)
+    with pytest.raises(UnsupportedEventError, match="Opacus' Poisson step.*fdp, pld"):
+        acc.step(noise_multiplier=1.0, sample_rate=0.01, count=100)
+    with pytest.raises(UnsupportedEventError, match="fdp, pld"):
+        acc.history = [(1.0, 0.01, 100)]
+    assert len(acc) == 0
+    # a version-0.1 state dict of this accountant: its tuples keep their 0.1 meaning
+    old = create(name)
+    old.load_state_dict({"accountant": name, "version": "0.1",
+                         "history": [(1.0, 0.01, 100)]})
+    step = (RandomAllocationEvent(100, Fraction(1, 100), GaussianEvent(1.0))
+            if name == "balls_and_bins"
+            else ShuffledEpochsEvent(100, 1, 1, GaussianEvent(1.0)).with_steps(1))
+    assert [(leaf, count) for leaf, count in leaves(old.history[0])] == [(step, 100)]
+
+
+@pytest.mark.anchor
+def test_random_allocation_is_below_the_poisson_steps_that_ran():
+    """Why ``step()`` (a Poisson step) may not be read as random allocation: 100 allocation steps
+    into 100 at sigma 1 certify less than dp-accounting's optimistic (lower) PLD estimate of the
+    100 Poisson steps at rate 0.01."""
+    from dp_accounting.pld import privacy_loss_distribution as dpa_pld
+
+    allocation = create("balls_and_bins").compose(
+        RandomAllocationEvent(100, Fraction(1, 100), GaussianEvent(1.0)), 100)
+    optimistic = dpa_pld.from_gaussian_mechanism(
+        1.0, pessimistic_estimate=False, sampling_prob=0.01,
+        value_discretization_interval=1e-4).self_compose(100)
+    assert allocation.get_epsilon(1e-5) < optimistic.get_epsilon_for_delta(1e-5)
 
 
 # -- bad input -----------------------------------------------------------------------------------
@@ -253,7 +298,7 @@ def test_bad_input_is_refused_clearly(call, name):
 def test_accountant_refuses_a_rate_that_is_not_one_over_steps():
     acc = create("balls_and_bins")
     with pytest.raises(ParameterError, match="whole number t of steps per epoch"):
-        acc.step(noise_multiplier=1.0, sample_rate=0.3, count=10)   # refused when recorded
+        acc.compose(legacy_step(acc, 1.0, 0.3), 10)   # refused when recorded
     assert len(acc) == 0
 
 
@@ -277,7 +322,7 @@ def test_compare_table_marks_balls_and_bins_valid_for_the_checkin_sampler_only()
                                              references=False)}
     assert rows["balls_and_bins"].valid and not rows["pld"].valid
     direct = create("balls_and_bins")
-    direct.step(noise_multiplier=1.0, sample_rate=1 / 40, count=80)
+    direct.compose(legacy_step(direct, 1.0, 1 / 40), 80)
     assert rows["balls_and_bins"].epsilon == pytest.approx(direct.get_epsilon(1e-5), rel=1e-12)
     poisson = compare(TrainingConfig(sampler="poisson", **config), accountants=["balls_and_bins"],
                       references=False)[0]
@@ -289,16 +334,21 @@ def test_fast_upper_bound_and_calibration():
     at the default grid, and the calibrated sigma meets the target."""
     from dpplugins.calibration import find_noise_multiplier
     acc = create("balls_and_bins")
-    acc.step(noise_multiplier=1.2, sample_rate=1 / 50, count=100)
+    acc.compose(legacy_step(acc, 1.2, 1 / 50), 100)
     assert acc.epsilon_upper_fast(1e-5) == pytest.approx(acc.get_epsilon(1e-5), rel=1e-12)
-    sigma = find_noise_multiplier(target_epsilon=1.0, delta=1e-5, sample_rate=1 / 50, steps=100,
-                                  accountant="balls_and_bins")
+    sigma = find_noise_multiplier(target_epsilon=1.0, delta=1e-5, accountant="balls_and_bins",
+                                  event_for_noise=lambda s: SelfComposedEvent(
+                                      legacy_step(acc, s, 1 / 50), 100))
+    with pytest.raises(UnsupportedEventError, match="Opacus' Poisson step"):
+        # Poisson steps (sample_rate and steps): not what random allocation accounts
+        find_noise_multiplier(target_epsilon=1.0, delta=1e-5, sample_rate=1 / 50, steps=100,
+                              accountant="balls_and_bins")
     check = create("balls_and_bins")
-    check.step(noise_multiplier=sigma, sample_rate=1 / 50, count=100)
+    check.compose(legacy_step(check, sigma, 1 / 50), 100)
     lower, upper = check.get_epsilon_bounds(1e-5)
     assert upper <= 1.0
     lower_sigma = create("balls_and_bins")
-    lower_sigma.step(noise_multiplier=sigma * 0.99, sample_rate=1 / 50, count=100)
+    lower_sigma.compose(legacy_step(lower_sigma, sigma * 0.99, 1 / 50), 100)
     assert lower_sigma.get_epsilon_bounds(1e-5).lower > 0.98   # not needlessly large
 
 
@@ -308,9 +358,8 @@ def test_many_epochs_at_small_delta_answer_within_the_gaussian_bracket():
     inside the closed-form bracket of every epoch: delta_G(eps + E log t) <= delta(eps) <=
     delta_G(eps) with mu = sqrt(E)/sigma (one epoch is a post-processing of the Gaussian
     mechanism and loses at most log t against it)."""
-    history = [(1.0, 1e-5, 10_000_000)]
     acc = create("balls_and_bins")
-    acc.history = history
+    acc.history = legacy_history(acc, [(1.0, 1e-5, 10_000_000)])
     lower, upper = acc.get_epsilon_bounds(1e-6)
     assert 0 < lower <= upper <= lower * (1 + 1e-2) + 1e-9
     gaussian = gdp_epsilon_for(math.sqrt(100.0), 1e-6)

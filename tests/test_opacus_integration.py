@@ -25,6 +25,7 @@ from dpplugins.events import (GaussianEvent, NonPrivateEvent, PoissonSampledEven
                               RandomCheckInEvent, SelfComposedEvent, ShuffledEpochsEvent,
                               leaves)
 from dpplugins.integrations.opacus import check_sampler, register  # noqa: E402
+from conftest import legacy_history, legacy_step  # noqa: E402
 
 DELTA = 1e-5
 
@@ -897,8 +898,7 @@ def allocation_two_epochs_epsilon():
     from dpplugins.accountants import create
 
     reference = create("balls_and_bins")
-    reference.step(noise_multiplier=1.0, sample_rate=1 / ALLOCATION_SLOTS,
-                   count=2 * ALLOCATION_SLOTS)
+    reference.compose(legacy_step(reference, 1.0, 1 / ALLOCATION_SLOTS), 2 * ALLOCATION_SLOTS)
     return reference.get_epsilon(DELTA)
 
 
@@ -993,7 +993,7 @@ def test_balls_and_bins_make_private_with_epsilon_reaches_target():
     assert engine.get_epsilon(DELTA) <= 4.0
     # close to the smallest sigma that meets the target
     below = create("balls_and_bins")
-    below.history = [(sigma * 0.99, 1 / 4, 8)]
+    below.history = legacy_history(below, [(sigma * 0.99, 1 / 4, 8)])
     assert below.get_epsilon_bounds(DELTA).lower > 4.0
 
 
@@ -1084,10 +1084,10 @@ def test_gradient_accumulation_with_balls_and_bins_is_allocation_into_merged_slo
                                 max_batch_size=64, passes=Fraction(1, 4))   # 64 = no cap
     assert ledger(engine.accountant) == [(merged, 8)]
     reference = create("balls_and_bins")
-    reference.step(noise_multiplier=1.0, sample_rate=1 / 4, count=8)
+    reference.compose(legacy_step(reference, 1.0, 1 / 4), 8)
     assert engine.get_epsilon(DELTA) == reference.get_epsilon(DELTA)
     physical = create("balls_and_bins")
-    physical.step(noise_multiplier=1.0, sample_rate=1 / 8, count=16)
+    physical.compose(legacy_step(physical, 1.0, 1 / 8), 16)
     assert physical.get_epsilon(DELTA) < engine.get_epsilon(DELTA)  # the test can tell them
 
 

@@ -15,6 +15,7 @@ from conftest import epsilon_from_delta_curve, gaussian_delta_exact
 from dpplugins.accountants.swap import SwapAccountant
 from dpplugins.amplification import shuffle, swap
 from dpplugins.errors import ParameterError
+from conftest import legacy_step  # noqa: E402
 
 
 def shuffled_rr_worst_delta(eps0, n, eps):
@@ -127,7 +128,7 @@ def gaussian_epsilon_exact(mu, delta):
 def test_swap_accountant_one_epoch_is_the_amplified_profile():
     sigma, n, delta = 300.0, 10**6, 1e-6
     acc = SwapAccountant()
-    acc.step(noise_multiplier=sigma, sample_rate=1 / n, count=n)
+    acc.compose(legacy_step(acc, sigma, 1 / n), n)
     profile = swap.gaussian_profile(sigma, n)
     direct = epsilon_from_delta_curve(lambda e: float(profile(np.array([e]))[0]), delta, hi=0.1)
     lower, upper = acc.get_epsilon_bounds(delta)
@@ -138,9 +139,9 @@ def test_swap_accountant_one_epoch_is_the_amplified_profile():
 def test_swap_accountant_composes_epochs_no_worse_than_basic_composition():
     sigma, n, epochs = 300.0, 10**6, 3
     one = SwapAccountant()
-    one.step(noise_multiplier=sigma, sample_rate=1 / n, count=n)
+    one.compose(legacy_step(one, sigma, 1 / n), n)
     many = SwapAccountant()
-    many.step(noise_multiplier=sigma, sample_rate=1 / n, count=epochs * n)
+    many.compose(legacy_step(many, sigma, 1 / n), epochs * n)
     eps1 = one.get_epsilon(1e-7)
     upper = many.get_epsilon(epochs * 1e-7)
     assert one.get_epsilon(1e-6) < upper <= epochs * eps1  # basic composition theorem
@@ -149,13 +150,13 @@ def test_swap_accountant_composes_epochs_no_worse_than_basic_composition():
 
 def test_swap_accountant_with_little_noise_is_no_amplification_and_checks_input():
     acc = SwapAccountant(dataset_size=500, neighbouring="replace_one")
-    acc.step(noise_multiplier=2.0, sample_rate=1 / 500, count=1000)
+    acc.compose(legacy_step(acc, 2.0, 1 / 500), 1000)
     upper = acc.get_epsilon(1e-5)
     assert upper == pytest.approx(gaussian_epsilon_exact(2 * math.sqrt(2) / 2.0, 1e-5), rel=1e-6)
     assert acc.state_dict()["accountant"] == "swap"
     bad = SwapAccountant(dataset_size=500)
     with pytest.raises(ParameterError, match="sample_rate"):  # refused when recorded
-        bad.step(noise_multiplier=2.0, sample_rate=1 / 400, count=10)
+        bad.compose(legacy_step(bad, 2.0, 1 / 400), 10)
 
 
 def test_lower_bound_of_many_epochs_is_at_least_one_epochs():

@@ -23,6 +23,7 @@ from dpplugins.events import GaussianEvent, PoissonSampledEvent, SelfComposedEve
 from dpplugins.integrations.tf_keras import (PrivacyCallback, as_tf_dataset,  # noqa: E402
                                              guard_non_finite, noise_multiplier_of)
 from dpplugins.samplers import RandomCheckIn, ShuffledEpochs, SlidingWindowCheckIn  # noqa: E402
+from conftest import legacy_step  # noqa: E402
 
 N, BATCH, SIGMA, DELTA = 256, 32, 1.1, 1e-5
 
@@ -449,7 +450,7 @@ def test_balls_and_bins_callback():
     assert len(logged) == 2 and logged[0] < logged[1]
     offline = create("balls_and_bins")
     for epochs, eps in enumerate(logged, start=1):
-        offline.step(noise_multiplier=SIGMA, sample_rate=1 / 8, count=8)   # history: 8 * epochs
+        offline.compose(legacy_step(offline, SIGMA, 1 / 8), 8)   # history: 8 * epochs
         assert eps == offline.get_epsilon(DELTA)
         # independent: one step per example and epoch, a mixture over the step, is at worst the
         # sensitivity-1 Gaussian; 8 steps per epoch amplify well below it

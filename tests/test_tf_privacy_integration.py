@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from conftest import epsilon_from_delta_curve, gaussian_delta_exact
+from conftest import epsilon_from_delta_curve, gaussian_delta_exact, legacy_step
 
 dp_accounting = pytest.importorskip("dp_accounting")
 
@@ -337,7 +337,7 @@ def test_statement_checkin_line_equals_the_balls_and_bins_accountant():
     text = compute_dp_sgd_privacy_statement(n, b, epochs, sigma, DELTA, micro,
                                             accountant="balls_and_bins", sampler="checkin")
     core = create("balls_and_bins")
-    core.step(noise_multiplier=1.0, sample_rate=1 / 40, count=60)
+    core.compose(legacy_step(core, 1.0, 1 / 40), 60)
     lower, upper = core.get_epsilon_bounds(DELTA)
     numbers = compute_dp_sgd_privacy_numbers(n, b, epochs, sigma, DELTA, micro,
                                      accountant="balls_and_bins", sampler="checkin")
@@ -360,7 +360,7 @@ def test_statement_checkin_line_equals_the_balls_and_bins_accountant():
     # whole epoch's epsilon
     assert upper < _gaussian_epsilon_exact(math.sqrt(2), DELTA)
     one_epoch = create("balls_and_bins")
-    one_epoch.step(noise_multiplier=1.0, sample_rate=1 / 40, count=40)
+    one_epoch.compose(legacy_step(one_epoch, 1.0, 1 / 40), 40)
     assert lower <= one_epoch.get_epsilon(DELTA) < upper
 
 
@@ -718,8 +718,8 @@ def test_random_allocation_wrapper():
     second = RandomAllocationEvent(10, 1, GaussianEvent(2.0))
     assert acc.history == [RandomAllocationEvent(10, 3, GaussianEvent(1.0)), second]
     core = create("balls_and_bins")
-    core.step(noise_multiplier=1.0, sample_rate=0.1, count=30)
-    core.step(noise_multiplier=2.0, sample_rate=0.1, count=10)
+    core.compose(legacy_step(core, 1.0, 0.1), 30)
+    core.compose(legacy_step(core, 2.0, 0.1), 10)
     bounds = acc.get_epsilon_bounds(DELTA)
     assert bounds == core.get_epsilon_bounds(DELTA) and acc.get_epsilon(DELTA) == bounds.upper
     assert acc.get_delta(1.0) == core.get_delta(1.0)
@@ -765,8 +765,8 @@ def test_random_allocation_wrapper_steps_per_epoch_may_change_between_events():
                            RandomAllocationEvent(1, 1, GaussianEvent(2.0))]
     assert acc.inner.neighbouring == "add_remove"
     core = create("balls_and_bins")
-    core.step(noise_multiplier=2.0, sample_rate=0.25, count=4)
-    core.step(noise_multiplier=2.0, sample_rate=1.0, count=1)
+    core.compose(legacy_step(core, 2.0, 0.25), 4)
+    core.compose(legacy_step(core, 2.0, 1.0), 1)
     assert acc.get_epsilon_bounds(DELTA) == core.get_epsilon_bounds(DELTA)
     # at most two sensitivity-1 Gaussians at sigma 2 (mu = sqrt(2) / 2), at least the t = 1 one
     assert _gaussian_epsilon_exact(0.5, DELTA) < acc.get_epsilon(DELTA) < _gaussian_epsilon_exact(
@@ -968,7 +968,7 @@ def test_user_level_checkin_line_vadhan_on_balls_and_bins():
     # independent conversion: Vadhan's condition solved here by root finding on the core
     # accountant's epsilon curve
     core = create("balls_and_bins")
-    core.step(noise_multiplier=1.0, sample_rate=1 / 40, count=80)
+    core.compose(legacy_step(core, 1.0, 1 / 40), 80)
     reference = _vadhan_by_root(core.get_epsilon, k, DELTA)
     assert numbers.user_allocation_vadhan == pytest.approx(reference, rel=1e-6)
     # the point is feasible for the core's certified delta: delta(eps) (1 + e^eps) <= delta

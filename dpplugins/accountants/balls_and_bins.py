@@ -47,8 +47,9 @@ as an independent *estimate*; it is never this accountant's answer.
 Example::
 
     >>> from dpplugins.accountants import create
+    >>> from dpplugins.samplers import balls_and_bins
     >>> acc = create("balls_and_bins")
-    >>> acc.step(noise_multiplier=1.0, sample_rate=1 / 100, count=100)     # one epoch
+    >>> _ = acc.compose(balls_and_bins(10_000, 100).event(1.0, epochs=1))     # one epoch
     >>> lower, upper = acc.get_epsilon_bounds(1e-5)    # about 0.621 (Poisson sampling: 0.718)
     >>> from dpplugins.events import GaussianEvent, RandomAllocationEvent
     >>> acc = create("balls_and_bins")
@@ -300,7 +301,23 @@ class RandomAllocationAccountant(Accountant):
                                         f"{error.value}: must be {error.valid}", ()) from None
 
     def step_event(self, noise_multiplier: float, sample_rate: float) -> Event:
-        """Version 0.1: one step of random allocation into ``t = 1 / sample_rate`` steps."""
+        """``step()`` is Opacus' Poisson step, which random allocation does not account: refused
+        (UnsupportedEventError naming the accountants that do).  Version 0.1 read it as one
+        step of random allocation into ``1 / sample_rate`` steps, so a Poisson training loop
+        that only changed the accountant's name was accounted as random allocation (100 steps
+        at rate 0.01: 0.621, below the certified lower bound 0.718 of the Poisson steps that
+        ran -- a hostile sweep).  Version-0.1 state dicts still load with that meaning
+        (:meth:`_legacy_step_event`)."""
+        event = super().step_event(noise_multiplier, sample_rate)
+        raise UnsupportedEventError(
+            event, self.name, "step() is Opacus' Poisson step, which random allocation does "
+            "not account; compose the random allocation that ran, e.g. "
+            "balls_and_bins(n, t).event(noise_multiplier, epochs) or "
+            "RandomAllocationEvent(t, Fraction(1, t), GaussianEvent(noise_multiplier))")
+
+    def _legacy_step_event(self, noise_multiplier: float, sample_rate: float) -> Event:
+        """Version 0.1's ``step()``: one step of random allocation into ``t = 1 / sample_rate``
+        steps (what this accountant's 0.1 state dicts record)."""
         sigma = check_positive("noise_multiplier", noise_multiplier)
         t = steps_per_epoch_from_rate(sample_rate)
         return RandomAllocationEvent(t, Fraction(1, t), GaussianEvent(sigma))

@@ -343,6 +343,12 @@ class Accountant:
         q = check_probability("sample_rate", sample_rate, allow_zero=True)
         return PoissonSampledEvent(q, GaussianEvent(sigma))
 
+    def _legacy_step_event(self, noise_multiplier: float, sample_rate: float) -> Event:
+        """What a ``(noise_multiplier, sample_rate, steps)`` entry of this accountant's own
+        version-0.1 state dict meant (:meth:`load_state_dict`): :meth:`step_event`, unless the
+        accountant gave ``step()`` a protocol of its own in 0.1 and refuses it now."""
+        return self.step_event(noise_multiplier, sample_rate)
+
     def step(self, *, noise_multiplier: float, sample_rate: float, count: int = 1) -> None:
         """Record ``count`` steps: ``compose(step_event(noise_multiplier, sample_rate), count)``."""
         count = check_count("count", count, minimum=0)
@@ -597,7 +603,8 @@ class Accountant:
                                 for sigma, q, steps in validate_history(raw)]
             else:
                 # validate_history names a non-iterable entry (tuple(5) raised TypeError)
-                self.history = [tuple(entry) for entry in validate_history(raw)]
+                self.history = [SelfComposedEvent(self._legacy_step_event(sigma, q), steps)
+                                for sigma, q, steps in validate_history(raw)]
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -19,8 +19,9 @@ swapped and the shuffled protocol have the same output distribution).
 Example::
 
     >>> from dpplugins.accountants.swap import SwapAccountant
+    >>> from dpplugins.samplers import ShuffledEpochs
     >>> acc = SwapAccountant()
-    >>> acc.step(noise_multiplier=300.0, sample_rate=1e-6, count=10**6)   # one epoch, n = 10^6
+    >>> _ = acc.compose(ShuffledEpochs(10**6, 1).event(300.0, epochs=1))   # one epoch, n = 10^6
     >>> acc.get_epsilon(1e-6) < acc.no_amplification_epsilon(1e-6)
     True
 """
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from dpplugins.accountants.base import Accountant, UnsupportedEventError
 from dpplugins.accountants.shuffle import ShuffleAccountant
 from dpplugins.events import Event, GaussianEvent, ShuffledEpochsEvent, SwapEvent
 
@@ -57,6 +59,23 @@ class SwapAccountant(ShuffleAccountant):
         super().__init__(batch_size=1, neighbouring=neighbouring, dataset_size=dataset_size,
                          value_discretization_interval=value_discretization_interval,
                          lower_bound=lower_bound)
+
+    def step_event(self, noise_multiplier: float, sample_rate: float) -> Event:
+        """``step()`` is Opacus' Poisson step, which swapping does not account: refused
+        (UnsupportedEventError naming the accountants that do).  Version 0.1 read it as a
+        shuffled step of one example, so a Poisson training loop that only changed the
+        accountant's name was accounted as another protocol.  Version-0.1 state dicts still
+        load with that meaning (:meth:`_legacy_step_event`)."""
+        event = Accountant.step_event(self, noise_multiplier, sample_rate)
+        raise UnsupportedEventError(
+            event, self.name, "step() is Opacus' Poisson step, which swapping does not "
+            "account; compose the shuffled epochs of one example that ran, e.g. "
+            "ShuffledEpochs(n, 1).event(noise_multiplier, epochs)")
+
+    def _legacy_step_event(self, noise_multiplier: float, sample_rate: float) -> Event:
+        """Version 0.1's ``step()``: one shuffled step of one example (``sample_rate = 1 /
+        n``), what this accountant's 0.1 state dicts record."""
+        return ShuffleAccountant.step_event(self, noise_multiplier, sample_rate)
 
     def _supports_leaf(self, event: Event) -> bool | str:
         if isinstance(event, SwapEvent) and isinstance(event.event, GaussianEvent):

@@ -427,7 +427,10 @@ def _run(args: argparse.Namespace) -> int:
 def _message(error: BaseException) -> str:
     if isinstance(error, BrokenPipeError):
         return "the output was closed before everything was written (broken pipe)"
-    if isinstance(error, (ParameterError, NumericalError, ImportError, _Failure)):
+    if isinstance(error, ParameterError):
+        # the accountants come from --accountant / --accountants in every command
+        return str(named_by_flag(error, ("accountant", "accountants")))
+    if isinstance(error, (NumericalError, ImportError, _Failure)):
         return str(error)
     if isinstance(error, OSError):
         return f"{error.strerror or error}" + (f": {error.filename}" if error.filename else "")

@@ -538,3 +538,17 @@ def test_a_closed_standard_output_is_one_line_of_error_not_an_attribute_error():
                             timeout=600, preexec_fn=lambda: os.close(1))
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "standard output is closed" in result.stderr
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["epsilon", "--noise-multiplier", "1", "--sample-rate", "0.01", "--steps", "10", "--delta",
+      "1e-5", "--accountant", ""], "--accountant=''"),
+    (["compare", "--dataset-size", "1000", "--batch-size", "10", "--epochs", "2",
+      "--noise-multiplier", "1", "--delta", "1e-5", "--no-progress", "--accountants", "nope"],
+     "--accountants=['nope']"),
+])
+def test_a_bad_accountant_name_is_named_by_its_flag(argv, flag):
+    """A hostile sweep: these errors named the parameter (``accountant=''``), not the flag."""
+    result = run(*argv, check=False)
+    assert result.returncode == 2
+    assert f"error: {flag} is invalid" in result.stderr

@@ -66,10 +66,10 @@ recorded steps stand -- torch's samplers begin a new permutation every time, so 
 must have run to its end; ours continue from ``position``, which must equal the batches trained
 -- otherwise :class:`~dpplugins.errors.ParameterError` before any batch of it is drawn (a
 ``break`` inside an epoch followed by a fresh permutation was accounted as one pass).  Every
-optimizer step must also train a batch of that loader: since its current iteration began, no
-more steps than batches drawn (:meth:`DPPluginsAccountant._check_batch_drawn`), for every
-loader, Poisson too -- steps on another ``DataLoader`` or on the full data were recorded as its
-batches -- otherwise :class:`~dpplugins.errors.ParameterError` before the parameters move.
+optimizer step must also train batches of that loader: the batches the recorded steps train
+may not outnumber the batches it has drawn (:meth:`DPPluginsAccountant._check_batch_drawn`), for
+every loader, Poisson too -- steps on another ``DataLoader`` or on the full data were recorded as
+its batches -- otherwise :class:`~dpplugins.errors.ParameterError` before the parameters move.
 
 Calibration (``make_private_with_epsilon`` with our accountants):
 :func:`dpplugins.calibration.find_noise_multiplier` on the loader's event for the whole run
@@ -823,10 +823,6 @@ class DPPluginsAccountant:
                 "seed=, the same everywhere; dpplugins' samplers: rng=) and call "
                 "set_epoch(epoch) on every rank or on none")
 
-    def _begin_iteration(self) -> None:
-        """A new iteration of a watched loader's batch sampler (:func:`_watch_passes`)."""
-        self._loader_watch = {"drawn": 0, "stepped": 0}
-
     def _batch_drawn(self, batch_sampler=None) -> None:
         """One batch drawn by a watched batch sampler.  A Poisson sampler whose ``sample_rate``
         was changed in place since ``make_private`` read it is refused before its batch is
@@ -846,26 +842,29 @@ class DPPluginsAccountant:
         if watch is not None:
             watch["drawn"] += 1
 
-    def _check_batch_drawn(self) -> None:
-        """Refuse an optimizer step that trained no batch of the loader ``make_private``
-        returned: since that loader's batch sampler began its current iteration, no more steps
-        than batches it drew.  The hook records each step as a batch of that loader, so steps
-        on another loader (a new ``DataLoader`` with another batch size, fresh permutations) or
-        on no loader (full-batch steps) were accounted as batches of it: 16 full-batch steps
-        with the ``shuffle`` accountant reported 6.57 where the 16 Gaussian steps that ran have
-        24.38 (a hostile sweep).  Drawn batches run ahead of the trained ones when the loader
-        prefetches, and a step may accumulate several batches, so this is a necessary
-        condition, not the whole protocol: per-pass protocols are also checked at every new
-        iteration (:meth:`_check_pass_start`).  Without a watched loader (attached by hand to a
-        loader without a batch sampler, or a restored adapter) nothing is checked here."""
+    def _check_batch_drawn(self, accumulated: int) -> None:
+        """Refuse an optimizer step that trained batches the loader ``make_private`` returned did
+        not draw: the batches trained by the recorded steps (``accumulated`` each, as the step
+        is recorded) may not outnumber the batches that loader's batch sampler has drawn since
+        it was watched.  The hook records each step as batches of that loader, so steps on
+        another loader (a new ``DataLoader`` with another batch size, fresh permutations) or on
+        no loader (full-batch steps) were accounted as batches of it: 16 full-batch steps with
+        the ``shuffle`` accountant reported 6.57 where the 16 Gaussian steps that ran have 24.38
+        (a hostile sweep).  A prefetching loader draws ahead of training, so a batch drawn and
+        then abandoned (a ``break``) leaves room for one step on other data; per-pass protocols
+        are also checked at every new iteration (:meth:`_check_pass_start`).  Opacus'
+        ``BatchMemoryManager`` trains one drawn batch in physical parts and records it once
+        (``accumulated`` 1).  Without a watched loader (attached by hand to a loader without a
+        batch sampler, or a restored adapter) nothing is checked here."""
         if not getattr(self, "_watching", False):
             return
-        watch = getattr(self, "_loader_watch", None)
-        if watch is None or watch["stepped"] >= watch["drawn"]:
-            drawn = 0 if watch is None else watch["drawn"]
-            what = ("a step before the loader was iterated" if watch is None else
-                    f"step {watch['stepped'] + 1} since the loader's current iteration began, "
-                    f"which has drawn {drawn} batch{'es' if drawn != 1 else ''}")
+        watch = getattr(self, "_loader_watch", None) or {"drawn": 0, "trained": 0}
+        self._loader_watch = watch
+        if watch["trained"] + accumulated > watch["drawn"]:
+            drawn, trained = watch["drawn"], watch["trained"]
+            what = ("a step before the loader was iterated" if drawn == 0 else
+                    f"a step of {accumulated} batch{'es' if accumulated != 1 else ''} after "
+                    f"{trained} trained, while the loader has drawn {drawn}")
             raise ParameterError(
                 "optimizer.step()", what,
                 "a step on batches of the data loader make_private returned: the accountant "
@@ -875,14 +874,13 @@ class DPPluginsAccountant:
                 "train on the loader make_private returned (for x, y in data_loader: ...); to "
                 "change the batch size, the sampler or the data, call make_private again with "
                 "the new loader")
-        watch["stepped"] += 1
-        self._loader_watch = watch
+        watch["trained"] += accumulated
 
     def _record_step(self, template: Event | None, sample_rate: float, sigma: float,
                      accumulated: int, bound: bool = False) -> None:
         self._compare_schedules()
         if bound:
-            self._check_batch_drawn()
+            self._check_batch_drawn(accumulated)
         inner = self._require()
         template = template if template is not None else self._loader_event
         learned = self._accumulation
@@ -1047,7 +1045,6 @@ def _watch_passes(loader, adapter: "DPPluginsAccountant") -> None:
                 if adapter_ is None:
                     return _base.__iter__(self)
                 adapter_._check_pass_start(self)
-                adapter_._begin_iteration()
                 return _counted(_base.__iter__(self), adapter_, self)
 
             def __reduce_ex__(self, protocol, _base=cls):
@@ -1067,6 +1064,8 @@ def _watch_passes(loader, adapter: "DPPluginsAccountant") -> None:
             return
     batch_sampler.__dict__["_dpplugins_adapter"] = adapter
     adapter._watching = True
+    if getattr(adapter, "_loader_watch", None) is None:
+        adapter._loader_watch = {"drawn": 0, "trained": 0}
 
 
 def _counted(batches, adapter: "DPPluginsAccountant", batch_sampler):

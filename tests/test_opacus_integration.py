@@ -578,8 +578,8 @@ def test_a_step_on_batches_not_drawn_from_the_returned_loader_is_refused(account
     steps = len(engine.accountant)
     assert steps == len(loader)
     other = torch.utils.data.DataLoader(loader.dataset, batch_size=32, shuffle=True)
-    with pytest.raises(ParameterError, match=f"step {steps + 1} since the loader's current "
-                                             f"iteration began, which has drawn {steps}"):
+    with pytest.raises(ParameterError, match=f"a step of 1 batch after {steps} trained, while "
+                                             f"the loader has drawn {steps}"):
         train(model, optimizer, other)
     assert len(engine.accountant) == steps
     # the returned loader goes on as before, and a copy of the adapter watches no loader

@@ -588,6 +588,25 @@ def test_a_step_on_batches_not_drawn_from_the_returned_loader_is_refused(account
     assert not getattr(copy.deepcopy(engine.accountant), "_watching", False)
 
 
+def test_with_gradient_accumulation_a_step_on_other_data_is_refused_too():
+    """Steps of k = 2 batches each: every step trains two drawn batches, so after a whole pass
+    no drawn batch is left for a step on other data (counting steps instead of batches left
+    half a pass of room for them)."""
+    from dpplugins.errors import ParameterError
+    from dpplugins.samplers import ShuffledEpochs
+
+    engine, model, optimizer, loader = private_with_sampler(ShuffledEpochs(256, 32, rng=0),
+                                                            "shuffle")
+    train_accumulating(model, optimizer, loader, k=2, epochs=1)
+    assert len(engine.accountant) == 4
+    x, y = loader.dataset.tensors
+    torch.nn.functional.cross_entropy(model(x[:32]), y[:32]).backward()
+    with pytest.raises(ParameterError, match="a step of 1 batch after 8 trained, while the "
+                                             "loader has drawn 8"):
+        optimizer.step()
+    assert len(engine.accountant) == 4
+
+
 def test_our_sampler_resumes_where_it_stands_and_a_drawn_untrained_batch_is_refused():
     """Ours continue their pass: a break after 3 trained steps and a new iteration go on at
     batch 4, as one uninterrupted epoch would (the same ledger).  A batch drawn but not trained

@@ -241,3 +241,48 @@ def test_steps_per_epoch_is_exact_for_huge_datasets():
     of batch 1, one fewer than its own event (exact integer arithmetic)."""
     sampler = ShuffledEpochs(2 ** 53 + 1, 1, rng=0)
     assert len(sampler) == sampler.event(1.0).steps == 2 ** 53 + 1
+
+
+@pytest.mark.parametrize("make", [lambda: ShuffledEpochs(6, 2, rng=0),
+                                  lambda: balls_and_bins(8, 2, rng=0),
+                                  lambda: RandomCheckIn(8, 4, rng=0)])
+def test_two_live_iterations_cannot_replay_a_pass(make):
+    """A hostile sweep: an iteration stores its pass when it begins, so a second loop over the
+    same sampler (an evaluation loop over the training loader) finished the pass and the first
+    iteration then yielded the same steps again -- 5 batches of 2 from ShuffledEpochs(6, 2) held
+    6 distinct examples, and the next pass was skipped.  The first iteration now refuses the
+    steps the other one drew (ours continue a pass, so the second loop took steps 1 on), and no
+    step was yielded twice."""
+    sampler = make()
+    first = iter(sampler)
+    seen = [next(first).tolist()]
+    seen += [batch.tolist() for batch in sampler]           # the second loop ends the pass
+    with pytest.raises(ParameterError, match="another iteration of this sampler"):
+        next(first)
+    assert len(seen) == len(sampler)            # the second loop went on from step 1
+    assert [batch.tolist() for batch in sampler] != seen          # the next pass is fresh
+    # one loop at a time, even with a break, goes on as before
+    again = make()
+    for i, _ in enumerate(again):
+        if i == 0:
+            break
+    assert [len(b) for b in again] and again.epoch == 1
+
+
+def test_sizes_are_checked_by_name_and_bounded():
+    """A hostile sweep: balls_and_bins named a bad steps_per_epoch num_slots (its delegate's
+    parameter), and drawing 10^30 examples or steps failed inside numpy; it is refused by name
+    now (a sampler that only describes a run, by len() and event(), is still built)."""
+    from dpplugins.samplers import RandomAllocation
+
+    for bad in (0, 2.5, -1, float("nan"), True, None):
+        with pytest.raises(ParameterError) as info:
+            balls_and_bins(10, bad)
+        assert info.value.name == "steps_per_epoch"
+    for make, name in ((lambda: ShuffledEpochs(10**30, 2), "num_examples"),
+                       (lambda: RandomCheckIn(10**30, 2), "num_examples"),
+                       (lambda: RandomAllocation(5, 10**30, 1), "steps_per_epoch")):
+        sampler = make()
+        with pytest.raises(ParameterError, match=r"at most 2\^40") as info:
+            next(iter(sampler))
+        assert info.value.name == name

@@ -34,7 +34,12 @@ import numpy as np
 
 from dpplugins.errors import ParameterError, check_count
 
-__all__ = ["SeededSampler", "DrawnPasses", "make_seed", "default_replicas"]
+__all__ = ["SeededSampler", "DrawnPasses", "make_seed", "default_replicas", "MAX_DRAWN_SIZE"]
+
+#: the most examples, slots or steps per pass a sampler draws: a pass is an index array in
+#: memory (10^30 examples were accepted and then failed in numpy with "cannot fit 'int' into an
+#: index-sized integer"); ``len()`` and ``event()`` are exact at any size
+MAX_DRAWN_SIZE = 2**40
 
 
 def make_seed(rng) -> int:
@@ -173,6 +178,13 @@ class SeededSampler:
         return batch[start:start + q + (1 if self.rank < extra else 0)]
 
     def __iter__(self) -> Iterator[np.ndarray]:
+        for name in ("num_examples", "num_slots", "steps_per_epoch"):
+            value = getattr(self, name, None)
+            if isinstance(value, int) and value > MAX_DRAWN_SIZE:
+                raise ParameterError(
+                    name, value, "at most 2^40 for a sampler that draws its passes (a pass is "
+                    "an index array in memory)", "len() and event() are exact at any size, so "
+                    "the sampler can still describe such a run to the accountants")
         epoch, start = self.epoch, self._position
         drawn = self._drawn.yielded(epoch, len(self))
         if start < drawn:
@@ -185,6 +197,17 @@ class SeededSampler:
                 "load_state_dict() the state saved with it")
         batches = self.global_pass()
         for i in range(start, len(batches)):
+            # another live iteration of this sampler (a second loop over the same loader) may
+            # have yielded this step meanwhile: its batches were stored when it began, so it
+            # replayed steps of a pass and skipped the next pass (a hostile sweep)
+            if self.epoch != epoch or self._drawn.yielded(epoch, len(batches)) > i:
+                raise ParameterError(
+                    "sampler", f"an iteration at step {i} of pass {epoch}, which another "
+                    "iteration of this sampler has drawn already",
+                    "one iteration at a time: every step of a pass is drawn once, and the "
+                    "accountants take every pass as a fresh draw",
+                    "Finish or drop one loop over the loader before starting another (evaluate "
+                    "on a loader of its own)")
             self._position = i + 1
             self._drawn.record(epoch, i + 1, len(batches))
             yield self.shard(batches[i])

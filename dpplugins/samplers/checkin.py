@@ -272,6 +272,8 @@ def balls_and_bins(num_examples: int, steps_per_epoch: int, rng=None, *,
         >>> balls_and_bins(1000, 10, rng=0, participations=2).event(1.0).participations
         2
     """
+    # named here: RandomCheckIn would name it num_slots, a parameter this function does not have
+    steps_per_epoch = check_count("steps_per_epoch", steps_per_epoch, minimum=1)
     k = check_count("participations", participations, minimum=1)
     p = check_probability("checkin_probability", checkin_probability)
     if (k, p) != (1, 1.0):

@@ -654,6 +654,15 @@ def test_an_opacus_accountant_state_dict_is_read_as_poisson_steps():
     own.load_state_dict({"accountant": "balls_and_bins", "history": [(1.0, 0.01, 100)]})
     assert own.history == [SelfComposedEvent(RandomAllocationEvent(100, Fraction(1, 100),
                                                                    GaussianEvent(1.0)), 100)]
+    # ... but only a state that names it: bare tuples (Opacus' history copied by hand) are
+    # Poisson steps, refused here (they loaded as random allocation, 0.621)
+    for bare in ({"history": [(1.0, 0.01, 100)]}, {"version": "0.1", "history": [(1.0, 0.01, 100)]}):
+        with pytest.raises(UnsupportedEventError, match="Poisson"):
+            create("balls_and_bins").load_state_dict(bare)
+    assert create("swap").load_state_dict({"mechanism": "swap", "history": [(1.0, 0.01, 100)]}) \
+        is None
+    with pytest.raises(UnsupportedEventError, match="Poisson"):
+        create("swap").load_state_dict({"history": [(1.0, 0.01, 100)]})
 
 
 def test_an_epoch_mixing_mechanism_families_is_refused_when_composed():

@@ -602,8 +602,14 @@ class Accountant:
                 self.history = [SelfComposedEvent(Accountant.step_event(self, sigma, q), steps)
                                 for sigma, q, steps in validate_history(raw)]
             else:
-                # validate_history names a non-iterable entry (tuple(5) raised TypeError)
-                self.history = [SelfComposedEvent(self._legacy_step_event(sigma, q), steps)
+                # validate_history names a non-iterable entry (tuple(5) raised TypeError).  The
+                # 0.1 meaning of an accountant whose step() was its own protocol is taken only
+                # from a state that names it: a bare {"history": ...} (Opacus' tuples copied by
+                # hand) loaded into balls_and_bins as random allocation, 0.621 where the Poisson
+                # steps are 0.718 (a hostile sweep); unnamed, the tuples are Poisson steps
+                named = self.name in (state.get("accountant"), state.get("mechanism"))
+                read = self._legacy_step_event if named else self.step_event
+                self.history = [SelfComposedEvent(read(sigma, q), steps)
                                 for sigma, q, steps in validate_history(raw)]
 
     def __getstate__(self) -> dict[str, Any]:

@@ -217,7 +217,10 @@ def _step_of(data_loader, noise: GaussianEvent, poisson_sampling: bool) -> tuple
                                 f"the loader has {steps} batches")
         return event.with_steps(1), steps
 
-    if type(batch_sampler) is tud.BatchSampler:
+    plain = type(batch_sampler)
+    if getattr(plain, "_dpplugins_watched", False):   # watched by an earlier make_private
+        plain = plain.__mro__[1]
+    if plain is tud.BatchSampler:
         sampler, b = batch_sampler.sampler, batch_sampler.batch_size
         drop_last = bool(batch_sampler.drop_last)
         if type(sampler) is tud.DistributedSampler:
@@ -613,12 +616,23 @@ class _StepHook:
         self.adapter = adapter
         self.sample_rate = sample_rate
         self.event: Event | None = None
+        #: the watched batch sampler of the loader ``event`` was read from (None: not watched),
+        #: and the batches this optimizer's recorded steps trained
+        self.batch_sampler = None
+        self.trained = 0
+
+    def bind(self, event: Event, loader) -> None:
+        """Record ``event`` for every step, on the batches of ``loader`` (watched)."""
+        self.event = event
+        sampler = getattr(loader, "batch_sampler", None)
+        self.batch_sampler = sampler if getattr(type(sampler), "_dpplugins_watched",
+                                                False) else None
+        self.trained = 0
 
     def __call__(self, optim) -> None:
         self.adapter._record_step(self.event, self.sample_rate,
                                   float(optim.noise_multiplier),
-                                  int(optim.accumulated_iterations),
-                                  bound=self.event is not None)
+                                  int(optim.accumulated_iterations), hook=self)
 
 
 class DPPluginsAccountant:
@@ -770,9 +784,11 @@ class DPPluginsAccountant:
                                      if getattr(self, "_distributed_training", False) else None)
         inner = getattr(batch_sampler, "inner", None)
         drawn = getattr(inner, "position", None) if inner is not None else None
-        # torch's samplers start a new pass (permutation) at every iteration
-        drawn = 0 if drawn is None else int(drawn)
+        # torch's samplers start a new pass (permutation) at every iteration; ours at the end of
+        # a pass whose last iteration was not resumed after its last batch stand at its end and
+        # move on to the next pass when iterated
         per_pass = event.steps_per_epoch
+        drawn = 0 if drawn is None else int(drawn) % per_pass
         k = self._accumulation or 1
         plan = accumulation_plan(per_pass, k) if k <= per_pass else (per_pass,)
         logical = self._as_recorded(event)
@@ -823,64 +839,45 @@ class DPPluginsAccountant:
                 "seed=, the same everywhere; dpplugins' samplers: rng=) and call "
                 "set_epoch(epoch) on every rank or on none")
 
-    def _batch_drawn(self, batch_sampler=None) -> None:
-        """One batch drawn by a watched batch sampler.  A Poisson sampler whose ``sample_rate``
-        was changed in place since ``make_private`` read it is refused before its batch is
-        trained: the hook records the rate it read (a rate set to 0.5 after make_private at
-        0.125 was accounted as 16 steps at 0.125, epsilon 4.02, where the steps that ran have
-        13.38 -- a hostile sweep)."""
-        event = self._loader_event
-        rate = getattr(batch_sampler, "sample_rate", None)
-        if (isinstance(event, PoissonSampledEvent) and rate is not None
-                and float(rate) != float(event.sample_rate)):
-            raise ParameterError(
-                "data_loader.batch_sampler.sample_rate", rate,
-                f"{float(event.sample_rate)!r}, the sample rate make_private read from the "
-                "loader (the accountant records every step at it)",
-                "call make_private again with a loader of the new rate to change it")
-        watch = getattr(self, "_loader_watch", None)
-        if watch is not None:
-            watch["drawn"] += 1
-
-    def _check_batch_drawn(self, accumulated: int) -> None:
-        """Refuse an optimizer step that trained batches the loader ``make_private`` returned did
-        not draw: the batches trained by the recorded steps (``accumulated`` each, as the step
-        is recorded) may not outnumber the batches that loader's batch sampler has drawn since
-        it was watched.  The hook records each step as batches of that loader, so steps on
-        another loader (a new ``DataLoader`` with another batch size, fresh permutations) or on
-        no loader (full-batch steps) were accounted as batches of it: 16 full-batch steps with
-        the ``shuffle`` accountant reported 6.57 where the 16 Gaussian steps that ran have 24.38
-        (a hostile sweep).  A prefetching loader draws ahead of training, so a batch drawn and
-        then abandoned (a ``break``) leaves room for one step on other data; per-pass protocols
-        are also checked at every new iteration (:meth:`_check_pass_start`).  Opacus'
-        ``BatchMemoryManager`` trains one drawn batch in physical parts and records it once
-        (``accumulated`` 1).  Without a watched loader (attached by hand to a loader without a
-        batch sampler, or a restored adapter) nothing is checked here."""
-        if not getattr(self, "_watching", False):
+    @staticmethod
+    def _check_batch_drawn(hook: _StepHook, accumulated: int) -> None:
+        """Refuse an optimizer step that trained batches the loader it was made with did not
+        draw: the batches that optimizer's recorded steps trained (``accumulated`` each, as the
+        step is recorded) may not outnumber the batches that loader's batch sampler has drawn
+        (:func:`_watch_passes`).  The hook records each step as batches of that loader, so
+        steps on another loader (a new ``DataLoader`` with another batch size, the loader of
+        another ``make_private`` stage, fresh permutations) or on no loader (full-batch steps)
+        were accounted as batches of it: 16 full-batch steps with the ``shuffle`` accountant
+        reported 6.57 where the 16 Gaussian steps that ran have 24.38 (a hostile sweep).  A
+        prefetching loader draws ahead of training, so a batch drawn and never trained (an
+        evaluation pass over the loader, a ``break``) leaves room for one step on other data;
+        per-pass protocols are also checked at every new iteration
+        (:meth:`_check_pass_start`).  Opacus' ``BatchMemoryManager`` trains one drawn batch in
+        physical parts and records it once (``accumulated`` 1).  Without a watched loader
+        (attached by hand to a loader without a batch sampler) nothing is checked here."""
+        sampler = hook.batch_sampler
+        if sampler is None:
             return
-        watch = getattr(self, "_loader_watch", None) or {"drawn": 0, "trained": 0}
-        self._loader_watch = watch
-        if watch["trained"] + accumulated > watch["drawn"]:
-            drawn, trained = watch["drawn"], watch["trained"]
+        drawn = int(sampler.__dict__.get("_dpplugins_drawn", 0))
+        if hook.trained + accumulated > drawn:
             what = ("a step before the loader was iterated" if drawn == 0 else
                     f"a step of {accumulated} batch{'es' if accumulated != 1 else ''} after "
-                    f"{trained} trained, while the loader has drawn {drawn}")
+                    f"{hook.trained} trained, while the loader has drawn {drawn}")
             raise ParameterError(
                 "optimizer.step()", what,
-                "a step on batches of the data loader make_private returned: the accountant "
-                "records every step as a batch of that loader, so a step on other data (another "
-                "DataLoader, a full batch, a loader made again) would be accounted as a "
-                "protocol that did not run",
+                "a step on batches of the data loader make_private returned with this "
+                "optimizer: the accountant records every step as a batch of that loader, so a "
+                "step on other data (another DataLoader, a full batch, a loader made again) "
+                "would be accounted as a protocol that did not run",
                 "train on the loader make_private returned (for x, y in data_loader: ...); to "
-                "change the batch size, the sampler or the data, call make_private again with "
-                "the new loader")
-        watch["trained"] += accumulated
+                "change the batch size, the sampler or the data, call make_private again and "
+                "train with the optimizer and loader it returns")
 
     def _record_step(self, template: Event | None, sample_rate: float, sigma: float,
-                     accumulated: int, bound: bool = False) -> None:
+                     accumulated: int, hook: _StepHook | None = None) -> None:
         self._compare_schedules()
-        if bound:
-            self._check_batch_drawn(accumulated)
+        if hook is not None and hook.event is not None:
+            self._check_batch_drawn(hook, accumulated)
         inner = self._require()
         template = template if template is not None else self._loader_event
         learned = self._accumulation
@@ -916,6 +913,8 @@ class DPPluginsAccountant:
             event, learned = NonPrivateEvent(), self._accumulation  # no noise: not private
         inner.compose(event)
         self._accumulation = learned
+        if hook is not None and hook.event is not None:
+            hook.trained += accumulated
 
     def _logical_step(self, step: ProtocolEvent, accumulated: int) -> tuple[Event, int]:
         """The logical step of ``step`` (one physical batch of a per-pass protocol) for an
@@ -1014,23 +1013,21 @@ class DPPluginsAccountant:
             self._accumulation = accumulation
 
     def __reduce__(self):
-        # the adapter classes are made by register(): pickle by registry name; a copy watches
-        # no loader (the copy of a watched batch sampler is unwatched too)
-        state = {k: v for k, v in self.__dict__.items()
-                 if k not in ("_watching", "_loader_watch")}
-        return (_rebuild_adapter, (self._dpplugins_name, state))
+        # the adapter classes are made by register(): pickle by registry name
+        return (_rebuild_adapter, (self._dpplugins_name, dict(self.__dict__)))
 
 
 #: watched subclasses of batch sampler classes (one per class)
 _WATCHED: dict[type, type] = {}
 
 
-def _watch_passes(loader, adapter: "DPPluginsAccountant") -> None:
+def _watch_passes(loader, adapter: "DPPluginsAccountant", event: Event) -> None:
     """Make every new iteration of ``loader``'s batch sampler call
     ``adapter._check_pass_start`` first, and count the batches it draws
-    (:meth:`DPPluginsAccountant._check_batch_drawn`).  The batch sampler is iterated by the
-    loader itself and by Opacus' ``BatchMemoryManager`` (which wraps it), so that is where a
-    new pass begins.  The instance gets a subclass of its own class that only adds that call
+    (:meth:`DPPluginsAccountant._check_batch_drawn`; ``event``: the loader's step, for the
+    Poisson rate check of :func:`_counted`).  The batch sampler is iterated by the loader
+    itself and by Opacus' ``BatchMemoryManager`` (which wraps it), so that is where a new pass
+    begins.  The instance gets a subclass of its own class that only adds that call
     and the count (same state, same batches otherwise); loaders without a batch sampler are
     left alone."""
     batch_sampler = getattr(loader, "batch_sampler", None)
@@ -1045,11 +1042,13 @@ def _watch_passes(loader, adapter: "DPPluginsAccountant") -> None:
                 if adapter_ is None:
                     return _base.__iter__(self)
                 adapter_._check_pass_start(self)
-                return _counted(_base.__iter__(self), adapter_, self)
+                return _counted(_base.__iter__(self), self)
 
             def __reduce_ex__(self, protocol, _base=cls):
                 # copies and pickles are of the plain class, unwatched
-                state = {k: v for k, v in self.__dict__.items() if k != "_dpplugins_adapter"}
+                state = {k: v for k, v in self.__dict__.items()
+                         if k not in ("_dpplugins_adapter", "_dpplugins_drawn",
+                                      "_dpplugins_event")}
                 return _unwatched, (_base, state)
 
             watched = type(cls.__name__, (cls,), {"__iter__": __iter__,
@@ -1063,16 +1062,28 @@ def _watch_passes(loader, adapter: "DPPluginsAccountant") -> None:
         except TypeError:   # pragma: no cover - a batch sampler with __slots__
             return
     batch_sampler.__dict__["_dpplugins_adapter"] = adapter
-    adapter._watching = True
-    if getattr(adapter, "_loader_watch", None) is None:
-        adapter._loader_watch = {"drawn": 0, "trained": 0}
+    batch_sampler.__dict__["_dpplugins_event"] = event
+    batch_sampler.__dict__.setdefault("_dpplugins_drawn", 0)
 
 
-def _counted(batches, adapter: "DPPluginsAccountant", batch_sampler):
-    """``batches`` of ``batch_sampler`` as they are drawn, each counted (and checked) by
-    ``adapter`` before it is handed on."""
+def _counted(batches, batch_sampler):
+    """``batches`` of the watched ``batch_sampler`` as they are drawn, each counted before it is
+    handed on.  A Poisson sampler whose ``sample_rate`` was changed in place since
+    ``make_private`` read it is refused before its batch is trained: the hook records the rate
+    it read (a rate set to 0.5 after make_private at 0.125 was accounted as 16 steps at 0.125,
+    epsilon 4.02, where the steps that ran have 13.38 -- a hostile sweep)."""
     for batch in batches:
-        adapter._batch_drawn(batch_sampler)
+        event = batch_sampler.__dict__.get("_dpplugins_event")
+        rate = getattr(batch_sampler, "sample_rate", None)
+        if (isinstance(event, PoissonSampledEvent) and rate is not None
+                and float(rate) != float(event.sample_rate)):
+            raise ParameterError(
+                "data_loader.batch_sampler.sample_rate", rate,
+                f"{float(event.sample_rate)!r}, the sample rate make_private read from the "
+                "loader (the accountant records every step at it)",
+                "call make_private again with a loader of the new rate to change it")
+        batch_sampler.__dict__["_dpplugins_drawn"] = \
+            batch_sampler.__dict__.get("_dpplugins_drawn", 0) + 1
         yield batch
 
 
@@ -1222,13 +1233,13 @@ def _private(engine, original, arguments: dict, step_event=None):
     event = step_event if step_event is not None else loader_event(returned, sigma)
     if ours:
         accountant.check(accountant._as_recorded(event))
+        _watch_passes(returned, accountant, event)
         hook = getattr(optimizer, "step_hook", None)
         if isinstance(hook, _StepHook) and hook.adapter is accountant:
-            hook.event = event
+            hook.bind(event, returned)
         accountant._bind(event)
         accountant._distributed_training = _distributed_module(arguments.get("module"))
         _count_non_finite_as_zero(optimizer)
-        _watch_passes(returned, accountant)
     else:
         name = accountant.mechanism()
         _warn_for_opacus_accountant(name, event, stacklevel=4)
@@ -1417,13 +1428,13 @@ def attach(privacy_engine, data_loader, optimizer=None) -> None:
                 "on that loader")
         if bound is None:
             accountant._bind(event)
+        _watch_passes(data_loader, accountant, event)
         hook = getattr(optimizer, "step_hook", None)
         if isinstance(hook, _StepHook) and hook.adapter is accountant and hook.event is None:
-            hook.event = event
+            hook.bind(event, data_loader)
         if hasattr(optimizer, "clip_and_accumulate"):
             # a DP optimizer made without make_private: count non-finite examples as zero there too
             _count_non_finite_as_zero(optimizer)
-        _watch_passes(data_loader, accountant)
         return
     name = accountant.mechanism()
     _warn_for_opacus_accountant(name, event)

@@ -582,10 +582,58 @@ def test_a_step_on_batches_not_drawn_from_the_returned_loader_is_refused(account
                                              f"the loader has drawn {steps}"):
         train(model, optimizer, other)
     assert len(engine.accountant) == steps
-    # the returned loader goes on as before, and a copy of the adapter watches no loader
+    # the returned loader goes on as before; a copy of it is not watched, and steps on it are
+    # refused (its batches are not counted)
     train(model, optimizer, loader, epochs=2)
     assert len(engine.accountant) == 3 * steps
-    assert not getattr(copy.deepcopy(engine.accountant), "_watching", False)
+    copied = copy.deepcopy(loader)
+    assert not getattr(type(copied.batch_sampler), "_dpplugins_watched", False)
+    with pytest.raises(ParameterError, match="while the loader has drawn"):
+        train(model, optimizer, copied)
+    # the loader is read again as it was (a second stage on it, valid_accountants)
+    from dpplugins.integrations.opacus import loader_event
+    assert loader_event(loader, 1.0) == loader_event(copied, 1.0)
+
+
+def test_each_optimizer_is_checked_against_its_own_loader():
+    """A hostile sweep: the batch count belonged to the accountant, so after a second
+    make_private stage (another loader, batches of 32) the first stage's optimizer stepped on
+    the second loader's batches and was recorded at its own rate 1/8 (3.17 reported, where the
+    8 steps at rate 1/2 that ran have 9.34).  Each optimizer now counts against the loader it
+    was made with."""
+    from dpplugins.errors import ParameterError
+
+    register()
+    engine = PrivacyEngine(accountant="pld")
+    first = make_private(engine, *tiny_setup(n=64, batch=8), poisson_sampling=True)
+    second = make_private(engine, *tiny_setup(n=64, batch=32), poisson_sampling=True)
+    (model1, optimizer1, _), (_, _, loader2) = first, second
+    criterion = torch.nn.CrossEntropyLoss()
+    x, y = next((x, y) for x, y in loader2 if len(y))
+    criterion(model1(x), y).backward()
+    with pytest.raises(ParameterError, match="before the loader was iterated"):
+        optimizer1.step()
+    assert len(engine.accountant) == 0
+    train(*second)                       # each stage on its own loader goes on
+    train(*first)
+    assert len(engine.accountant) == len(first[2]) + len(second[2])
+
+
+def test_every_batch_of_a_pass_trained_without_finishing_the_iteration_is_a_whole_pass():
+    """A hostile sweep: ``zip(range(len(loader)), loader)`` over one of our samplers trains every
+    batch of the pass but never resumes the loader after the last one; the next epoch was
+    refused ("the sampler continues its pass at batch 8 of 8 while 0 were trained")."""
+    from dpplugins.samplers import ShuffledEpochs
+
+    engine, model, optimizer, loader = private_with_sampler(ShuffledEpochs(256, 32, rng=0),
+                                                            "shuffle")
+    criterion = torch.nn.CrossEntropyLoss()
+    for _ in range(2):
+        for _, (x, y) in zip(range(len(loader)), loader):
+            optimizer.zero_grad()
+            criterion(model(x), y).backward()
+            optimizer.step()
+    assert ledger(engine.accountant) == [(shuffled(256, 32), 16)]
 
 
 def test_with_gradient_accumulation_a_step_on_other_data_is_refused_too():

@@ -286,3 +286,17 @@ def test_sizes_are_checked_by_name_and_bounded():
         with pytest.raises(ParameterError, match=r"at most 2\^40") as info:
             next(iter(sampler))
         assert info.value.name == name
+
+
+@pytest.mark.parametrize("make", MAKERS)
+def test_a_pass_ends_with_its_last_step_even_if_the_iteration_is_not_resumed(make):
+    """A hostile sweep: ``zip(range(len(sampler)), sampler)`` (or a break after the last step)
+    never resumes the iteration after its last step, which is where the pass ended: the next
+    iteration yielded nothing.  It now draws the next pass, and an iteration resumed late does
+    not end a pass twice."""
+    sampler = make()
+    first = iter(sampler)
+    one = [next(first).tolist() for _ in range(len(sampler))]   # the whole pass, not resumed
+    two = [b.tolist() for b in sampler]
+    assert len(two) == len(sampler) and two != one and sampler.epoch == 2
+    assert list(first) == [] and sampler.epoch == 2              # resumed late: nothing more

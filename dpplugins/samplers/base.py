@@ -185,6 +185,13 @@ class SeededSampler:
                     name, value, "at most 2^40 for a sampler that draws its passes (a pass is "
                     "an index array in memory)", "len() and event() are exact at any size, so "
                     "the sampler can still describe such a run to the accountants")
+        if self._position >= len(self):
+            # the last iteration yielded the last step of its pass but was not resumed after it
+            # (zip(range(len(loader)), loader), a break after the last batch): the pass is over,
+            # and this iteration draws the next one (it yielded nothing, and Opacus' pass check
+            # refused a pass that had run to its end -- a hostile sweep)
+            self.epoch += 1
+            self._position = 0
         epoch, start = self.epoch, self._position
         drawn = self._drawn.yielded(epoch, len(self))
         if start < drawn:
@@ -211,8 +218,9 @@ class SeededSampler:
             self._position = i + 1
             self._drawn.record(epoch, i + 1, len(batches))
             yield self.shard(batches[i])
-        self.epoch += 1
-        self._position = 0
+        if self.epoch == epoch:   # (not moved on by a later iteration meanwhile)
+            self.epoch += 1
+            self._position = 0
 
     @property
     def position(self) -> int:

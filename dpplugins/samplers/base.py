@@ -9,8 +9,10 @@
   pass that this sampler object has already yielded (``set_epoch(0)`` before every epoch, or
   ``set_epoch(e)`` back to a pass begun earlier) raises :class:`~dpplugins.errors.ParameterError`
   at the first batch, because the accountants take every pass as a fresh draw and a replayed pass
-  would reuse its batches unaccounted (torch's sampler replays silently).  ``load_state_dict``
-  starts the record afresh (a restored run continues from the saved position).
+  would reuse its batches unaccounted (torch's sampler replays silently); so does a step that
+  another live iteration of the same sampler has drawn (two loops over one loader at once).
+  ``load_state_dict`` starts the record afresh (a restored run continues from the saved
+  position).
 * **Ranks.**  With ``num_replicas = R`` and ``rank = r`` every rank draws the same *global* pass
   and yields its shard of every global step: the step's index array split into ``R`` contiguous
   pieces by ``numpy.array_split`` (the first ``len % R`` ranks get one index more), piece ``r``.

@@ -106,6 +106,17 @@ class ProjectedNoisySGD(torch.optim.Optimizer):
         self._accountant: Optional[PNSGDAccountant] = None
         self.accountant = accountant
 
+    # -- pickling ------------------------------------------------------------------------------
+    _OWN = ("lr", "noise_multiplier", "max_grad_norm", "diameter", "generator", "_accountant")
+
+    def __getstate__(self) -> dict:
+        """torch's optimizers pickle only defaults, state and param groups: a ``torch.save``d
+        ProjectedNoisySGD lost its constants and its accountant, and its first step raised
+        AttributeError (a hostile sweep).  They are kept."""
+        state = super().__getstate__()
+        state.update({key: self.__dict__[key] for key in self._OWN if key in self.__dict__})
+        return state
+
     # -- the accountant -----------------------------------------------------------------------
     @property
     def accountant(self) -> Optional[PNSGDAccountant]:

@@ -249,3 +249,30 @@ def test_projection_refuses_a_bad_diameter_and_no_parameters():
         project_onto_ball([], 2.0)
     project_onto_ball([p], 2.0)
     assert float(torch.linalg.norm(p)) <= 1.0 and float(p[1] / p[0]) == pytest.approx(4 / 3)
+
+
+def test_a_saved_optimizer_keeps_its_constants_and_accountant():
+    """A hostile sweep: torch pickles only an optimizer's defaults, state and param groups, so
+    a ``torch.save``d ProjectedNoisySGD lost lr, the noise, the clipping norm, the diameter and
+    its accountant, and its first step raised AttributeError.  The copy steps as the original
+    would (same noise from the saved generator) and records in its copy of the accountant."""
+    import io
+
+    w = torch.zeros(3, requires_grad=True)
+    opt = ProjectedNoisySGD([w], lr=0.5, noise_multiplier=1.0, max_grad_norm=1.0, diameter=1.0,
+                            generator=torch.Generator().manual_seed(0))
+    accountant = make_pnsgd_accountant(opt, dataset_size=10)
+    w.grad = torch.ones(3)
+    opt.step()
+    buffer = io.BytesIO()
+    torch.save(opt, buffer)
+    buffer.seek(0)
+    restored = torch.load(buffer, weights_only=False)
+    (copy_w,) = restored.param_groups[0]["params"]
+    copy_w.grad = torch.ones(3)
+    w.grad = torch.ones(3)
+    restored.step()
+    opt.step()
+    assert torch.equal(copy_w.detach(), w.detach())
+    assert (restored.lr, restored.diameter, len(restored.accountant)) == (0.5, 1.0, 2)
+    assert len(accountant) == 2

@@ -398,7 +398,7 @@ def test_two_rounds_bracket_the_exact_product_for_every_dataset():
 
 
 def test_one_category_count_pair_is_below_the_exact_product(monkeypatch):
-    """Above 3,000,000 outcomes a round's lower-bound pair is reduced to one category's count
+    """Above 80,000,000 outcomes a round's lower-bound pair is reduced to one category's count
     (``lower_round_pld``); forced here at n = 3 (SUE on 3 values, two rounds on the same
     datasets).  Its composed lower bound on delta, after the rho charge, never exceeds the
     exact divergence of the product of the two histogram laws for the worst dataset
@@ -407,7 +407,7 @@ def test_one_category_count_pair_is_below_the_exact_product(monkeypatch):
     a = math.exp(1.0) / (math.exp(1.0) + 1)
     R = ue_matrix(3, a, 1 - a)
     n = 3
-    monkeypatch.setattr(sm, "_count_pair_pmfs", lambda pair, max_support=0: None)
+    monkeypatch.setattr(fam, "_count_pair_loss_binned_pmfs", lambda pair, h: None)
     index = fam.lower_pair_index(family, n, delta=1e-3)
     lp = fam.lower_round_pld(family, n, index, value_discretization_interval=1e-3)
     assert "count of category" in lp.description
@@ -433,13 +433,15 @@ def test_one_category_count_pair_is_below_the_exact_product(monkeypatch):
 @pytest.mark.slow
 def test_composed_lower_bound_at_a_million_users_gains_on_one_round():
     """OLH (g = 4), eps0 = 2, n = 1e6, five rounds: the three-category lower pair has 1.7e7
-    outcomes, too many to compose, and the composed lower bound used to be one round's
-    (0.0062, gap 65 %).  One category's count (a post-processing) composes: the lower bound
-    must clearly exceed one round's and stay below the composed upper bound."""
+    outcomes.  The composed lower bound used to be one round's (0.0062, gap 65 %), then that
+    of one category's count (0.0105, gap 40 %); merged by privacy loss, the whole pair composes
+    (0.0149, gap 15 %, about the one round's gap): the lower bound must clearly exceed one
+    round's and one category's, and stay below the composed upper bound."""
     family = fam.local_hashing(2.0, 4)
     one = fam.lower_bound(family, 10**6, 1e-6).epsilon
     b = fam.composed_epsilon_bounds(family, 10**6, 5, 1e-6)
-    assert 1.5 * one < b.lower <= b.upper
+    assert 2.2 * one < b.lower <= b.upper
+    assert b.upper - b.lower < 0.2 * b.upper
     d = fam.composed_delta_bounds(family, 10**6, 5, 0.8 * b.lower)
     assert fam.delta_bounds(family, 10**6, 0.8 * b.lower).lower < d.lower <= d.upper
 

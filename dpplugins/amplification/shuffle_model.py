@@ -231,7 +231,8 @@ from dpplugins.amplification.count_pair import (  # noqa: F401  (re-exported: th
 from dpplugins.amplification.count_pair import krr_laws as _krr_laws
 from dpplugins.amplification.count_pair import binomial_pmf as _pmf
 from dpplugins.amplification.count_pair import binomial_sf as _sf
-from dpplugins.amplification.count_pair import count_pair_pmfs as _count_pair_pmfs
+from dpplugins.amplification.count_pair import \
+    count_pair_loss_binned_pmfs as _count_pair_loss_binned_pmfs
 from dpplugins.amplification.shuffle import ShuffleBound
 from dpplugins.errors import (NumericalError, ParameterError, check_count, check_nonnegative,
                               check_open_unit, check_positive)
@@ -1613,16 +1614,22 @@ def lower_round_pld(spec, n: int, *, value_discretization_interval: float | None
                     ) -> LowerPLD:
     """PLD of an exact one-round pair dominated by the mechanism: binary RR (also for general
     randomizers, which include it) with every other user holding the differing user's X0 value;
-    k-RR: every other user holding a, reduced to the count of reports of b (a post-processing)."""
+    k-RR: every other user holding a third value c, the three-category count pair with its
+    outcomes merged by privacy loss (a post-processing,
+    :func:`~dpplugins.amplification.count_pair.count_pair_loss_binned_pmfs`), or above its
+    80,000,000 outcomes (n above about 1.3e6 for k = 3 and 1.6e7 for k = 64 at small eps0,
+    above 1e8 at eps0 = 8) every other user holding a, reduced to the count
+    of reports of b (another post-processing)."""
     r = randomizer(spec)
     n = _shuffle.check_users(n, 1)
     h = value_discretization_interval or default_grid_step(r, n)
     eps0 = r.eps0
     if r.kind == "krr" and r.k >= 3:
-        flat = _count_pair_pmfs(_lower_pairs(eps0, n, r.k)["others_at_c"]) if n >= 2 else None
-        if flat is not None:
-            (p0, p1, rho), outside = flat, None
-            what = "others at a third value"
+        binned = _count_pair_loss_binned_pmfs(_lower_pairs(eps0, n, r.k)["others_at_c"], h) \
+            if n >= 2 else None
+        if binned is not None:
+            p0, p1, rho, outside = binned
+            what = "others at a third value, merged by privacy loss"
         else:
             # 1/z and e/z: a few roundings each (z = e + k - 1), 8 u covers them
             e, z, _ = _krr_laws(eps0, r.k)

@@ -234,6 +234,8 @@ import numpy as np
 from dpplugins.amplification import shuffle_model as _sm
 from dpplugins.amplification import laplace_full_statistic
 from dpplugins.amplification import shuffle_model_heterogeneous as _het
+from dpplugins.amplification.count_pair import \
+    count_pair_loss_binned_pmfs as _count_pair_loss_binned_pmfs
 from dpplugins.amplification.blanket_lattice import (LatticeBlanket, class_blanket_law, class_sd,
                                                      laplace_blanket_law, laplace_sd)
 from dpplugins.amplification.shuffle import (ShuffleBound, check_domain_size,
@@ -844,27 +846,29 @@ def lower_round_pld(family: Family, n: int, index: int, *,
                     value_discretization_interval: float | None = None):
     """PLD of the exact lower-bound dataset pair ``family.lower_laws[index]`` of one round (the
     three-category count pair, :class:`~dpplugins.amplification.shuffle_model.CountPair`, on a
-    window; the mass outside it merged into one atom, a post-processing), as a
+    window, its outcomes merged by privacy loss into the cells of the grid, and the mass
+    outside the window merged into one atom: post-processings,
+    :func:`~dpplugins.amplification.count_pair.count_pair_loss_binned_pmfs`), as a
     :class:`~dpplugins.amplification.shuffle_model.LowerPLD`: use its *lower* bounds, and charge
     ``count rho (1 + e^eps)`` for ``count`` rounds.
 
-    When that window has more than 3,000,000 outcomes (n above about 1e5), the pair is
-    post-processed further to the count of one category, A or B, whichever gives the larger
-    one-round lower bound at delta = 1e-6 (our construction): with the other users iid with law
-    ``pi`` and the differing user with law ``v_b``, the count of category c is
-    ``Bin(n - 1, pi_c) + Bern(v_b,c)`` exactly, on a window of about ``sqrt(n)`` values.
-    Dropping the other counts is a post-processing, so its PLD is dominated by the shuffled
-    round's and composes into certified lower bounds; it gives up about a third of the
+    When that window has more than 80,000,000 outcomes (n above about 1.3e6; a few seconds
+    below it), the pair is post-processed further to the count of one category, A or B,
+    whichever gives the larger one-round lower bound at delta = 1e-6 (our construction): with
+    the other users iid with law ``pi`` and the differing user with law ``v_b``, the count of
+    category c is ``Bin(n - 1, pi_c) + Bern(v_b,c)`` exactly, on a window of about ``sqrt(n)``
+    values.  Dropping the other counts is a post-processing, so its PLD is dominated by the
+    shuffled round's and composes into certified lower bounds; it gives up about a third of the
     one-round epsilon (numerically checked against the three-category pair at n = 1e4 and
-    1e5: 0.64-0.97 of it), which the composition of many rounds more than wins back over a
-    single round's bound."""
+    1e5: 0.64-0.97 of it)."""
     family, n, _ = _check(family, n, 0.5)
     h = value_discretization_interval or _grid_step(family, n)
     laws = family.lower_laws[index]
-    flat = _sm._count_pair_pmfs(_sm.CountPair(n, *laws))
-    if flat is not None:
-        return _sm.LowerPLD.of_pmfs(*flat, h, f"exact lower-bound pair {index} of "
-                                              f"{family.name} (n={n})")
+    binned = _count_pair_loss_binned_pmfs(_sm.CountPair(n, *laws), h)
+    if binned is not None:   # its bound on the mass outside the window is not needed here
+        p0, p1, relative, _ = binned
+        return _sm.LowerPLD.of_pmfs(p0, p1, relative, h, f"exact lower-bound pair {index} of "
+                                                         f"{family.name} (n={n})")
     best = None
     for c, name in ((0, "A"), (1, "B")):
         pi, v0, v1 = (law[c] for law in laws)
@@ -885,7 +889,7 @@ def composed_epsilon_bounds(family: Family, n: int, count: int, delta: float, *,
     (:func:`round_pld`; pessimistic connect-the-dots, Doroshenko, Ghazi, Kamath, Kumar,
     Manurangsi, PETS 2022, arXiv:2207.04380) composed by FFT, at most ``count eps0``.  Lower: the
     exact pmfs of the best lower-bound dataset pair (:func:`lower_bound`; every round on the same
-    datasets; one category's count of it above about 1e5 users, :func:`lower_round_pld`)
+    datasets; one category's count of it above about 1.3e6 users, :func:`lower_round_pld`)
     composed the same way, their relative error ``rho`` charged as ``count rho (1 + e^eps)``
     (as in :func:`dpplugins.amplification.shuffle_model.composed_epsilon_bounds`), and at least
     the one-round lower bound; ``lower=False`` reports 0 for it.
@@ -1030,7 +1034,7 @@ def composed_rounds_epsilon_bounds(rounds, delta: float, *,
     profile is never larger.  Lower: the rounds' exact lower-bound pairs (a family's best
     dataset pair, :func:`lower_pair_index`; :func:`dpplugins.amplification.shuffle_model.
     lower_round_pld` otherwise -- *not* the general randomizer's binary-RR pair, which is not
-    this family; above about 1e5 users a family's pair is reduced to one category's count,
+    this family; above about 1.3e6 users a family's pair is reduced to one category's count,
     :func:`lower_round_pld`) composed the same way, the error charged ``sum count rho (1 +
     e^eps)``, and at least the best one-round lower bound (any round is a post-processing of
     the composition).  Where delta is below what the composition can certify, pure rounds

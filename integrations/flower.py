@@ -965,13 +965,26 @@ class _PrivacyAccounting:
             self.noise_multiplier = strategy.noise_multiplier
             self._flower_dp = False
         elif isinstance(strategy, flwr.DifferentialPrivacyFixedClippingBase):
+            # exactly Flower's classes: a subclass may change how the noise is added, and
+            # FedMedian, FedTrimmedAvg, Krum, MultiKrum and Bulyan are FedAvg subclasses with
+            # Flower's configure_train whose aggregate is not the mean the noise is calibrated
+            # to (found by a hostile sweep: FedMedian moves by 2C when one client is replaced,
+            # 6.13 reported where the 4 rounds that ran have 24.38)
+            if type(strategy) not in flwr.DP_FIXED_CLIPPING:
+                raise ParameterError("strategy", type(strategy).__name__,
+                                     "DifferentialPrivacyServerSideFixedClipping or "
+                                     "DifferentialPrivacyClientSideFixedClipping itself, not a "
+                                     "subclass (its noise and aggregation are accounted)")
             inner = strategy.strategy
-            if not isinstance(inner, flwr.FedAvg) or type(inner).configure_train is not \
-                    flwr.FedAvg.configure_train:
+            if not isinstance(inner, flwr.FedAvg) or any(
+                    getattr(type(inner), name) is not getattr(flwr.FedAvg, name)
+                    for name in ("configure_train", "aggregate_train")):
                 raise ParameterError("strategy.strategy", type(inner).__name__,
-                                     "a FedAvg whose configure_train is Flower's (fixed-size "
-                                     "sampling without replacement), so that the sampling is "
-                                     "known")
+                                     "a FedAvg whose configure_train and aggregate_train are "
+                                     "Flower's (fixed-size sampling without replacement and "
+                                     "the mean of the clipped updates, what the noise is "
+                                     "calibrated to); FedMedian, FedTrimmedAvg, Krum and "
+                                     "Bulyan are not")
             if num_clients is None:
                 raise ParameterError("num_clients", None, "the number of clients N of the "
                                      "federation (Flower's DP strategies sample K of N)")
@@ -1006,6 +1019,16 @@ class _PrivacyAccounting:
         self.accountant = choose_accountant(self.participation, self.noise_multiplier,
                                             accountant)
         self._check_position()
+        #: the strategy's released rounds at construction, and those released through this
+        #: wrapper since (a DPFedAvg's own log; Flower's strategies keep none)
+        self._rounds_at_start = self._strategy_rounds()
+        self._released = 0
+        if self._rounds_at_start > self.accountant.steps:
+            raise ParameterError(
+                "strategy", f"a DPFedAvg that has released {self._rounds_at_start} rounds",
+                f"at most the {self.accountant.steps} steps the accountant has recorded",
+                "rounds run outside PrivacyAccounting (e.g. strategy.start on the DPFedAvg "
+                "itself) are not accounted: wrap the strategy before its first round")
         if isinstance(strategy, _DPFedAvg) and not strategy.rounds and not strategy.checkins:
             # a fresh strategy over an accountant with history: its seeded noise, selection and
             # clients' seeded check-ins must not replay the earlier run's (found by a hostile
@@ -1019,6 +1042,45 @@ class _PrivacyAccounting:
                     strategy.selection_seed, spawn_key=(strategy.stream,)))
         self.rounds: list[RoundPrivacy] = []
         self._sampled: dict[int, set[int]] = {}
+        self._current: dict[int, Any] = {}
+
+    def _strategy_rounds(self) -> int:
+        return len(self.strategy.rounds) if isinstance(self.strategy, _DPFedAvg) else 0
+
+    def _check_released(self) -> None:
+        """ParameterError if the DPFedAvg released rounds that did not pass through this
+        wrapper (found by a hostile sweep: ``dp.start(...)`` on the wrapped DPFedAvg released
+        3 Poisson rounds that were never accounted; one more round through the wrapper
+        reported 3.53 where the 4 rounds that ran have 6.68)."""
+        done = self._strategy_rounds()
+        if done != self._rounds_at_start + self._released:
+            raise ParameterError(
+                "strategy", f"a DPFedAvg that has released {done} rounds",
+                f"{self._rounds_at_start + self._released} (those of this PrivacyAccounting)",
+                "rounds run outside it (e.g. strategy.start on the DPFedAvg itself) are not "
+                "accounted, so no epsilon covers them: run every round through the "
+                "PrivacyAccounting")
+
+    def _check_unchanged(self) -> None:
+        """ParameterError if the strategy's settings no longer give the accounted round
+        (found by a hostile sweep: ``noise_multiplier`` lowered from 3 to 0.3 after wrapping,
+        4 rounds reported 6.13 where those that ran have 144.9; likewise Flower's
+        ``num_sampled_clients``, which scales its noise)."""
+        strategy = self.strategy
+        if self._flower_dp:
+            k = int(strategy.num_sampled_clients)
+            live = FixedSizeSampling(self.participation.num_clients, k).round_event(
+                float(strategy.noise_multiplier)) \
+                if 0 < k <= self.participation.num_clients else None
+        else:
+            live = strategy.round_event() if strategy.participation is self.participation \
+                else None
+        if live != self.event:
+            raise ParameterError("strategy", f"a strategy whose round is now {live!r}",
+                                 f"the round it was wrapped with, {self.event!r}",
+                                 "a changed noise multiplier, number of sampled clients or "
+                                 "participation is not what the accountant records: wrap a "
+                                 "new strategy (with the same accountant) for new settings")
 
     def _check_position(self) -> None:
         """ParameterError unless the strategy and the accountant stand at the same round of a
@@ -1059,7 +1121,9 @@ class _PrivacyAccounting:
 
     @property
     def epsilon(self) -> float:
-        """Certified epsilon at ``delta`` for the rounds so far."""
+        """Certified epsilon at ``delta`` for the rounds so far (a ParameterError if the
+        DPFedAvg released rounds outside this wrapper)."""
+        self._check_released()
         return self.accountant.get_epsilon(self.delta)
 
     def report(self) -> dict[str, Any]:
@@ -1083,6 +1147,8 @@ class _PrivacyAccounting:
     # -- Flower strategy ------------------------------------------------------------------------
     def configure_train(self, server_round: int, arrays, config, grid):
         self._check_position()  # another run may share the accountant (see _check_position)
+        self._check_released()
+        self._check_unchanged()
         if self._flower_dp:     # FedAvg's own wait for nodes has no time limit
             _wait_for_nodes(grid, self.participation.num_clients, self.node_wait)
         messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
@@ -1095,6 +1161,7 @@ class _PrivacyAccounting:
                                          f"{len(nodes)} nodes sampled; the accounted protocol "
                                          f"is {k} of {n}")
             self._sampled[server_round] = sampled
+            self._current[server_round] = arrays
         return messages
 
     def aggregate_train(self, server_round: int, replies):
@@ -1103,11 +1170,14 @@ class _PrivacyAccounting:
         if self._flower_dp:
             self._check_flower_replies(server_round, replies)
         self._check_position()  # before the release
+        self._check_released()
+        self._check_unchanged()
         arrays, metrics = self.strategy.aggregate_train(server_round, replies)
         released = arrays is not None
         event = self.event if released else NoOpEvent()
         if released:
             self.accountant.compose(self.event)
+            self._released += int(isinstance(self.strategy, _DPFedAvg))
         epsilon = self.accountant.get_epsilon(self.delta)
         self.rounds.append(RoundPrivacy(server_round, event, epsilon, self.delta))
         out = flwr.MetricRecord(dict(metrics) if metrics is not None else {})
@@ -1120,6 +1190,7 @@ class _PrivacyAccounting:
 
     def _check_flower_replies(self, server_round: int, replies) -> None:
         sampled = self._sampled.pop(server_round, set())
+        current = self._current.pop(server_round, None)
         nodes = [r.metadata.src_node_id for r in replies if not r.has_error()]
         if len(nodes) != len(replies) or set(nodes) != sampled or len(nodes) != len(sampled):
             raise ParticipationError(f"round {server_round}: {len(nodes)} good replies from the "
@@ -1132,6 +1203,8 @@ class _PrivacyAccounting:
                         f"round {server_round}: node {reply.metadata.src_node_id} replied with "
                         "non-finite arrays; Flower's clipping does not bound them (its noisy "
                         "average would be NaN); nothing was released")
+        if current is not None and isinstance(self.strategy, _flwr().DP_FIXED_CLIPPING[0]):
+            self._check_nonzero_updates(server_round, replies, current)
         key = self.strategy.strategy.weighted_by_key
         weights = []
         for reply in replies:
@@ -1143,6 +1216,26 @@ class _PrivacyAccounting:
             raise ParticipationError(f"round {server_round}: client weights {weights!r} under "
                                      f"{key!r}; the accounted mechanism averages equally "
                                      "weighted clipped updates (send the same weight, e.g. 1)")
+
+    @staticmethod
+    def _check_nonzero_updates(server_round: int, replies, current) -> None:
+        """Flower's server-side clipping divides by the norm of each update, so a client that
+        returns the global model unchanged (no local data, learning rate 0) stopped the round
+        with a ZeroDivisionError inside Flower (found by a hostile sweep; flwr 1.42).  Nothing
+        is released either way; this says why, and what to do."""
+        base = current.to_numpy_ndarrays()
+        for reply in replies:
+            for record in reply.content.array_records.values():
+                arrays = record.to_numpy_ndarrays()
+                if len(arrays) == len(base) and all(
+                        np.shape(a) == np.shape(b) and np.array_equal(a, b)
+                        for a, b in zip(arrays, base)):
+                    raise ParticipationError(
+                        f"round {server_round}: node {reply.metadata.src_node_id} returned the "
+                        "global model unchanged (a zero update), and Flower's server-side "
+                        "clipping divides by the update's norm; nothing was released.  Have "
+                        "every sampled client train, or use DPFedAvg, which clips a zero update "
+                        "as zero")
 
     def configure_evaluate(self, server_round: int, arrays, config, grid):
         return self.strategy.configure_evaluate(server_round, arrays, config, grid)
@@ -1158,6 +1251,8 @@ def _flwr():
         from flwr.app import (Array, ArrayRecord, ConfigRecord, Message, MessageType,
                               MetricRecord, RecordDict)
         from flwr.serverapp.strategy import FedAvg, Strategy
+        from flwr.serverapp.strategy import (DifferentialPrivacyClientSideFixedClipping,
+                                             DifferentialPrivacyServerSideFixedClipping)
         from flwr.serverapp.strategy.dp_fixed_clipping import \
             DifferentialPrivacyFixedClippingBase
         from flwr.serverapp.strategy.strategy_utils import sample_nodes
@@ -1170,7 +1265,9 @@ def _flwr():
         Array=Array, ArrayRecord=ArrayRecord, ConfigRecord=ConfigRecord, Message=Message,
         MessageType=MessageType, MetricRecord=MetricRecord, RecordDict=RecordDict,
         FedAvg=FedAvg, Strategy=Strategy, sample_nodes=sample_nodes,
-        DifferentialPrivacyFixedClippingBase=DifferentialPrivacyFixedClippingBase)
+        DifferentialPrivacyFixedClippingBase=DifferentialPrivacyFixedClippingBase,
+        DP_FIXED_CLIPPING=(DifferentialPrivacyServerSideFixedClipping,
+                           DifferentialPrivacyClientSideFixedClipping))
 
 
 @functools.lru_cache(maxsize=None)

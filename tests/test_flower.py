@@ -561,6 +561,95 @@ def test_two_runs_sharing_one_accountant_are_refused_before_a_round():
     assert shared.steps == 1    # nothing recorded by the refused calls
 
 
+def test_aggregations_other_than_the_mean_are_refused():
+    """Found by a hostile sweep: FedMedian, FedTrimmedAvg, Krum, MultiKrum and Bulyan keep
+    FedAvg's configure_train and were accepted inside Flower's DP wrapper, accounted as the mean
+    of K clipped updates.  The median of 3 moves by 2C when one client is replaced (updates -1,
+    +1 and -1 or +1): with noise std sigma C / K = 1 on the median, 4 rounds are Gaussian with
+    mu = 4, epsilon(1e-5) = 24.38 (exact), while 6.13 was reported.  A subclass of Flower's DP
+    wrapper is refused too (it may add the noise differently)."""
+    from flwr.serverapp.strategy import Bulyan, FedMedian, FedTrimmedAvg, Krum, MultiKrum
+    for cls in (FedMedian, FedTrimmedAvg, Krum, MultiKrum, Bulyan):
+        inner = cls(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=3,
+                    min_available_nodes=3)
+        with pytest.raises(ParameterError, match="aggregate_train"):
+            PrivacyAccounting(DifferentialPrivacyServerSideFixedClipping(inner, 3.0, 1.0, 3),
+                              delta=DELTA, num_clients=3)
+
+    class Wrapper(DifferentialPrivacyServerSideFixedClipping):
+        pass
+    fedavg = FedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=3,
+                    min_available_nodes=3)
+    with pytest.raises(ParameterError, match="not a subclass"):
+        PrivacyAccounting(Wrapper(fedavg, 3.0, 1.0, 3), delta=DELTA, num_clients=3)
+    PrivacyAccounting(DifferentialPrivacyServerSideFixedClipping(fedavg, 3.0, 1.0, 3),
+                      delta=DELTA, num_clients=3)
+
+
+def test_settings_changed_after_wrapping_are_refused_before_a_round():
+    """Found by a hostile sweep: the noise multiplier lowered from 3 to 0.3 after wrapping
+    (DPFedAvg or Flower's wrapper) was still accounted at 3: 4 rounds of 3 of 3 clients
+    reported 6.13 where the rounds that ran (sensitivity 2C, noise 0.3 C) have 144.9.  Flower's
+    num_sampled_clients scales its noise the same way.  Refused before the round is configured
+    and before it is released; nothing is recorded."""
+    ours = PrivacyAccounting(DPFedAvg(FixedSizeSampling(3, 3), 3.0, CLIP), delta=DELTA)
+    ours.strategy.noise_multiplier = 0.3
+    for call, args in ((ours.configure_train, (1, None, {}, None)),
+                       (ours.aggregate_train, (1, []))):
+        with pytest.raises(ParameterError, match="noise_multiplier=0.3"):
+            call(*args)
+    poisson = PrivacyAccounting(DPFedAvg(PoissonSampling(N, 0.25), SIGMA, CLIP), delta=DELTA)
+    poisson.strategy.participation = PoissonSampling(N, 0.5)
+    with pytest.raises(ParameterError, match="wrapped with"):
+        poisson.configure_train(1, None, {}, None)
+    for attribute, value in (("noise_multiplier", 0.3), ("num_sampled_clients", 2)):
+        flower_dp = PrivacyAccounting(DifferentialPrivacyServerSideFixedClipping(
+            FedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=3,
+                   min_available_nodes=3), 3.0, CLIP, 3), delta=DELTA, num_clients=3)
+        setattr(flower_dp.strategy, attribute, value)
+        with pytest.raises(ParameterError, match="wrapped with"):
+            flower_dp.configure_train(1, None, {}, None)
+        assert flower_dp.accountant.steps == 0
+    assert ours.accountant.steps == poisson.accountant.steps == 0
+
+
+def test_rounds_released_outside_the_wrapper_are_refused():
+    """Found by a hostile sweep: ``start`` called on the wrapped DPFedAvg itself released 3
+    Poisson rounds that no accountant saw; one more round through the wrapper reported 3.53,
+    where the 4 rounds that ran have 6.68.  The DPFedAvg's own log of released rounds is
+    compared with the wrapper's: epsilon, report and the next round are refused, and so is
+    wrapping a DPFedAvg that released more rounds than the accountant recorded."""
+    strategy = DPFedAvg(PoissonSampling(N, 0.5, block_rounds=2), SIGMA, CLIP)
+    wrapped = PrivacyAccounting(strategy, delta=DELTA)
+    assert wrapped.epsilon == 0.0
+    strategy.rounds.extend([None] * 3)    # what strategy.start(num_rounds=3) leaves behind
+    for call in (lambda: wrapped.epsilon, wrapped.report,
+                 lambda: wrapped.configure_train(1, None, {}, None)):
+        with pytest.raises(ParameterError, match="released 3 rounds"):
+            call()
+    with pytest.raises(ParameterError, match="released 3 rounds"):
+        PrivacyAccounting(strategy, delta=DELTA)
+    # a saved accountant that recorded them: wrapping again goes on
+    saved = create("pld").compose(PoissonSampledEvent(0.5, GaussianEvent(SIGMA)), 3)
+    assert PrivacyAccounting(strategy, delta=DELTA, accountant=saved).epsilon > 0
+
+
+def test_a_zero_update_is_refused_with_a_reason():
+    """Found by a hostile sweep: a client that returns the global model unchanged made Flower's
+    server-side clipping divide by the update's norm 0 (ZeroDivisionError inside Flower);
+    nothing was released, but the error did not say why."""
+    from types import SimpleNamespace
+    model = ArrayRecord({"w": flwr.app.Array(np.ones(3))})
+
+    def reply(node, values):
+        return SimpleNamespace(metadata=SimpleNamespace(src_node_id=node), content=SimpleNamespace(
+            array_records={"arrays": ArrayRecord({"w": flwr.app.Array(values)})}))
+    check = PrivacyAccounting._check_nonzero_updates
+    check(1, [reply(1, np.ones(3) + 1e-12), reply(2, np.zeros(3))], model)
+    with pytest.raises(ParticipationError, match="node 2 returned the global model unchanged"):
+        check(1, [reply(1, np.zeros(3)), reply(2, np.ones(3))], model)
+
+
 def test_flower_strategies_that_would_wait_forever_are_refused():
     """FedAvg(min_available_nodes=4) in a federation of 3 blocked the first round forever in
     Flower's node wait (no time limit); now refused at construction."""

@@ -278,7 +278,7 @@ def _replica_disagreement(data_loader, module=None) -> str:
     samplers refuse ``rng=None`` with more than one replica; torch's ``DistributedSampler``
     takes ``seed=`` (default 0 on every rank) and ``set_epoch`` on every rank, which cannot be
     checked here: the ranks compare those at the first optimizer step of each pass
-    (:meth:`DPPluginsAccountant._compare_schedules`)."""
+    (:meth:`DPPluginsAccountant._compare_ranks`)."""
     import torch.distributed as dist
     import torch.utils.data as tud
 
@@ -337,6 +337,12 @@ def _schedule_fingerprint(batch_sampler) -> tuple | None:
                 bool(sampler.shuffle), bool(sampler.drop_last), len(sampler.dataset),
                 int(sampler.num_replicas), getattr(batch_sampler, "batch_size", None))
     return None
+
+
+def _process_group_of_two_or_more() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() >= 2
 
 
 def _ranks_disagree(fingerprint: tuple) -> bool:
@@ -632,7 +638,20 @@ class _StepHook:
     def __call__(self, optim) -> None:
         self.adapter._record_step(self.event, self.sample_rate,
                                   float(optim.noise_multiplier),
-                                  int(optim.accumulated_iterations), hook=self)
+                                  int(optim.accumulated_iterations), hook=self,
+                                  settings=_mechanism_settings(optim))
+
+
+def _mechanism_settings(optim) -> tuple:
+    """What decides one optimizer step's mechanism besides the loader, compared across ranks
+    under torch.distributed (:meth:`DPPluginsAccountant._compare_ranks`): Opacus adds rank 0's
+    noise (``noise_multiplier * max_grad_norm`` of rank 0) to the sum of every rank's clipped
+    gradients, each clipped to its own rank's ``max_grad_norm`` and scaled by its own
+    ``expected_batch_size``, while each rank's accountant records its own noise multiplier."""
+    return (type(optim).__qualname__, float(optim.noise_multiplier),
+            repr(getattr(optim, "max_grad_norm", None)),
+            getattr(optim, "expected_batch_size", None), getattr(optim, "loss_reduction", None),
+            int(optim.accumulated_iterations))
 
 
 class DPPluginsAccountant:
@@ -777,7 +796,7 @@ class DPPluginsAccountant:
         event = self._loader_event
         if not isinstance(event, ProtocolEvent) or self.inner is None:
             return
-        # compared across ranks at the next optimizer step (:meth:`_compare_schedules`), in
+        # compared across ranks at the next optimizer step (:meth:`_compare_ranks`), in
         # distributed training only: there every rank's step meets the others' in the gradient
         # all-reduce, so the comparison cannot wait for a rank that does not come
         self._schedule_to_compare = (_schedule_fingerprint(batch_sampler)
@@ -815,29 +834,63 @@ class DPPluginsAccountant:
             "of dpplugins' samplers restored from its state_dict; or use Poisson sampling "
             "(poisson_sampling=True) with 'pld', whose steps do not form passes")
 
-    def _compare_schedules(self) -> None:
-        """At the first optimizer step of a pass under torch.distributed: refuse (on every rank
-        alike, before the step is recorded or the parameters move) when the ranks' samplers do
-        not run one global schedule -- explicitly different seeds (torch's ``seed=rank``, ours
-        with ``rng=rank``) or ``set_epoch`` called on some ranks only.  Each rank deals its
-        shard of a global step from its own copy of the sampler while the accountant records
-        the global step, so such ranks trained some examples several times in one step and
-        others never, accounted as one shuffled pass.  What :func:`_replica_disagreement` cannot
-        see at ``make_private`` without a collective."""
+    def _compare_ranks(self, settings: tuple | None) -> None:
+        """At every optimizer step under torch.distributed (a distributed module in a process
+        group of two or more ranks), on every rank alike, before the step is recorded or the
+        parameters move: refuse when the ranks do not run one mechanism or one schedule.
+
+        * The mechanism (:func:`_mechanism_settings`): Opacus adds rank 0's noise to the sum
+          of the ranks' clipped gradients, each rank clipped to its own ``max_grad_norm``, and
+          each rank records its own noise multiplier.  Found by a hostile sweep: rank 1 at
+          ``max_grad_norm=10`` beside rank 0 at 1 reported 6.57 where the example on rank 1
+          has sensitivity 20 against noise 1 (epsilon 468); ranks at noise multipliers 0.5 and
+          2 reported 15.46 and 2.94 for noise 0.5.  Compared at every step (the values may
+          change between steps): one all-reduce of two integers, where the ranks meet in
+          Opacus' gradient all-reduce anyway.
+        * The schedule, at the first step of a pass (``_schedule_to_compare``): explicitly
+          different seeds (torch's ``seed=rank``, ours with ``rng=rank``) or ``set_epoch``
+          called on some ranks only.  Each rank deals its shard of a global step from its own
+          copy of the sampler while the accountant records the global step, so such ranks
+          trained some examples several times in one step and others never, accounted as one
+          shuffled pass.  What :func:`_replica_disagreement` cannot see at ``make_private``
+          without a collective.
+
+        The two are compared together; only when they differ somewhere is the mechanism
+        compared alone (every rank sees the same all-reduced result, so every rank makes the
+        same number of collective calls)."""
         fingerprint = getattr(self, "_schedule_to_compare", None)
-        if fingerprint is None:
-            return
         self._schedule_to_compare = None
-        if _ranks_disagree(fingerprint):
+        if settings is None or not getattr(self, "_distributed_training", False) \
+                or not _process_group_of_two_or_more():
+            if fingerprint is not None and _ranks_disagree(fingerprint):
+                self._refuse_schedules()
+            return
+        if not _ranks_disagree((fingerprint, settings, self._dpplugins_name)):
+            return
+        if _ranks_disagree((settings, self._dpplugins_name)):
             raise ParameterError(
-                "data_loader", "samplers that differ between ranks (seed, epoch or position)",
-                "one global schedule on every rank: each rank deals its shard of a global step "
-                "from its own copy of the sampler, so ranks with other seeds or epochs train some "
-                "examples twice in a step and others never, which the accountant cannot "
-                "describe",
-                "give the sampler the same seed on every rank (torch's DistributedSampler: "
-                "seed=, the same everywhere; dpplugins' samplers: rng=) and call "
-                "set_epoch(epoch) on every rank or on none")
+                "optimizer", "an optimizer step whose accountant, noise multiplier, "
+                "max_grad_norm, expected batch size, loss reduction or gradient accumulation "
+                "differs between ranks",
+                "the same on every rank: Opacus adds rank 0's noise to the sum of every "
+                "rank's clipped gradients, each clipped with its own max_grad_norm, while each "
+                "rank records its own noise multiplier",
+                "call make_private with the same noise_multiplier, max_grad_norm, batch size "
+                "and accountant on every rank, and change them (a schedule) on every rank "
+                "alike")
+        self._refuse_schedules()
+
+    def _refuse_schedules(self) -> None:
+        """ParameterError: the ranks' samplers do not run one global schedule."""
+        raise ParameterError(
+            "data_loader", "samplers that differ between ranks (seed, epoch or position)",
+            "one global schedule on every rank: each rank deals its shard of a global step "
+            "from its own copy of the sampler, so ranks with other seeds or epochs train some "
+            "examples twice in a step and others never, which the accountant cannot "
+            "describe",
+            "give the sampler the same seed on every rank (torch's DistributedSampler: "
+            "seed=, the same everywhere; dpplugins' samplers: rng=) and call "
+            "set_epoch(epoch) on every rank or on none")
 
     @staticmethod
     def _check_batch_drawn(hook: _StepHook, accumulated: int) -> None:
@@ -874,8 +927,9 @@ class DPPluginsAccountant:
                 "train with the optimizer and loader it returns")
 
     def _record_step(self, template: Event | None, sample_rate: float, sigma: float,
-                     accumulated: int, hook: _StepHook | None = None) -> None:
-        self._compare_schedules()
+                     accumulated: int, hook: _StepHook | None = None,
+                     settings: tuple | None = None) -> None:
+        self._compare_ranks(settings)
         if hook is not None and hook.event is not None:
             self._check_batch_drawn(hook, accumulated)
         inner = self._require()
@@ -1037,12 +1091,13 @@ def _watch_passes(loader, adapter: "DPPluginsAccountant", event: Event) -> None:
     if not getattr(cls, "_dpplugins_watched", False):
         watched = _WATCHED.get(cls)
         if watched is None:
-            def __iter__(self, _base=cls):
+            def __iter__(self, _base=cls, _empty_too=_skips_empty_draws(cls)):
                 adapter_ = self.__dict__.get("_dpplugins_adapter")
                 if adapter_ is None:
                     return _base.__iter__(self)
                 adapter_._check_pass_start(self)
-                return _counted(_base.__iter__(self), self)
+                draws = _distributed_poisson_draws(self) if _empty_too else _base.__iter__(self)
+                return _counted(draws, self)
 
             def __reduce_ex__(self, protocol, _base=cls):
                 # copies and pickles are of the plain class, unwatched
@@ -1064,6 +1119,43 @@ def _watch_passes(loader, adapter: "DPPluginsAccountant", event: Event) -> None:
     batch_sampler.__dict__["_dpplugins_adapter"] = adapter
     batch_sampler.__dict__["_dpplugins_event"] = event
     batch_sampler.__dict__.setdefault("_dpplugins_drawn", 0)
+
+
+def _skips_empty_draws(cls) -> bool:
+    """Whether ``cls`` iterates as Opacus' ``DistributedUniformWithReplacementSampler``."""
+    try:
+        from opacus.utils.uniform_sampler import DistributedUniformWithReplacementSampler
+    except ImportError:   # pragma: no cover - other Opacus versions
+        return False
+    return getattr(cls, "__iter__", None) is DistributedUniformWithReplacementSampler.__iter__
+
+
+def _distributed_poisson_draws(sampler):
+    """The draws of Opacus' ``DistributedUniformWithReplacementSampler``, the empty ones
+    included.  Opacus (1.6) deals each rank a fixed shard of the dataset (a permutation drawn
+    from ``shuffle_seed + epoch``, every ``num_replicas``-th position from ``rank``) and keeps
+    each example of the shard with probability ``sample_rate`` at every step, but yields a
+    step only when this rank's draw is not empty.  So the ranks ran different numbers of
+    steps, their gradient all-reduces paired unrelated draws, the rank with more steps died at
+    the end, and the released steps were draws conditioned on being non-empty, not Poisson
+    ones (a hostile sweep: 3 examples on 2 ranks at rate 0.05, the one example of rank 1 in
+    every one of 6 steps, 1.48 reported where those steps have 30.2).  Here every rank yields
+    every one of the ``len(sampler)`` steps, empty or not (Opacus' ``DPDataLoader`` collates an
+    empty batch, and the optimizer steps on it), with the same random draws: the union of the
+    ranks' draws of a step keeps each example independently with probability ``sample_rate``,
+    the Poisson step the accountant records."""
+    import torch
+
+    total, replicas, rank = int(sampler.total_size), int(sampler.num_replicas), int(sampler.rank)
+    if sampler.shuffle:
+        order = torch.randperm(total, generator=torch.Generator().manual_seed(
+            int(sampler.shuffle_seed) + int(sampler.epoch)))
+    else:
+        order = torch.arange(total)
+    shard = order[rank:total:replicas]
+    for _ in range(int(sampler.num_batches)):
+        keep = torch.rand(len(shard), generator=sampler.generator) < sampler.sample_rate
+        yield shard[keep]
 
 
 def _counted(batches, batch_sampler):

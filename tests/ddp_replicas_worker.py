@@ -66,14 +66,14 @@ def stepped(dataset, rank: int, world: int):
     ]
 
 
-def one_step(dataset, build, epoch) -> str:
+def one_step(dataset, build, epoch, noise_multiplier=1.0, max_grad_norm=1.0) -> str:
     """make_private, then the first optimizer step of a pass: "accepted" or the refusal."""
     model = DPDDP(torch.nn.Linear(3, 2))
     engine = PrivacyEngine(accountant="shuffle")
     loader = build()
     model, optimizer, loader = engine.make_private(
         module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), data_loader=loader,
-        noise_multiplier=1.0, max_grad_norm=1.0, poisson_sampling=False)
+        noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm, poisson_sampling=False)
     if epoch is not None:
         loader.sampler.set_epoch(epoch)
     try:
@@ -85,6 +85,39 @@ def one_step(dataset, build, epoch) -> str:
     except ParameterError as error:
         return f"refused: {error}"
     return "accepted"
+
+
+def per_rank_settings(dataset, rank: int):
+    """``(name, noise_multiplier, max_grad_norm)`` of this rank: Opacus adds rank 0's noise
+    to the sum of every rank's gradients, each clipped with its own rank's max_grad_norm."""
+    return [("step_same_settings", 1.0, 1.0),
+            ("step_clip_per_rank", 1.0, 1.0 + 9.0 * rank),
+            ("step_noise_per_rank", 0.5 if rank == 0 else 2.0, 1.0)]
+
+
+def poisson_epochs(dataset, epochs: int = 2) -> dict:
+    """Opacus' distributed Poisson loader (make_private with poisson_sampling=True under DPDDP)
+    at rate 1/8 over 8 examples, 4 per rank: a rank's draw is empty with probability
+    (7/8)^4 = 0.59, which Opacus' sampler skipped (the ranks fell out of step)."""
+    model = DPDDP(torch.nn.Linear(3, 2))
+    engine = PrivacyEngine(accountant="pld")
+    loader = torch.utils.data.DataLoader(dataset, batch_size=1)
+    model, optimizer, loader = engine.make_private(
+        module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), data_loader=loader,
+        noise_multiplier=1.0, max_grad_norm=1.0, poisson_sampling=True)
+    shards = []
+    for _ in range(epochs):
+        for x, y in loader:
+            shards.append(len(x))
+            if len(x):
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+            else:   # an empty batch: no examples, a zero clipped sum (the noise alone)
+                (model(torch.zeros(1, 3)) * 0.0).sum().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    return {"sizes": shards, "steps": engine.accountant.steps if hasattr(
+        engine.accountant, "steps") else len(engine.accountant),
+            "epsilon": engine.accountant.get_epsilon(1e-5)}
 
 
 def main() -> None:
@@ -113,6 +146,10 @@ def main() -> None:
             outcome[name] = f"refused: {error}"
     for name, build, epoch in stepped(dataset, rank, world):
         outcome[name] = one_step(dataset, build, epoch)
+    for name, sigma, clip in per_rank_settings(dataset, rank):
+        outcome[name] = one_step(dataset, lambda: make_data_loader(
+            dataset, ShuffledEpochs(N, BATCH, rng=0)), None, sigma, clip)
+    outcome["poisson_epochs"] = poisson_epochs(dataset)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"rank{rank}.json").write_text(json.dumps(outcome))
     dist.destroy_process_group()

@@ -188,3 +188,22 @@ def test_ranks_whose_samplers_disagree_are_refused_at_set_up(tmp_path):
         for name in ("step_ours_seed_per_rank", "step_torch_seed_per_rank",
                      "step_torch_set_epoch_on_rank_0"):
             assert "samplers that differ between ranks" in outcome[name], (name, outcome[name])
+    # Opacus adds rank 0's noise to every rank's clipped gradients: a max_grad_norm or noise
+    # multiplier that differs between ranks is refused by both at the first step (found by a
+    # hostile sweep: rank 1 clipping at 10 beside rank 0 at 1 reported 6.57, where its examples
+    # have sensitivity 20 against noise 1, epsilon 468)
+    for outcome in outcomes:
+        assert outcome["step_same_settings"] == "accepted"
+        for name in ("step_clip_per_rank", "step_noise_per_rank"):
+            assert "differs between ranks" in outcome[name], (name, outcome[name])
+    # Opacus' distributed Poisson sampler skipped a rank's empty draws, so the ranks ran
+    # different numbers of steps (the rank with more died at the end) and the released steps
+    # were not Poisson ones: now every rank runs every step, empty or not, and both report the
+    # single-process accountant's number for 2 epochs of 8 steps at rate 1/8
+    poisson = [outcome["poisson_epochs"] for outcome in outcomes]
+    assert [len(p["sizes"]) for p in poisson] == [16, 16]
+    assert [p["steps"] for p in poisson] == [16, 16]
+    assert any(0 in p["sizes"] for p in poisson)       # some rank drew nothing at some step
+    offline = create("pld").compose(SelfComposedEvent(
+        PoissonSampledEvent(1 / 8, GaussianEvent(1.0)), 16)).get_epsilon(1e-5)
+    assert [p["epsilon"] for p in poisson] == [pytest.approx(offline, rel=1e-12)] * 2

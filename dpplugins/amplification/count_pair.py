@@ -658,6 +658,9 @@ def _count_pair_linear(d: "_Direction", v, t, a):
     return v[0] * a / pa + v[1] * (t - a) / pb + (v[2] * (n - t) / pc if pc > 0 else 0.0)
 
 
+#: loss cells of :func:`count_pair_loss_binned_pmfs` at most (coarser than the grid only where
+#: the window's losses span more than 2^20 grid steps)
+_LOSS_CELLS = 1 << 20
 #: outcomes per Boost evaluation in :func:`binomial_pmf_rows` (the others by the recurrence)
 _PMF_CHUNK = 32
 #: a chunk whose anchor is below this, and recurrence values below it, are Boost's: the pmf
@@ -702,10 +705,11 @@ def binomial_pmf_rows(t: np.ndarray, lo: np.ndarray, hi: np.ndarray, p: float
 def count_pair_loss_binned_pmfs(pair: CountPair, h: float, max_support: int = 80_000_000,
                                 block: int = 1 << 18, rounding: float = 16 * _U):
     """The pmfs of a count pair on the outcomes ``(T, N_A)`` of a window (e^-32 on each
-    coordinate, :func:`_count_pair_window`) merged by privacy loss (cells ``[k h, (k + 1) h)``
-    of ``log(P0/P1)``, one cell each for the outcomes of loss +-inf), or None if the window has
-    more than ``max_support`` outcomes.  Merging outcomes is
-    a post-processing, so the merged pair is dominated by the count pair and its lower bounds
+    coordinate, :func:`_count_pair_window`) merged by privacy loss (cells ``[k w, (k + 1) w)``
+    of ``log(P0/P1)`` with ``w = max(h, range / 2^20)`` for the range of the window's finite
+    losses, outcomes beyond it in the end cells, one cell each for the outcomes of loss +-inf),
+    or None if the window has more than ``max_support`` outcomes.  Merging outcomes is a
+    post-processing, so the merged pair is dominated by the count pair and its lower bounds
     stay certified, and it needs memory for the cells, not the window: at 10^6 users the
     windows of the families' pairs have 2e6 to 6e7 outcomes (a few seconds).  The loss of an
     outcome does not depend on its multinomial mass, only on the two linear factors
@@ -747,7 +751,17 @@ def count_pair_loss_binned_pmfs(pair: CountPair, h: float, max_support: int = 80
     ends = np.cumsum(a_hi - a_lo + 1)
     cuts = np.searchsorted(ends, np.arange(block, size, block), side="left")
     starts = np.unique(np.concatenate([[0], cuts, [len(T)]]))
-    first, acc0, acc1 = 0, np.zeros(0), np.zeros(0)
+    # the window's finite losses: log(lin0 / lin1) is monotone in N_A on each row (a ratio of
+    # two linear functions), so the rows' ends hold its extremes; cells of width
+    # max(h, range / 2^20) (at most 2^20 + 2 of them), outcomes beyond clipped to the end cells
+    ends_t, ends_a = np.concatenate([T, T]), np.concatenate([a_lo, a_hi])
+    e0, e1 = (_count_pair_linear(d, v, ends_t, ends_a) for v in (d.v0, d.v1))
+    finite = (e0 > 0) & (e1 > 0)
+    ends_loss = np.log(e0[finite]) - np.log(e1[finite]) if np.any(finite) else np.zeros(1)
+    loss_lo, loss_hi = float(ends_loss.min()), float(ends_loss.max())
+    width = max(h, (loss_hi - loss_lo) / _LOSS_CELLS)
+    first, last = math.floor(loss_lo / width), math.floor(loss_hi / width)
+    acc0, acc1 = np.zeros(last - first + 1), np.zeros(last - first + 1)
     inf0 = minus1 = 0.0
     largest, blocks, pmf_error = 0, 0, 0.0
     for r0, r1 in zip(starts[:-1], starts[1:]):
@@ -763,17 +777,8 @@ def count_pair_loss_binned_pmfs(pair: CountPair, h: float, max_support: int = 80
         minus1 += float(p1[p0 <= 0].sum())
         if not np.any(both):
             continue
-        k = np.floor((np.log(lin0[both]) - np.log(lin1[both])) / h)
-        k_lo, k_hi = int(k.min()), int(k.max())
-        if not len(acc0):
-            first = k_lo
-        if k_lo < first:
-            acc0, acc1 = (np.concatenate([np.zeros(first - k_lo), x]) for x in (acc0, acc1))
-            first = k_lo
-        if k_hi - first + 1 > len(acc0):
-            grow = np.zeros(k_hi - first + 1 - len(acc0))
-            acc0, acc1 = (np.concatenate([x, grow]) for x in (acc0, acc1))
-        index = (k - first).astype(np.int64)
+        k = np.floor((np.log(lin0[both]) - np.log(lin1[both])) / width)
+        index = (np.clip(k, first, last) - first).astype(np.int64)
         acc0 += np.bincount(index, weights=p0[both], minlength=len(acc0))
         acc1 += np.bincount(index, weights=p1[both], minlength=len(acc1))
     keep = (acc0 > 0) | (acc1 > 0)

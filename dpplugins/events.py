@@ -774,8 +774,11 @@ class RandomCheckInEvent(ProtocolEvent):
 @dataclasses.dataclass(frozen=True)
 class SwapEvent(ProtocolEvent):
     """Batch size 1 on ``dataset_size`` examples, one local randomizer (``event``) per example
-    and step, every epoch in a fresh uniformly random order (Balle et al. 2020, A_sl; the
-    guarantee of Thm A.5, amplification by swapping, holds for it)."""
+    and step, every epoch in a fresh uniformly random order (Balle et al. 2020, A_sl, whose
+    Thm A.5, amplification by swapping, bounds it).  The ``swap`` accountant accounts a
+    Gaussian ``event`` (clipped gradients, sensitivity 2 per step: the theorem's bound where
+    it beats the Gaussian step, i.e. many examples and a small per-step epsilon, and the
+    Gaussian step otherwise); other randomizers are described but no accountant takes them."""
 
     dataset_size: int
     epochs: Any

@@ -1043,8 +1043,16 @@ class DPPluginsAccountant:
         options = extra.get("options")
         if options is not None and not isinstance(options, dict):
             raise ParameterError("state_dict['dpplugins']['options']", options, "a dict of options")
-        if options == {}:   # as in Accountant.load_state_dict: no options saved, keep ours ({}
-            options = None  # re-created the accountant with its defaults: replace_one -> add_remove)
+        history = state_dict["history"]
+        if (isinstance(history, (list, tuple)) and history
+                and all(isinstance(entry, dict) for entry in history)
+                and "neighbouring" not in (options or {})):
+            # events do not carry the relation (Accountant.load_state_dict): {} re-created the
+            # accountant with its defaults, replace_one -> add_remove (2.84 -> 1.83), and keeping
+            # ours instead gives the saved run whatever relation this adapter has (a sweep)
+            raise ParameterError("state_dict['dpplugins']['options']", options,
+                                 "the saved options with the 'neighbouring' relation, as "
+                                 "state_dict() writes them (the events do not carry it)")
         if options is not None and (self.inner is None or options != self.inner.options()):
             inner = create(self._dpplugins_name, **options)
         else:

@@ -113,6 +113,23 @@ def test_state_dict_is_json_and_round_trips():
         mismatched.load_state_dict(state)
 
 
+def test_an_events_state_without_its_relation_is_refused():
+    """Events do not carry the neighbouring relation: a replace-one state with its options
+    removed loaded into an add/remove accountant and reported 0.718 for the saved run's 0.895
+    (a hostile sweep).  Refused; the whole state loads."""
+    saved = create("pld", neighbouring="replace_one")
+    saved.step(noise_multiplier=1.0, sample_rate=0.01, count=100)
+    state = json.loads(json.dumps(saved.state_dict()))
+    bare = {key: value for key, value in state.items() if key != "options"}
+    for target in (create("pld"), create("pld", neighbouring="replace_one")):
+        with pytest.raises(ParameterError, match="'neighbouring' relation"):
+            target.load_state_dict(bare)
+        assert target.steps == 0
+    restored = create("pld", neighbouring="replace_one")
+    restored.load_state_dict(state)
+    assert restored.get_epsilon(1e-5) == saved.get_epsilon(1e-5)
+
+
 def test_delta_and_epsilon_are_consistent():
     acc = create("pld")
     acc.step(noise_multiplier=1.0, sample_rate=0.01, count=1000)

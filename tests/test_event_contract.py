@@ -144,7 +144,7 @@ def test_every_accountant_has_a_configuration_case():
     "-".join([name, key] + [f"{k}={v}" for k, v in options.items()])
     for name, options, key in CONFIGURATIONS])
 def test_pickle_deepcopy_and_state_dict_after_a_query(name, options, key):
-    """Whatever an accountant caches for its queries, after one it still pickles, deep-copies
+    """Whatever an accountant caches for its queries, after one it still pickles, copies
     and saves its state, and each copy answers as it does (fdp with fixed-size batches could
     not be pickled after a query: a cached PLD held a local function)."""
     acc = create(name, **options)
@@ -152,8 +152,13 @@ def test_pickle_deepcopy_and_state_dict_after_a_query(name, options, key):
     eps = acc.get_epsilon(1e-5)
     loaded = create(name, **options)
     loaded.load_state_dict(json.loads(json.dumps(acc.state_dict())))
-    for clone in (pickle.loads(pickle.dumps(acc)), copy.deepcopy(acc), loaded):
+    for clone in (pickle.loads(pickle.dumps(acc)), copy.deepcopy(acc), loaded, copy.copy(acc)):
         assert clone.history == acc.history and clone.get_epsilon(1e-5) == eps
+    # a shallow copy has its own ledger: composing into it leaves the original as it was
+    # (copy.copy shared the history list: a what-if step in the copy was in both -- a sweep)
+    what_if = copy.copy(acc)
+    what_if.compose(OPTIONAL_CATALOGUE[key])
+    assert acc.steps < what_if.steps and acc.get_epsilon(1e-5) == eps
 
 
 @pytest.mark.parametrize("name,key", CASES)

@@ -1259,10 +1259,12 @@ def test_steps_for_epochs_never_undercounts():
                                                 sample_rate=1 / 93, steps=93, accountant="fdp")
 
 
-def test_a_state_with_empty_options_keeps_the_accountants_options():
-    """From a hostile sweep: a state whose options were {} re-created the adapter's accountant
+def test_a_state_without_its_relation_is_refused():
+    """From hostile sweeps: a state whose options were {} re-created the adapter's accountant
     with its defaults (replace_one became add_remove: epsilon 2.84 -> 1.83 for the same
-    ledger), where a state without options kept them, as Accountant.load_state_dict does."""
+    ledger); keeping the adapter's own options instead gave the saved events whatever relation
+    the loading adapter had.  The events do not carry it: refused, the ledger untouched."""
+    from dpplugins.errors import ParameterError
     from dpplugins.integrations.opacus import configure
 
     register()
@@ -1270,11 +1272,16 @@ def test_a_state_with_empty_options_keeps_the_accountants_options():
     configure(saved, neighbouring="replace_one")
     saved.history = [(1.0, 0.01, 1000)]
     state = saved.state_dict()
-    state["dpplugins"]["options"] = {}
+    for options in ({}, None):
+        state["dpplugins"]["options"] = options
+        loaded = create_accountant("pld")
+        configure(loaded, neighbouring="replace_one")
+        with pytest.raises(ParameterError, match="'neighbouring' relation"):
+            loaded.load_state_dict(state)
+        assert loaded.history == []
+    state["dpplugins"]["options"] = saved.inner.options()
     loaded = create_accountant("pld")
-    configure(loaded, neighbouring="replace_one")
     loaded.load_state_dict(state)
-    assert loaded.inner.options()["neighbouring"] == "replace_one"
     assert loaded.get_epsilon(1e-5) == saved.get_epsilon(1e-5)
 
 

@@ -208,3 +208,18 @@ def test_ordered_map_keeps_the_order_and_raises_where_the_item_failed():
         for value in ordered_map(slow_square, list(range(10)), threads=3):
             seen.append(value)
     assert seen == [i * i for i in range(7)]
+
+
+def test_a_delta_the_grid_cannot_certify_warns_with_the_capped_bounds():
+    """Found by a hostile sweep: 1e12 steps of randomized response at eps0 = 1e-9 answered
+    [0, 1000] (basic composition) without a word, where the Gaussian limit puts epsilon(1e-5)
+    near 0.002 (mu = 1e-9 sqrt(1e12) = 1e-3): the PLD's NumericalError was swallowed.  The
+    bounds stay (they are valid); an AccuracyWarning now says why they are so wide."""
+    from dpplugins.events import RandomizedResponseEvent, SelfComposedEvent
+    from dpplugins.pld import AccuracyWarning
+
+    acc = create("pld", neighbouring="replace_one").compose(
+        SelfComposedEvent(RandomizedResponseEvent(1e-9), 10**12))
+    with pytest.warns(AccuracyWarning, match="could not certify this delta"):
+        b = acc.get_epsilon_bounds(1e-5)
+    assert b.lower == 0.0 and b.upper == pytest.approx(1000.0, rel=1e-9)

@@ -916,6 +916,30 @@ class _DPFedAvg:
         return None
 
 
+def _check_flower_dp_classes(strategy) -> None:
+    """ParameterError unless ``strategy`` is exactly Flower's server- or client-side fixed
+    clipping wrapper around a FedAvg whose ``configure_train`` and ``aggregate_train`` are
+    FedAvg's: a subclass may change how the noise is added, and FedMedian, FedTrimmedAvg, Krum,
+    MultiKrum and Bulyan keep FedAvg's configure_train while their aggregate is not the mean
+    the noise is calibrated to (found by a hostile sweep: FedMedian moves by 2C when one client
+    is replaced, 6.13 reported where the 4 rounds that ran have 24.38)."""
+    flwr = _flwr()
+    if type(strategy) not in flwr.DP_FIXED_CLIPPING:
+        raise ParameterError("strategy", type(strategy).__name__,
+                             "DifferentialPrivacyServerSideFixedClipping or "
+                             "DifferentialPrivacyClientSideFixedClipping itself, not a "
+                             "subclass (its noise and aggregation are accounted)")
+    inner = strategy.strategy
+    if not isinstance(inner, flwr.FedAvg) or any(
+            getattr(type(inner), name) is not getattr(flwr.FedAvg, name)
+            for name in ("configure_train", "aggregate_train")):
+        raise ParameterError("strategy.strategy", type(inner).__name__,
+                             "a FedAvg whose configure_train and aggregate_train are Flower's "
+                             "(fixed-size sampling without replacement and the mean of the "
+                             "clipped updates, what the noise is calibrated to); FedMedian, "
+                             "FedTrimmedAvg, Krum and Bulyan are not")
+
+
 class _PrivacyAccounting:
     """Strategy wrapper: records the event of every round and reports the certified user-level
     epsilon after it (``MetricRecord`` keys :data:`METRIC_EPSILON`, :data:`METRIC_DELTA` in the
@@ -965,26 +989,8 @@ class _PrivacyAccounting:
             self.noise_multiplier = strategy.noise_multiplier
             self._flower_dp = False
         elif isinstance(strategy, flwr.DifferentialPrivacyFixedClippingBase):
-            # exactly Flower's classes: a subclass may change how the noise is added, and
-            # FedMedian, FedTrimmedAvg, Krum, MultiKrum and Bulyan are FedAvg subclasses with
-            # Flower's configure_train whose aggregate is not the mean the noise is calibrated
-            # to (found by a hostile sweep: FedMedian moves by 2C when one client is replaced,
-            # 6.13 reported where the 4 rounds that ran have 24.38)
-            if type(strategy) not in flwr.DP_FIXED_CLIPPING:
-                raise ParameterError("strategy", type(strategy).__name__,
-                                     "DifferentialPrivacyServerSideFixedClipping or "
-                                     "DifferentialPrivacyClientSideFixedClipping itself, not a "
-                                     "subclass (its noise and aggregation are accounted)")
+            _check_flower_dp_classes(strategy)
             inner = strategy.strategy
-            if not isinstance(inner, flwr.FedAvg) or any(
-                    getattr(type(inner), name) is not getattr(flwr.FedAvg, name)
-                    for name in ("configure_train", "aggregate_train")):
-                raise ParameterError("strategy.strategy", type(inner).__name__,
-                                     "a FedAvg whose configure_train and aggregate_train are "
-                                     "Flower's (fixed-size sampling without replacement and "
-                                     "the mean of the clipped updates, what the noise is "
-                                     "calibrated to); FedMedian, FedTrimmedAvg, Krum and "
-                                     "Bulyan are not")
             if num_clients is None:
                 raise ParameterError("num_clients", None, "the number of clients N of the "
                                      "federation (Flower's DP strategies sample K of N)")
@@ -1068,6 +1074,7 @@ class _PrivacyAccounting:
         ``num_sampled_clients``, which scales its noise)."""
         strategy = self.strategy
         if self._flower_dp:
+            _check_flower_dp_classes(strategy)   # the inner strategy may have been replaced
             k = int(strategy.num_sampled_clients)
             live = FixedSizeSampling(self.participation.num_clients, k).round_event(
                 float(strategy.noise_multiplier)) \

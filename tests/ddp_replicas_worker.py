@@ -120,6 +120,25 @@ def poisson_epochs(dataset, epochs: int = 2) -> dict:
             "epsilon": engine.accountant.get_epsilon(1e-5)}
 
 
+def poisson_alike_generators(passes: int = 70) -> list:
+    """6 examples, Opacus' distributed Poisson loader at rate 1/3 (3 steps a pass) with the
+    loader's generator seeded alike on every rank (``generator=torch.Generator().manual_seed(0)``
+    on each, a common way to make runs reproducible): the examples each step kept, per rank."""
+    data = torch.utils.data.TensorDataset(torch.randn(6, 3), torch.randint(0, 2, (6,)))
+    model = DPDDP(torch.nn.Linear(3, 2))
+    engine = PrivacyEngine(accountant="pld")
+    loader = torch.utils.data.DataLoader(data, batch_size=2,
+                                         generator=torch.Generator().manual_seed(0))
+    model, optimizer, loader = engine.make_private(
+        module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), data_loader=loader,
+        noise_multiplier=1.0, max_grad_norm=1.0, poisson_sampling=True)
+    kept = []
+    for _ in range(passes):
+        for indices in loader.batch_sampler:
+            kept.append(sorted(int(i) for i in indices))
+    return kept
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
@@ -150,6 +169,7 @@ def main() -> None:
         outcome[name] = one_step(dataset, lambda: make_data_loader(
             dataset, ShuffledEpochs(N, BATCH, rng=0)), None, sigma, clip)
     outcome["poisson_epochs"] = poisson_epochs(dataset)
+    outcome["poisson_alike_generators"] = poisson_alike_generators()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"rank{rank}.json").write_text(json.dumps(outcome))
     dist.destroy_process_group()

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dpplugins.accountants import create
@@ -207,3 +208,18 @@ def test_ranks_whose_samplers_disagree_are_refused_at_set_up(tmp_path):
     offline = create("pld").compose(SelfComposedEvent(
         PoissonSampledEvent(1 / 8, GaussianEvent(1.0)), 16)).get_epsilon(1e-5)
     assert [p["epsilon"] for p in poisson] == [pytest.approx(offline, rel=1e-12)] * 2
+    # the loader's generator seeded alike on both ranks: Opacus drew both ranks' masks from
+    # equal streams, so the examples at one position of the two shards were kept together at
+    # every step (a review); the accountant records independent inclusions.  210 steps at
+    # rate 1/3, 3 examples a shard: the two ranks' masks agree at a position with probability
+    # 5/9 when independent (sd 0.02 over 630 pairs), each example kept with probability 1/3
+    # (sd 0.033 over 210 steps)
+    import torch   # (here: the other tests run torch in their own processes only)
+
+    kept = [outcome["poisson_alike_generators"] for outcome in outcomes]
+    order = torch.randperm(6, generator=torch.Generator().manual_seed(0)).tolist()
+    shards = [order[0::2], order[1::2]]
+    masks = np.array([[[e in step for e in shards[r]] for step in kept[r]] for r in range(2)])
+    assert masks.shape == (2, 210, 3)
+    assert (masks[0] == masks[1]).mean() < 0.7
+    assert np.all(np.abs(masks.mean(axis=1) - 1 / 3) < 0.15)

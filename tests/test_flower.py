@@ -582,8 +582,13 @@ def test_aggregations_other_than_the_mean_are_refused():
                     min_available_nodes=3)
     with pytest.raises(ParameterError, match="not a subclass"):
         PrivacyAccounting(Wrapper(fedavg, 3.0, 1.0, 3), delta=DELTA, num_clients=3)
-    PrivacyAccounting(DifferentialPrivacyServerSideFixedClipping(fedavg, 3.0, 1.0, 3),
-                      delta=DELTA, num_clients=3)
+    wrapped = PrivacyAccounting(DifferentialPrivacyServerSideFixedClipping(fedavg, 3.0, 1.0, 3),
+                                delta=DELTA, num_clients=3)
+    # the inner strategy replaced after wrapping (a review): refused before the round
+    wrapped.strategy.strategy = FedMedian(fraction_train=1.0, fraction_evaluate=0.0,
+                                          min_train_nodes=3, min_available_nodes=3)
+    with pytest.raises(ParameterError, match="aggregate_train"):
+        wrapped.configure_train(1, None, {}, None)
 
 
 def test_settings_changed_after_wrapping_are_refused_before_a_round():

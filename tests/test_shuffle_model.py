@@ -143,11 +143,28 @@ def _count_pair_hockey_by_summation(n, pi, v0, v1, eps):
     return total / n
 
 
+@pytest.mark.parametrize("t", [1000, 100_000, 1_506_656])
+def test_boost_binomial_pmf_is_within_its_assumed_error(t):
+    """Boost's pmf (the anchors of ``binomial_pmf_rows``, the window masses of the count pairs)
+    against mpmath at 40 digits, from the mean to 6 standard deviations out: within
+    ``boost_pmf_error(t)``.  A review found 1e-12 alone too small (5.8e-11 at t = 1.5e6, p
+    near 1/2)."""
+    mpmath.mp.dps = 40
+    for p in (0.4999990242, 0.500000001, 0.3, 0.01):
+        mean, sd = t * p, math.sqrt(t * p * (1 - p))
+        for z in (-6, -2.5, -1, 0, 0.5, 1, 3, 6):
+            k = int(min(max(round(mean + z * sd), 0), t))
+            exact = mpmath.binomial(t, k) * mpmath.mpf(p) ** k * (1 - mpmath.mpf(p)) ** (t - k)
+            ours = float(count_pair.binomial_pmf(np.array([k]), t, p)[0])
+            assert abs(mpmath.mpf(ours) / exact - 1) <= count_pair.boost_pmf_error(t), (p, k)
+
+
 @pytest.mark.parametrize("p", [0.5, 0.3333, 0.01, 0.97, 1e-4, 0.999999])
 def test_binomial_pmf_rows_match_scipy_within_the_returned_bound(p):
     """The recurrence between Boost anchors (``binomial_pmf_rows``) against
-    ``scipy.stats.binom.pmf`` at every point, on windows of rows of up to 5000 trials, near the
-    mode and in the far tails (where it falls back to Boost), 0 and the full row included."""
+    ``scipy.stats.binom.pmf`` (Boost at every point; Boost itself is checked against mpmath
+    above), on windows of rows of up to 5000 trials, near the mode and in the far tails (where
+    it falls back to Boost), 0 and the full row included."""
     rng = np.random.default_rng(11)
     t = rng.integers(0, 5000, 300)
     mean = t * p

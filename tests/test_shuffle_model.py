@@ -21,7 +21,7 @@ from scipy import special, stats
 from scipy.special import gammaln
 
 from dpplugins.accountants import UnsupportedEventError, create
-from dpplugins.amplification import count_pair
+from dpplugins.amplification import count_pair, krr_third_value
 from dpplugins.amplification import shuffle as sh
 from dpplugins.amplification import shuffle_model as sm
 from dpplugins.amplification import swap
@@ -498,6 +498,42 @@ def test_krr_is_tight_against_wang_et_al_lower_pair():
         assert up.method == "krr_blanket"
         assert up.epsilon - low.epsilon <= 0.005 * up.epsilon
         assert up.epsilon < sm._strong_clone(eps0, 20_000).epsilon(1e-6, eps0)
+
+
+@pytest.mark.parametrize("k,n,eps0", [(4, 3, 1.0), (5, 4, 2.0), (6, 3, 8.0), (4, 5, 0.5)])
+def test_krr_third_value_pair_is_the_enumerated_histogram(k, n, eps0):
+    """The exact pair of shuffled k-RR with every other user at a third value, from its four
+    counts (``krr_third_value``), against the histograms of all k values enumerated report by
+    report: its certified lower delta is at most the enumerated divergence and within its error
+    charge of it (at these n its window holds every outcome), and above the pooled three-category pair's
+    where k > 3 pools something."""
+    pair = krr_third_value.KRRThirdValuePair(eps0, n, k)
+    rest = [krr_row(eps0, k, 2)] * (n - 1)
+    p = histogram_law([krr_row(eps0, k, 0)] + rest)
+    q = histogram_law([krr_row(eps0, k, 1)] + rest)
+    pooled = sm.krr_lower_pairs(eps0, n, k)["others_at_c"]
+    gained = 0.0
+    for eps in np.linspace(0, eps0, 9)[:-1]:
+        exact = hockey(p, q, eps)
+        assert abs(hockey(q, p, eps) - exact) <= 1e-13     # symmetric in a <-> b
+        low = pair.delta_lower(eps)
+        assert low <= exact and exact - low <= 2 * pair.relative * (1 + math.exp(eps))
+        gained = max(gained, low - pooled.delta(eps).upper)
+    assert gained > 0
+
+
+@pytest.mark.parametrize("k,n,delta", [(64, 1000, 1e-6), (64, 1000, 1e-8), (16, 10_000, 1e-6),
+                                       (16, 10_000, 1e-8), (256, 1000, 1e-8)])
+def test_krr_gap_at_large_eps0_is_below_one_percent(k, n, delta):
+    """eps0 = 8 and few users: the pooled third-value pair left the widest k-RR gaps against
+    the privacy blanket (5.9 % at k = 64, n = 1000, delta = 1e-6; 8.7 % at 1e-8); the exact
+    pair with all four counts certifies within 1 % of it (two independent constructions)."""
+    b = sm.epsilon_bounds(("krr", 8.0, k), n, delta)
+    assert b.upper - b.lower <= 0.01 * b.upper
+    low = sm.lower_bound(("krr", 8.0, k), n, delta)
+    assert low.method == f"{k}rr_others_at_c_exact"
+    d = sm.delta_bounds(("krr", 8.0, k), n, 0.995 * b.lower)
+    assert delta < d.lower <= d.upper
 
 
 def test_delta_bounds_are_consistent_with_epsilon():

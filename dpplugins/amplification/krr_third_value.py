@@ -111,10 +111,13 @@ class KRRThirdValuePair:
     def delta_lower(self, epsilon: float) -> float:
         """Certified lower bound on delta(epsilon) of the exact pair (either direction)."""
         x = math.exp(min(float(epsilon), 700.0))
-        rel = self.relative
-        terms = self.p0 * (1 - rel) - x * (self.p1 * (1 + rel))
-        # the sum of the positive terms, rounded down: each term within 2 u, the sum within
-        # (m - 1) u of its exact value (non-negative terms; Higham 2002, Sec. 4.2)
+        # exact masses P >= p / (1 + rel) >= p (1 - rel) and P <= p / (1 - rel) <= p (1 + 2
+        # rel); 8 u more on each side covers the term's own roundings (three, each within u of
+        # the larger mass, plus x's), so every term is at most the exact one
+        rel = self.relative + 8 * _U
+        terms = self.p0 * (1 - rel) - x * (self.p1 * (1 + 2 * rel))
+        # the sum of the positive terms, rounded down: within (m - 1) u of its exact value
+        # (non-negative terms; Higham 2002, Sec. 4.2)
         positive = terms[terms > 0]
         total = float(positive.sum())
         return max(0.0, total * (1 - (len(positive) + 2) * _U) - 1e-300)

@@ -1283,6 +1283,31 @@ def test_a_state_without_its_relation_is_refused():
     loaded = create_accountant("pld")
     loaded.load_state_dict(state)
     assert loaded.get_epsilon(1e-5) == saved.get_epsilon(1e-5)
+    # an empty or version-0.1 history without the relation keeps this adapter's (a review:
+    # {} re-created the accountant with its defaults, replace_one -> add_remove, 2.84 -> 1.83)
+    for history in ([], [(1.0, 0.01, 1000)]):
+        for options in ({}, {"eps_tolerance": 1e-3}):
+            target = create_accountant("pld")
+            configure(target, neighbouring="replace_one")
+            target.load_state_dict({"history": history, "mechanism": "pld",
+                                    "dpplugins": {"options": options}})
+            assert target.inner.options()["neighbouring"] == "replace_one"
+    assert target.get_epsilon(1e-5) == pytest.approx(saved.get_epsilon(1e-5), rel=1e-12)
+
+
+def test_a_copied_adapter_has_its_own_ledger():
+    """A review: copy.copy of the Opacus adapter shared the inner accountant, so a what-if
+    step composed into the copy was in the original's epsilon (0.199 -> 0.718)."""
+    import copy
+
+    register()
+    original = create_accountant("pld")
+    original.history = [(1.0, 0.01, 1)]
+    before = original.get_epsilon(1e-5)
+    what_if = copy.copy(original)
+    what_if.history = [(1.0, 0.01, 100)]
+    assert original.get_epsilon(1e-5) == before and what_if.inner is not original.inner
+    assert len(original) == 1 and len(what_if) == 100
 
 
 @pytest.mark.parametrize("change", [

@@ -31,7 +31,7 @@ from dpplugins.numerics import largest_violating_epsilon, smallest_epsilon
 from dpplugins.pld import Bounds
 
 __all__ = ["CountPair", "clone_pair", "krr_laws", "krr_lower_pairs", 
-           "count_pair_loss_binned_pmfs", "binomial_pmf_rows", "boost_pmf_error",
+           "count_pair_loss_binned_pmfs", "binomial_pmf_rows", "binomial_pmf_error",
            "ragged_windows", "binomial_sf",
            "binomial_cdf",
            "binomial_window", "binomial_pmf", "newton_smallest_epsilon", "largest_violated",
@@ -159,24 +159,111 @@ def _boost_pdf():
 _PDF = _boost_pdf()
 
 
-def boost_pmf_error(trials) -> float:
-    """The relative error assumed of Boost's binomial pmf (:func:`binomial_pmf`) at ``trials``
-    trials: ``RELATIVE_TAIL_ERROR + 64 u trials``, as for its tails (:class:`_Direction`).
-    Numerically checked against mpmath (40 digits) in the tests: up to 5.8e-11 at 1.5e6 trials
-    and p near 1/2, where this allows 1.1e-8; 1e-12 alone was not enough."""
-    return _REL_SF + 64 * _U * max(float(trials), 1.0)
+#: below this many trials :func:`binomial_pmf` is Boost's, from it on Loader's form
+_LOADER_TRIALS = 1000
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def binomial_pmf_error(trials) -> float:
+    """The relative error assumed of :func:`binomial_pmf` at ``trials`` trials:
+    ``RELATIVE_TAIL_ERROR + 4 u min(trials, 1000) + 64 u sqrt(trials)`` (assumed; numerically
+    checked against mpmath at 40 digits in the tests).  Boost's pmf, used below 1000 trials,
+    is off by up to about 0.7 u trials (5.8e-11 at 1.5e6 trials, 7.5e-9 at 1e8), which 1e-12
+    did not cover (a review); Loader's form, used above, by about u z sqrt(trials) at z standard
+    deviations from the mean (the rounding of ``n p``), 1.4e-11 at 1e9 trials.  Boost's tails
+    (:func:`binomial_sf`) are assumed within ``RELATIVE_TAIL_ERROR + 64 u trials``
+    (:class:`_Direction`)."""
+    if np.ndim(trials):
+        t = np.maximum(np.asarray(trials, dtype=float), 1.0)
+        return _REL_SF + 4 * _U * np.minimum(t, _LOADER_TRIALS) + 64 * _U * np.sqrt(t)
+    t = max(float(trials), 1.0)
+    return _REL_SF + 4 * _U * min(t, _LOADER_TRIALS) + 64 * _U * math.sqrt(t)
+
+
+def _stirling_error(n: np.ndarray) -> np.ndarray:
+    """``log(n!) - log(sqrt(2 pi n) (n/e)^n)`` for ``n >= 1``: ``gammaln`` up to 15, the
+    Stirling series above (Loader 2000, below)."""
+    out = np.empty(n.shape)
+    small = n <= 15
+    ns = n[small]
+    out[small] = special.gammaln(ns + 1) - (ns + 0.5) * np.log(ns) + ns - _HALF_LOG_2PI
+    nl = n[~small]
+    nn = nl * nl
+    s0, s1, s2, s3, s4 = 1 / 12, 1 / 360, 1 / 1260, 1 / 1680, 1 / 1188
+    out[~small] = np.where(
+        nl > 500, (s0 - s1 / nn) / nl, np.where(
+            nl > 80, (s0 - (s1 - s2 / nn) / nn) / nl, np.where(
+                nl > 35, (s0 - (s1 - (s2 - s3 / nn) / nn) / nn) / nl,
+                (s0 - (s1 - (s2 - (s3 - s4 / nn) / nn) / nn) / nn) / nl)))
+    return out
+
+
+def _deviance(x: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """``x log(x / m) + m - x`` without cancellation near ``x = m`` (its series in ``v = (x -
+    m) / (x + m)``, Loader 2000)."""
+    out = np.empty(x.shape)
+    near = np.abs(x - m) < 0.1 * (x + m)
+    xn, mn = x[near], m[near]
+    v = (xn - mn) / (xn + mn)
+    s = (xn - mn) * v
+    ej = 2 * xn * v
+    v2 = v * v
+    for j in range(1, 40):
+        ej = ej * v2
+        term = ej / (2 * j + 1)
+        s = s + term
+        if not np.any(np.abs(term) > 1e-17 * np.abs(s)):
+            break
+    out[near] = s
+    xf, mf = x[~near], m[~near]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out[~near] = xf * np.log(xf / mf) + mf - xf
+    return out
+
+
+def _loader_pmf(k: np.ndarray, n: np.ndarray, p: float) -> np.ndarray:
+    """``P(Bin(n, p) = k)`` for ``0 <= k <= n``, ``0 < p < 1``, in Loader's saddle-point form
+    (C. Loader, "Fast and accurate computation of binomial probabilities", 2000; what R's
+    ``dbinom`` computes): ``exp(stirl(n) - stirl(k) - stirl(n-k) - D(k, np) - D(n-k, nq)) /
+    sqrt(2 pi k (n - k) / n)`` with the deviance ``D`` (:func:`_deviance`), ``n q^n`` and ``p^n``
+    at the ends.  Its error does not grow with ``n`` as Boost's does."""
+    q = 1.0 - p
+    res = np.zeros(k.shape)
+    zero, full = k == 0, (k == n) & (k > 0)
+    mid = ~zero & ~full
+    if np.any(zero):
+        nz = n[zero]
+        res[zero] = np.exp(-_deviance(nz, nz * q) - nz * p if p < 0.1 else nz * math.log(q))
+    if np.any(full):
+        nf = n[full]
+        res[full] = np.exp(-_deviance(nf, nf * p) - nf * q if q < 0.1 else nf * math.log(p))
+    if np.any(mid):
+        x, m = k[mid], n[mid]
+        lc = (_stirling_error(m) - _stirling_error(x) - _stirling_error(m - x)
+              - _deviance(x, m * p) - _deviance(m - x, m * q))
+        lf = 2 * _HALF_LOG_2PI + np.log(x) + np.log(m - x) - np.log(m)
+        res[mid] = np.exp(lc - 0.5 * lf)
+    return res
 
 
 def binomial_pmf(k, n, p):
-    """``P(Bin(n, p) = k)`` (Boost), 0 outside ``0 <= k <= n``."""
-    if _PDF is None:
-        return np.asarray(stats.binom.pmf(k, n, p), dtype=float)
+    """``P(Bin(n, p) = k)``, 0 outside ``0 <= k <= n``: Boost's pmf below 1000 trials, Loader's
+    form (:func:`_loader_pmf`) from 1000 on; relative error :func:`binomial_pmf_error`."""
     k = np.asarray(k, dtype=float)
     n = np.broadcast_to(np.asarray(n, dtype=float), k.shape)
+    p = float(p)
     out = np.zeros(k.shape)
     inner = (k >= 0) & (k <= n)
-    if np.any(inner):
-        out[inner] = _PDF(k[inner], n[inner], p)
+    if p <= 0 or p >= 1:
+        out[inner & (k == (0.0 if p <= 0 else n))] = 1.0
+        return out
+    small = inner & (n < _LOADER_TRIALS)
+    if np.any(small):
+        out[small] = (_PDF(k[small], n[small], p) if _PDF is not None
+                      else stats.binom.pmf(k[small], n[small], p))
+    large = inner & (n >= _LOADER_TRIALS)
+    if np.any(large):
+        out[large] = _loader_pmf(k[large], n[large], p)
     return out
 
 
@@ -351,10 +438,10 @@ class _Direction:
         pab = pa + pb
         lo, hi, out = binomial_window(n - 1, min(pab, 1.0))
         self.T = np.arange(lo, min(hi + 1, n) + 1, dtype=np.int64)
-        self.w = stats.binom.pmf(self.T, n, min(pab, 1.0))
+        self.w = binomial_pmf(self.T, n, min(pab, 1.0))
         self.outside = out
         self.theta = pa / pab
-        self.rho = _REL_SF + 64 * _U * max(n, 1)
+        self.rho = _REL_SF + 64 * _U * max(n, 1)   # Boost's tails of at most n trials
 
     def _tails(self, jmin: np.ndarray):
         """``S1 = P(Bin(T-1) >= J-1)``, ``PM = P(Bin(T-1) = J-1)`` and ``S2 = P(Bin(T) >= J) =
@@ -422,8 +509,9 @@ class _Direction:
         t1 = d * mean * (1 - theta) * pm
         t2 = at_mean * s2
         value = float(np.dot(self.w, np.maximum(t1 + t2, 0.0))) / n
-        # (the products round by at most 4 u, 1 - theta and the sum by 2 u more)
-        rounding = (8 * _U + _REL_SF) * (np.abs(t1) + np.abs(t2))
+        # (the products round by at most 4 u, 1 - theta and the sum by 2 u more; the weights
+        # are binomial_pmf of n trials, within binomial_pmf_error(n))
+        rounding = (8 * _U + binomial_pmf_error(n)) * (np.abs(t1) + np.abs(t2))
         error = float(np.dot(self.w, abs(d) * mean * (1 - theta) * epm + np.abs(at_mean) * e2
                              + at_mean_error * (s2 + e2) + rounding)) / n
         error = (error + boundary) * (1 + 1e-12) + self.outside
@@ -682,13 +770,13 @@ def binomial_pmf_rows(t: np.ndarray, lo: np.ndarray, hi: np.ndarray, p: float
     flattened row by row as :func:`ragged_windows`, and a bound on each entry's relative error
     to the pmf of ``Bin(t[r], p)`` at the float ``p``.
 
-    Boost's pmf (:func:`binomial_pmf`, relative error :func:`boost_pmf_error` assumed) at every
+    The pmf (:func:`binomial_pmf`, relative error :func:`binomial_pmf_error` assumed) at every
     ``_PMF_CHUNK``-th point of a row, the points between by the recurrence ``b(k) = b(k-1) (t -
     k + 1) / k * p / (1 - p)``: each step adds at most 5 roundings (the division, ``p / (1 -
     p)`` computed once with 3, the two products), so an entry is within Boost's error ``+ 5
     (_PMF_CHUNK - 1) u`` to first order; ``6 _PMF_CHUNK u`` covers the second-order terms.
-    Four to ten times faster than Boost at every point.  Below ``_PMF_RECURRENCE_FLOOR`` (where the steps
-    could have met subnormal numbers) the points are Boost's.  Checked against mpmath in the
+    Several times faster than the pmf at every point.  Below ``_PMF_RECURRENCE_FLOOR`` (where the steps
+    could have met subnormal numbers) every point is :func:`binomial_pmf`'s.  Checked against mpmath in the
     tests."""
     size = hi - lo + 1
     padded = -(-size // _PMF_CHUNK) * _PMF_CHUNK
@@ -708,7 +796,7 @@ def binomial_pmf_rows(t: np.ndarray, lo: np.ndarray, hi: np.ndarray, p: float
     tails = low_anchor[keep] | ~(values >= _PMF_RECURRENCE_FLOOR)
     if np.any(tails):
         values[tails] = binomial_pmf(k[tails], tk[tails], p)
-    return values, boost_pmf_error(int(np.max(t, initial=0))) + 6 * _PMF_CHUNK * _U
+    return values, binomial_pmf_error(int(np.max(t, initial=0))) + 6 * _PMF_CHUNK * _U
 
 
 def count_pair_loss_binned_pmfs(pair: CountPair, h: float, max_support: int = 80_000_000,
@@ -717,7 +805,8 @@ def count_pair_loss_binned_pmfs(pair: CountPair, h: float, max_support: int = 80
     coordinate, :func:`_count_pair_window`) merged by privacy loss (cells ``[k w, (k + 1) w)``
     of ``log(P0/P1)`` with ``w = max(h, range / 2^20)`` for the range of the window's finite
     losses, outcomes beyond it in the end cells, one cell each for the outcomes of loss +-inf),
-    or None if the window has more than ``max_support`` outcomes.  Merging outcomes is a
+    or None if the window has more than ``max_support`` outcomes or the probabilities'
+    rounding could move its masses by more than 1e-3 (below).  Merging outcomes is a
     post-processing, so the merged pair is dominated by the count pair and its lower bounds
     stay certified, and it needs memory for the cells, not the window: at 10^6 users the
     windows of the families' pairs have 2e6 to 6e7 outcomes (a few seconds).  The loss of an
@@ -727,7 +816,7 @@ def count_pair_loss_binned_pmfs(pair: CountPair, h: float, max_support: int = 80
 
     Returns ``(p0, p1, relative, outside)``.  Every entry is within ``relative`` of the exact
     mass of its outcomes, for the exact probabilities of which the pair's floats are within
-    relative ``rounding`` (assumed; the laws here are a few roundings each): Boost's pmf of
+    relative ``rounding`` (assumed; the laws here are a few roundings each): the pmf of
     ``T`` and :func:`binomial_pmf_rows` for ``N_A`` given ``T``, 8 roundings for the products
     and the linear factors, and the summation of non-negative terms, in blocks of at most
     ``block`` outcomes (``numpy.bincount`` adds in order) and then over the blocks, at most
@@ -751,6 +840,14 @@ def count_pair_loss_binned_pmfs(pair: CountPair, h: float, max_support: int = 80
     n, (pa, pb, _) = d.n, d.pi
     T, a_lo, a_hi, size = _count_pair_window(d)
     if size > max_support:
+        return None
+    drift = 0.0
+    for trials, p, r in ((n, pa + pb, 2 * rounding + _U),
+                         (int(T[-1]), d.theta, 4 * rounding + 2 * _U)):
+        if 0 < p < 1:
+            worst = r * max(1.0, p / (1 - p))
+            drift += trials * worst / (1 - min(worst, 0.5))
+    if drift > 1e-3:   # probabilities within rounding of 1: not worth certifying
         return None
     w_row = binomial_pmf(T, n, pa + pb) / n
     tails = binomial_cdf(a_lo - 1, T, d.theta) + binomial_sf(a_hi, T, d.theta)
@@ -796,13 +893,6 @@ def count_pair_loss_binned_pmfs(pair: CountPair, h: float, max_support: int = 80
     p1 = np.concatenate([acc1[keep], [0.0, minus1]])
     m = largest + blocks + 2
     summation = (m - 1) * _U / (1 - (m - 1) * _U)
-    entries = boost_pmf_error(n) + pmf_error + 8 * _U + 2 * rounding
-    pab, theta = pa + pb, d.theta
-    drift = 0.0
-    for trials, p, r in ((n, pab, 2 * rounding + _U),
-                         (int(T[-1]), theta, 4 * rounding + 2 * _U)):
-        if 0 < p < 1:
-            worst = r * max(1.0, p / (1 - p))
-            drift += trials * worst / (1 - min(worst, 0.5))
+    entries = binomial_pmf_error(n) + pmf_error + 8 * _U + 2 * rounding
     entries += math.expm1(drift * (1 + 1e-9))
     return p0, p1, ((1 + entries) * (1 + summation) - 1) * (1 + 1e-6), outside

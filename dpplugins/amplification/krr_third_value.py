@@ -23,11 +23,11 @@ bound 6.8736.
 
 **Computed** on a window of ``(N_r, T = N_a + N_b, N_a)``: ``N_r ~ Bin(n, (k-3)/z)``, ``T |
 N_r ~ Bin(n - N_r, 2/(E+2))``, ``N_a | T ~ Bin(T, 1/2)`` (the multinomial as three binomials,
-Boost's pmf).  Outcomes outside the window are left out, and each term of the hockey-stick sum is
+the library's binomial pmf).  Outcomes outside the window are left out, and each term of the hockey-stick sum is
 taken with its masses moved by their error bound in the direction that lowers it, so the sum is
 a certified lower bound on delta(eps) of the exact pair; by the symmetry a <-> b both directions
-are equal.  Errors: Boost's pmf within
-:func:`~dpplugins.amplification.count_pair.boost_pmf_error` (assumed, as for its tails
+are equal.  Errors: the binomial pmf within
+:func:`~dpplugins.amplification.count_pair.binomial_pmf_error` (assumed, as for its tails
 everywhere in the shuffle modules), the products and ``L_x`` a few roundings each, and the parameters' rounding:
 ``(k-3)/z`` and ``2/(E+2)`` within ``16 u`` of the exact ones (assumed: each is a handful of
 operations), which moves a binomial pmf of ``t`` trials by at most ``exp(t r max(1, p/(1-p)) /
@@ -42,7 +42,7 @@ import math
 import numpy as np
 
 from dpplugins.amplification.count_pair import (UNIT_ROUNDOFF, binomial_pmf, binomial_window,
-                                                boost_pmf_error, largest_violated,
+                                                binomial_pmf_error, largest_violated,
                                                 ragged_windows)
 
 __all__ = ["KRRThirdValuePair", "third_value_pair"]
@@ -99,10 +99,12 @@ class KRRThirdValuePair:
             if 0 < p < 1:
                 worst = _PARAMETER_ROUNDING * max(1.0, p / (1 - p))
                 drift += trials * worst / (1 - min(worst, 0.5))
-        # 3 Boost pmfs of at most n trials, e within 1 u, then about 12 roundings in the
+        # 3 binomial pmfs of at most n trials, e within 1 u, then about 12 roundings in the
         # products and L_x
-        self.relative = (3 * boost_pmf_error(n) + 16 * _U + math.expm1(drift * (1 + 1e-9))) \
-            * (1 + 1e-6)
+        self.relative = (3 * binomial_pmf_error(n) + 16 * _U + math.expm1(min(drift, 1.0)
+                                                                        * (1 + 1e-9))) * (1 + 1e-6)
+        if drift > 1e-3:   # (k near 2^53: p_rest within rounding of 1) not worth certifying
+            self.p0 = self.p1 = None
 
     @property
     def available(self) -> bool:
@@ -128,7 +130,7 @@ class KRRThirdValuePair:
         return largest_violated(self.delta_lower, float(delta), self.eps0)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=4)   # (each holds up to 64 MB of masses)
 def third_value_pair(eps0: float, n: int, k: int) -> KRRThirdValuePair | None:
     """The exact third-value pair of ``n`` users running k-RR at ``eps0``, or None for ``k <
     4`` (the pooled pair is exact there), ``n < 2`` or a window of more than

@@ -224,9 +224,9 @@ from scipy import special, stats
 from dpplugins.amplification import shuffle as _shuffle
 # the count-pair engine (re-exported here: this module's bounds are count pairs)
 from dpplugins.amplification.count_pair import (_REL_SF, UNIT_ROUNDOFF, CountPair,
-                                                _lower_epsilon, binomial_window, clone_pair,
-                                                count_threshold, krr_lower_pairs, loss_scale_guess,
-                                                newton_smallest_epsilon)
+                                                _lower_epsilon, binomial_window, binomial_pmf_error,
+                                                clone_pair, count_threshold, krr_lower_pairs,
+                                                loss_scale_guess, newton_smallest_epsilon)
 from dpplugins.amplification.count_pair import (  # noqa: F401  (re-exported: the margin)
     EPS_ROUNDING_MARGIN, below_by_margin, eps_less_margin, eps_rounding_margin,
     margined_candidates, upper_at_zero)
@@ -335,12 +335,13 @@ class _BinaryCore:
         self.extra = extra
         alpha, beta = float(special.expit(eps0)), float(special.expit(-eps0))
         self.alpha, self.beta = alpha, beta
-        parts, dropped, start = [], 0.0, 0
+        parts, dropped, start, pmf_error = [], 0.0, 0, _REL_SF
         for count, prob in ((n_alpha, alpha), (n_beta, beta), (n_fair, 0.5)):
             if count == 0:
                 continue
             lo, hi, out = binomial_window(count, prob, log_cut=-50.0)
             parts.append(_pmf(np.arange(lo, hi + 1), count, prob))
+            pmf_error += binomial_pmf_error(count)
             start += lo
             dropped += out
         parts.sort(key=len)
@@ -362,7 +363,7 @@ class _BinaryCore:
         # by (1 + x) e -- and entries the positivity mask may miss by at most as much again
         self.fft_error = fft_error
         self.dropped = dropped + 2 * fft_error
-        self.rho = (len(parts) + 1) * _REL_SF + (terms + 4) * _U
+        self.rho = pmf_error + (terms + 4) * _U
 
     @property
     def users(self) -> int:
@@ -835,7 +836,8 @@ class StackedBlanket:
         t1 = d * mean * s1
         t2 = k * s2
         value = float(np.dot(inv, np.maximum(t1 + t2, 0.0)))
-        rounding = (4 * _U + _REL_SF) * (np.abs(t1) + np.abs(t2))
+        # (the weights W are binomial_pmf of at most m trials: within binomial_pmf_error(m))
+        rounding = (4 * _U + binomial_pmf_error(M)) * (np.abs(t1) + np.abs(t2))
         error = float(np.dot(inv, abs(d) * mean * e1 + np.abs(k) * e2 + rounding)) + boundary
         da, db = self.v1[0] / pa, self.v1[1] / pb
         dc = self.v1[2] / pc if pc > 0 else 0.0
@@ -860,9 +862,11 @@ class CountLaw:
 
     @classmethod
     def binomial(cls, trials: int, prob: float) -> "CountLaw":
-        """``Bin(trials, prob)`` on its e^-75 window (Boost's pmf: relative ``1e-12``)."""
+        """``Bin(trials, prob)`` on its e^-75 window (its pmf within relative
+        :func:`~dpplugins.amplification.count_pair.binomial_pmf_error`)."""
         lo, hi, out = binomial_window(trials, prob)
-        return cls(lo, stats.binom.pmf(np.arange(lo, hi + 1), trials, prob), out, 1e-12)
+        return cls(lo, _pmf(np.arange(lo, hi + 1), trials, prob), out,
+                   binomial_pmf_error(trials))
 
     @classmethod
     def binomial_complement(cls, trials: int, complement: float) -> "CountLaw":
@@ -870,15 +874,15 @@ class CountLaw:
         that a ``complement`` far below 1 keeps its relative accuracy (``1 - prob`` computed
         from a rounded ``prob`` near 1 loses it: k-RR with k = 2^53)."""
         lo, hi, out = binomial_window(trials, complement)
-        pmf = stats.binom.pmf(np.arange(lo, hi + 1), trials, complement)[::-1].copy()
-        return cls(trials - hi, pmf, out, 1e-12)
+        pmf = _pmf(np.arange(lo, hi + 1), trials, complement)[::-1].copy()
+        return cls(trials - hi, pmf, out, binomial_pmf_error(trials))
 
     @classmethod
     def poisson_binomial(cls, groups: Sequence[tuple[int, float]]) -> "CountLaw":
         """The sum of independent ``Bin(n_g, p_g)`` over ``groups`` (each a group of users with
         one probability): their windows convolved.  The product of the windows holds all but
         the sum of their outside masses (union bound).  Direct convolution sums non-negative
-        products, so each entry keeps relative accuracy (``1e-12`` per factor plus ``u`` per
+        products, so each entry keeps relative accuracy (Boost's error per factor plus ``u`` per
         addition); windows whose product exceeds 2^26 terms are convolved by FFT and its l1
         error bound (:func:`_fft_convolve`) is added to ``outside``."""
         lo, pmf, outside, relative = 0, np.ones(1), 0.0, 0.0
@@ -1667,8 +1671,8 @@ def _binary_like_window(others: int, pi: float, v0: float, v1: float, rounding: 
     each entry's relative error *to the exact law*, and a bound on the exact mass of S outside
     (at most the binomial's outside ``[lo, hi]``).
 
-    The relative error, our derivation: Boost's pmf within ``_REL_SF`` of the binomial of the
-    float ``pi``, that binomial within ``exp(others (rounding + rounding pi / (1 - pi)))`` of
+    The relative error, our derivation: Boost's pmf within ``binomial_pmf_error(others)`` of the
+    binomial of the float ``pi``, that binomial within ``exp(others (rounding + rounding pi / (1 - pi)))`` of
     the exact one (``Bin(m, pi')(k) / Bin(m, pi)(k) = (pi'/pi)^k ((1 - pi')/(1 - pi))^(m -
     k)``; ``2 rounding others`` for ``pi <= 1/2``),
     the victim's weights within ``rounding`` (``v``) and ``(rounding v + u)/(1 - v)``
@@ -1683,9 +1687,10 @@ def _binary_like_window(others: int, pi: float, v0: float, v1: float, rounding: 
     # the weights v and 1 - v: 1 - v_float is off by rounding v + u, relative to 1 - v
     weight = max(max(rounding, (rounding * v + _U) / (1 - v)) for v in (v0, v1)) \
         if max(v0, v1) < 1 else math.inf
-    relative = (1 + _REL_SF) * (1 + drift) * (1 + weight) * (1 + 4 * _U) - 1
+    boost = binomial_pmf_error(others)
+    relative = (1 + boost) * (1 + drift) * (1 + weight) * (1 + 4 * _U) - 1
     if not (pi <= 0.5 and math.isfinite(relative) and relative < 1e-3):
-        return p0, p1, 2 * _REL_SF + 4 * _U, None
+        return p0, p1, 2 * boost + 4 * _U, None
     return p0, p1, relative * (1 + 1e-6), outside
 
 
@@ -1697,7 +1702,7 @@ def _binary_like_pmfs(others: int, pi: float, v0: float, v1: float):
     w = np.concatenate([[0.0], w, [0.0]])
     p0 = v0 * w[:-1] + (1 - v0) * w[1:]
     p1 = v1 * w[:-1] + (1 - v1) * w[1:]
-    return p0, p1, 2 * _REL_SF + 4 * _U
+    return p0, p1, 2 * binomial_pmf_error(others) + 4 * _U
 
 
 @dataclass(frozen=True)

@@ -285,7 +285,7 @@ def _replica_disagreement(data_loader, module=None) -> str:
     import torch.distributed as dist
     import torch.utils.data as tud
 
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+    if not _process_group_of_two_or_more():
         return ""
     world, own = dist.get_world_size(), dist.get_rank()
     batch_sampler = getattr(data_loader, "batch_sampler", None)
@@ -324,10 +324,9 @@ def _schedule_fingerprint(batch_sampler) -> tuple | None:
     :mod:`dpplugins.samplers.base`); for torch's ``DistributedSampler`` its seed, epoch,
     shuffle, drop_last, dataset length and world size (torch draws the permutation from
     ``seed + epoch``)."""
-    import torch.distributed as dist
     import torch.utils.data as tud
 
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+    if not _process_group_of_two_or_more():
         return None
     inner = getattr(batch_sampler, "inner", None)
     sampler = getattr(batch_sampler, "sampler", None)

@@ -165,6 +165,21 @@ def test_binomial_pmf_is_within_its_assumed_error(t):
             assert abs(mpmath.mpf(ours) / exact - 1) <= count_pair.binomial_pmf_error(t), (p, k)
 
 
+def test_parameter_drift_bounds_the_pmf_ratio_of_a_rounded_probability():
+    """``parameter_drift`` against the exact log-ratio of the two binomial pmfs (mpmath): for a
+    probability moved by relative r either way, ``k log(p'/p) + (t - k) log((1 - p')/(1 - p))``
+    is linear in k, so its largest size is at k = 0 or k = t."""
+    mpmath.mp.dps = 40
+    for t, p, r in ((10**6, 0.3, 1e-15), (10**8, 0.999, 4e-15), (1000, 1e-9, 1e-12),
+                    (10**4, 0.5, 1e-6)):
+        bound = count_pair.parameter_drift(((t, p, r),))
+        for sign in (-1, 1):
+            q = mpmath.mpf(p) * (1 + sign * mpmath.mpf(r))
+            ends = (t * mpmath.log(q / p), t * mpmath.log((1 - q) / (1 - mpmath.mpf(p))))
+            assert max(abs(e) for e in ends) <= bound
+            assert bound <= 1.01 * max(abs(e) for e in ends) + 1e-300
+
+
 @pytest.mark.parametrize("p", [0.5, 0.3333, 0.01, 0.97, 1e-4, 0.999999])
 def test_binomial_pmf_rows_match_scipy_within_the_returned_bound(p):
     """The recurrence between Boost anchors (``binomial_pmf_rows``) against

@@ -32,6 +32,7 @@ from dpplugins.pld import Bounds
 
 __all__ = ["CountPair", "clone_pair", "krr_laws", "krr_lower_pairs", 
            "count_pair_loss_binned_pmfs", "binomial_pmf_rows", "binomial_pmf_error",
+           "parameter_drift",
            "ragged_windows", "binomial_sf",
            "binomial_cdf",
            "binomial_window", "binomial_pmf", "newton_smallest_epsilon", "largest_violated",
@@ -799,6 +800,22 @@ def binomial_pmf_rows(t: np.ndarray, lo: np.ndarray, hi: np.ndarray, p: float
     return values, binomial_pmf_error(int(np.max(t, initial=0))) + 6 * _PMF_CHUNK * _U
 
 
+def parameter_drift(binomials) -> float:
+    """A bound on ``|log(Bin(t, p')(k) / Bin(t, p)(k))|`` summed over ``binomials``, triples
+    ``(t, p, r)`` with the float ``p'`` within relative ``r`` of the exact ``p`` (our
+    derivation): the ratio is ``(p'/p)^k ((1 - p')/(1 - p))^(t - k)``, ``1 - p'`` is within
+    relative ``r p / (1 - p)`` of ``1 - p``, and ``|log(1 + x)| <= |x| / (1 - |x|)``, so each
+    term is at most ``t w / (1 - w)`` with ``w = r max(1, p / (1 - p))`` (0 for ``p`` at 0 or
+    1, where the pmf does not depend on ``p``'s rounding).  A binomial pmf computed at the float
+    is within ``expm1`` of it of the exact one."""
+    drift = 0.0
+    for trials, p, r in binomials:
+        if 0 < p < 1:
+            worst = r * max(1.0, p / (1 - p))
+            drift += trials * worst / (1 - min(worst, 0.5))
+    return drift
+
+
 def count_pair_loss_binned_pmfs(pair: CountPair, h: float, max_support: int = 80_000_000,
                                 block: int = 1 << 18, rounding: float = 16 * _U):
     """The pmfs of a count pair on the outcomes ``(T, N_A)`` of a window (e^-32 on each
@@ -821,10 +838,8 @@ def count_pair_loss_binned_pmfs(pair: CountPair, h: float, max_support: int = 80
     and the linear factors, and the summation of non-negative terms, in blocks of at most
     ``block`` outcomes (``numpy.bincount`` adds in order) and then over the blocks, at most
     ``(m - 1) u / (1 - (m - 1) u)`` for ``m`` terms (Higham, *Accuracy and Stability of
-    Numerical Algorithms*, 2nd ed. 2002, Sec. 4.2).  The probabilities' own error (our
-    derivation): ``Bin(t, p')(k) / Bin(t, p)(k) = (p'/p)^k ((1 - p')/(1 - p))^(t - k)`` is
-    within ``exp(t r max(1, p / (1 - p)) / (1 - r'))`` for ``|p'/p - 1| <= r`` (``r'`` the larger
-    of the two relative changes), for ``T`` (``p = pi_A + pi_B``, ``r = 2 rounding + u``) and
+    Numerical Algorithms*, 2nd ed. 2002, Sec. 4.2).  The probabilities' own error
+    (:func:`parameter_drift`), for ``T`` (``p = pi_A + pi_B``, ``r = 2 rounding + u``) and
     ``N_A`` (``p = theta``, ``r = 4 rounding + 2 u``, ``t`` at most the window's largest ``T``); each
     linear factor is a sum of non-negative terms ``v_y h_y / pi_y``, within ``2 rounding``.
     ``outside`` bounds each law's exact mass outside the window (our derivation): ``P_b(h) =
@@ -841,12 +856,8 @@ def count_pair_loss_binned_pmfs(pair: CountPair, h: float, max_support: int = 80
     T, a_lo, a_hi, size = _count_pair_window(d)
     if size > max_support:
         return None
-    drift = 0.0
-    for trials, p, r in ((n, pa + pb, 2 * rounding + _U),
-                         (int(T[-1]), d.theta, 4 * rounding + 2 * _U)):
-        if 0 < p < 1:
-            worst = r * max(1.0, p / (1 - p))
-            drift += trials * worst / (1 - min(worst, 0.5))
+    drift = parameter_drift(((n, pa + pb, 2 * rounding + _U),
+                             (int(T[-1]), d.theta, 4 * rounding + 2 * _U)))
     if drift > 1e-3:   # probabilities within rounding of 1: not worth certifying
         return None
     w_row = binomial_pmf(T, n, pa + pb) / n

@@ -31,7 +31,8 @@ are equal.  Errors: the binomial pmf within
 everywhere in the shuffle modules), the products and ``L_x`` a few roundings each, and the parameters' rounding:
 ``(k-3)/z`` and ``2/(E+2)`` within ``16 u`` of the exact ones (assumed: each is a handful of
 operations), which moves a binomial pmf of ``t`` trials by at most ``exp(t r max(1, p/(1-p)) /
-(1 - r'))`` (:func:`dpplugins.amplification.count_pair.count_pair_loss_binned_pmfs`).
+(1 - r'))`` (:func:`dpplugins.amplification.count_pair.parameter_drift`); above a drift of 1e-3
+(k near 2^53) the pair is left out.
 """
 
 from __future__ import annotations
@@ -41,9 +42,9 @@ import math
 
 import numpy as np
 
-from dpplugins.amplification.count_pair import (UNIT_ROUNDOFF, binomial_pmf, binomial_window,
-                                                binomial_pmf_error, largest_violated,
-                                                ragged_windows)
+from dpplugins.amplification.count_pair import (UNIT_ROUNDOFF, binomial_pmf, binomial_pmf_error,
+                                                binomial_window, largest_violated,
+                                                parameter_drift, ragged_windows)
 
 __all__ = ["KRRThirdValuePair", "third_value_pair"]
 
@@ -77,6 +78,10 @@ class KRRThirdValuePair:
         self.size = len(r) * len(t)        # rows, before any array of them is built
         if self.size > MAX_OUTCOMES:       # (at 1e8 users a grid of 1e10 rows: 16 GiB)
             return
+        drift = parameter_drift(((n, p_rest, _PARAMETER_ROUNDING),
+                                 (n, p_pair, _PARAMETER_ROUNDING)))
+        if drift > 1e-3:   # (k near 2^53: p_rest within rounding of 1) not worth certifying
+            return
         rows_r, rows_t = np.repeat(r, len(t)), np.tile(t, len(r))
         fits = rows_t <= n - rows_r
         rows_r, rows_t = rows_r[fits], rows_t[fits]
@@ -94,17 +99,10 @@ class KRRThirdValuePair:
         common = c / e + nr
         self.p0 = mass * (e * a + b + common)
         self.p1 = mass * (a + e * b + common)
-        drift = 0.0
-        for trials, p in ((n, p_rest), (n, p_pair)):
-            if 0 < p < 1:
-                worst = _PARAMETER_ROUNDING * max(1.0, p / (1 - p))
-                drift += trials * worst / (1 - min(worst, 0.5))
         # 3 binomial pmfs of at most n trials, e within 1 u, then about 12 roundings in the
         # products and L_x
-        self.relative = (3 * binomial_pmf_error(n) + 16 * _U + math.expm1(min(drift, 1.0)
-                                                                        * (1 + 1e-9))) * (1 + 1e-6)
-        if drift > 1e-3:   # (k near 2^53: p_rest within rounding of 1) not worth certifying
-            self.p0 = self.p1 = None
+        self.relative = (3 * binomial_pmf_error(n) + 16 * _U + math.expm1(drift * (1 + 1e-9))) \
+            * (1 + 1e-6)
 
     @property
     def available(self) -> bool:
